@@ -1,0 +1,157 @@
+"""Checkpoints: written atomically, verified before they are read.
+
+A checkpoint is a folder <output-dir>/<arch>/<epochs done>/ holding
+``model.pdparams`` (parameters, BN statistics), ``model.pdopt`` (momentum,
+loss scaling, ASP masks, learning-rate variable), ``model.pdmodel`` and
+``meta.json`` (epoch, global step, config, classes, and the size and SHA-256 of
+each file). The folder is assembled under a temporary name and renamed into
+place, so a crash mid-save leaves the previous checkpoints as they were.
+"""
+import hashlib
+import json
+import os
+import shutil
+
+import numpy as np
+import paddle
+
+from paddle_resnet.errors import CheckpointError
+
+PREFIX = "model"
+META = "meta.json"
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path):
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def checkpoint_dir(output_dir, arch, epoch):
+    return os.path.join(output_dir, arch, str(epoch))
+
+
+def save_checkpoint(program, directory, meta):
+    """Write ``program``'s persistable variables and ``meta`` to ``directory``, atomically."""
+    parent = os.path.dirname(os.path.abspath(directory))
+    os.makedirs(parent, exist_ok=True)
+    staging = os.path.join(parent, f".{os.path.basename(directory)}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    paddle.static.save(program, os.path.join(staging, PREFIX))
+    files = {}
+    for name in sorted(os.listdir(staging)):
+        path = os.path.join(staging, name)
+        with open(path, "rb+") as handle:
+            os.fsync(handle.fileno())
+        files[name] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
+    meta_path = os.path.join(staging, META)
+    with open(meta_path, "w") as handle:
+        json.dump(dict(meta, files=files), handle, indent=1)
+        handle.flush()
+        os.fsync(handle.fileno())
+    _fsync_dir(staging)
+    if os.path.exists(directory):
+        retired = staging + ".old"
+        os.replace(directory, retired)
+        os.replace(staging, directory)
+        shutil.rmtree(retired)
+    else:
+        os.replace(staging, directory)
+    _fsync_dir(parent)
+
+
+def resolve_checkpoint(path):
+    """A checkpoint folder, or an <output-dir>/<arch> folder (its newest checkpoint)."""
+    if not os.path.isdir(path):
+        raise CheckpointError(f"checkpoint {path!r} does not exist")
+    if os.path.exists(os.path.join(path, META)):
+        return path
+    epochs = sorted((int(name) for name in os.listdir(path) if name.isdigit()
+                     and os.path.exists(os.path.join(path, name, META))), reverse=True)
+    if not epochs:
+        raise CheckpointError(f"{path}: no {META}; not a checkpoint folder")
+    return os.path.join(path, str(epochs[0]))
+
+
+def read_checkpoint(path):
+    """(meta, state) of a verified checkpoint; state maps variable names to arrays."""
+    directory = resolve_checkpoint(path)
+    meta_path = os.path.join(directory, META)
+    try:
+        with open(meta_path) as handle:
+            meta = json.load(handle)
+    except ValueError as err:
+        raise CheckpointError(f"{meta_path}: unreadable ({err})") from None
+    for name, expected in meta.get("files", {}).items():
+        file_path = os.path.join(directory, name)
+        if not os.path.exists(file_path):
+            raise CheckpointError(f"{file_path}: missing from the checkpoint")
+        if os.path.getsize(file_path) != expected["bytes"] or _sha256(file_path) != expected["sha256"]:
+            raise CheckpointError(f"{file_path}: truncated or modified "
+                                  f"(expected {expected['bytes']} bytes, sha256 {expected['sha256'][:12]}...)")
+    return meta, read_state(os.path.join(directory, PREFIX))
+
+
+def read_state(prefix):
+    """Variable name -> array from ``<prefix>.pdparams`` (and ``.pdopt`` if present)."""
+    if prefix.endswith(".pdparams"):
+        prefix = prefix[: -len(".pdparams")]
+    if not os.path.exists(prefix + ".pdparams"):
+        raise CheckpointError(f"{prefix}.pdparams does not exist")
+    try:
+        return dict(paddle.static.load_program_state(prefix))
+    except Exception as err:  # pickle and Paddle raise several types for broken files
+        raise CheckpointError(f"{prefix}.pdparams: cannot be read ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0] if str(err) else ''})") from None
+
+
+def persistable_variables(program):
+    return [v for v in program.list_vars() if v.persistable and v.name not in ("feed", "fetch")]
+
+
+def restore_state(program, state, scope=None):
+    """Put every persistable variable of ``program`` back from ``state`` (strict)."""
+    variables = persistable_variables(program)
+    missing = [v.name for v in variables if v.name not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint lacks {len(missing)} variables of this program, "
+                              f"e.g. {missing[:3]}; was it written by another configuration?")
+    _assign(variables, state, scope)
+
+
+def load_pretrained(program, state, scope=None):
+    """Copy the parameters whose names and shapes match; return the names skipped and why."""
+    chosen, skipped = [], []
+    for param in program.all_parameters():
+        if param.name not in state:
+            skipped.append(f"{param.name} (not in the file)")
+        elif tuple(state[param.name].shape) != tuple(param.shape):
+            skipped.append(f"{param.name} (shape {tuple(state[param.name].shape)} in the file, "
+                           f"{tuple(param.shape)} here)")
+        else:
+            chosen.append(param)
+    _assign(chosen, state, scope)
+    return skipped
+
+
+def _assign(variables, state, scope):
+    scope = scope or paddle.static.global_scope()
+    place = paddle.framework._current_expected_place()
+    for var in variables:
+        tensor = scope.var(var.name).get_tensor()
+        value = np.asarray(state[var.name])
+        if tuple(value.shape) != tuple(var.shape) and -1 not in var.shape:
+            raise CheckpointError(f"{var.name}: shape {value.shape} in the checkpoint, "
+                                  f"{tuple(var.shape)} in the program")
+        tensor.set(value, place)

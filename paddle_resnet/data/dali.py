@@ -1,0 +1,150 @@
+"""DALI input pipelines: decode, augment and normalise; batches ready to feed.
+
+On GPU machines JPEGs are decoded by nvJPEG (DALI's ``mixed`` decoder) and the
+batches stay on the device (DALI's Paddle iterator). On CPU machines the same
+pipeline runs on the CPU and yields NumPy arrays, because DALI's Paddle iterator
+needs a GPU.
+
+Shuffling is done here, not by the DALI reader: each epoch gets its own
+permutation and augmentation seed from (seed, epoch), so an epoch produces the
+same batches whether the run started at epoch 0 or resumed before it.
+"""
+import math
+import os
+
+import numpy as np
+
+from paddle_resnet.data.folder import ImageList, find_unreadable_image
+from paddle_resnet.errors import DataError
+
+PREFETCH_DEPTH = 2
+
+
+def default_num_threads():
+    return len(os.sched_getaffinity(0))
+
+
+def train_indices(num_images, batch_size, rank, world_size, seed, epoch):
+    """This rank's images for one training epoch: shuffled, whole batches only.
+
+    Every rank gets the same number of steps, so collective ops never wait.
+    """
+    order = np.random.RandomState(seed + epoch).permutation(num_images)
+    per_rank = num_images // world_size
+    steps = per_rank // batch_size
+    if steps == 0:
+        raise DataError(f"{num_images} training images give no full batch of {batch_size} "
+                        f"per rank on {world_size} rank(s); lower --batch-size")
+    start = rank * per_rank
+    return order[start:start + steps * batch_size]
+
+
+def eval_indices(num_images, rank, world_size):
+    """This rank's contiguous share of the validation images; together, each image once."""
+    return np.array_split(np.arange(num_images), world_size)[rank]
+
+
+def build_pipeline(image_list: ImageList, indices, data_config, layout, training, seed,
+                   device_id=None):
+    """A DALI pipeline over ``image_list[indices]`` in that order.
+
+    ``device_id=None`` builds a CPU-only pipeline. Output: (images, labels), images
+    float32 normalised in ``layout`` ("NCHW" or "NHWC"), labels int64 of shape [N, 1].
+    """
+    from nvidia.dali import fn, types
+    from nvidia.dali.pipeline import Pipeline
+
+    cfg = data_config
+    pipe = Pipeline(batch_size=cfg.batch_size,
+                    num_threads=cfg.num_threads or default_num_threads(),
+                    device_id=device_id, seed=seed, prefetch_queue_depth=PREFETCH_DEPTH)
+    decoder = "cpu" if device_id is None else "mixed"
+    with pipe:
+        encoded, labels = fn.readers.file(
+            files=[image_list.files[i] for i in indices],
+            labels=[image_list.labels[i] for i in indices],
+            random_shuffle=False, pad_last_batch=True, name="Reader")
+        if training:
+            images = fn.decoders.image_random_crop(
+                encoded, device=decoder, output_type=types.RGB,
+                random_area=list(cfg.rand_crop_scale),
+                random_aspect_ratio=list(cfg.rand_crop_ratio), num_attempts=100)
+            images = fn.resize(images, resize_x=cfg.crop_size, resize_y=cfg.crop_size)
+            mirror = fn.random.coin_flip(probability=0.5)
+        else:
+            images = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
+            images = fn.resize(images, resize_shorter=cfg.resize_short)
+            mirror = 0
+        images = fn.crop_mirror_normalize(
+            images, dtype=types.FLOAT, output_layout="CHW" if layout == "NCHW" else "HWC",
+            crop=(cfg.crop_size, cfg.crop_size),
+            mean=[255.0 * m for m in cfg.normalize_mean],
+            std=[255.0 * s for s in cfg.normalize_std], mirror=mirror)
+        labels = fn.cast(labels, dtype=types.INT64)
+        if device_id is not None:
+            labels = labels.gpu()
+        pipe.set_outputs(images, labels)
+    pipe.build()
+    return pipe
+
+
+class DaliLoader:
+    """Iterates one pass over the images a pipeline was built for.
+
+    Yields feed dicts {"data", "label"}; the last batch is cut to the real
+    images (the reader pads it), so every image counts exactly once.
+    """
+
+    def __init__(self, pipe, files, batch_size, on_gpu):
+        self.pipe = pipe
+        self.files = files
+        self.batch_size = batch_size
+        self.on_gpu = on_gpu
+
+    def __len__(self):
+        return math.ceil(len(self.files) / self.batch_size)
+
+    def __iter__(self):
+        if self.on_gpu:
+            yield from self._iterate_gpu()
+            return
+        for step in range(len(self)):
+            try:
+                images, labels = self.pipe.run()
+            except RuntimeError as err:
+                raise self._decode_error(step, err) from None
+            valid = min(self.batch_size, len(self.files) - step * self.batch_size)
+            yield {"data": images.as_array()[:valid], "label": labels.as_array()[:valid]}
+
+    def _iterate_gpu(self):
+        from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+        from nvidia.dali.plugin.paddle import DALIGenericIterator
+
+        iterator = DALIGenericIterator([self.pipe], ["data", "label"], reader_name="Reader",
+                                       last_batch_policy=LastBatchPolicy.PARTIAL)
+        for batch in iterator:
+            yield batch[0]
+
+    def _decode_error(self, step, err):
+        # DALI reports a failed decode without the file; the failing batch is this
+        # one or one of those already prefetched behind it.
+        start = step * self.batch_size
+        stop = start + (PREFETCH_DEPTH + 1) * self.batch_size
+        broken = find_unreadable_image(self.files[start:stop])
+        if broken:
+            return DataError(f"{broken}: cannot be decoded as an image")
+        return DataError(f"DALI failed on batch {step}: {str(err).splitlines()[0]}")
+
+
+def make_loader(image_list, data_config, layout, training, rank=0, world_size=1, epoch=0,
+                device_id=None):
+    """The loader of one epoch (training) or one full pass (evaluation) for this rank."""
+    if training:
+        indices = train_indices(len(image_list), data_config.batch_size, rank, world_size,
+                                data_config.seed, epoch)
+    else:
+        indices = eval_indices(len(image_list), rank, world_size)
+    seed = data_config.seed + 1000 * epoch + rank
+    pipe = build_pipeline(image_list, indices, data_config, layout, training, seed, device_id)
+    files = [image_list.files[i] for i in indices]
+    return DaliLoader(pipe, files, data_config.batch_size, on_gpu=device_id is not None)

@@ -1,0 +1,90 @@
+"""ImageNet-style image trees: <root>/<split>/<class>/<image>, scanned and checked."""
+import json
+import os
+from dataclasses import dataclass
+from typing import List, Tuple
+
+from paddle_resnet.errors import DataError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+
+
+@dataclass(frozen=True)
+class ImageList:
+    """Every image of one split with its label; labels index ``classes``."""
+
+    files: Tuple[str, ...]
+    labels: Tuple[int, ...]
+    classes: Tuple[str, ...]
+
+    def __len__(self):
+        return len(self.files)
+
+
+def scan_split(image_root, split) -> ImageList:
+    """List <image_root>/<split>/<class>/* in a fixed (sorted) order."""
+    if not image_root or not os.path.isdir(image_root):
+        raise DataError(f"image root {image_root!r} does not exist or is not a folder")
+    split_dir = os.path.join(image_root, split)
+    if not os.path.isdir(split_dir):
+        raise DataError(f"{split_dir}: missing; expected {image_root}/{split}/<class>/<image>")
+    classes = sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
+    if not classes:
+        raise DataError(f"{split_dir}: no class folders")
+    files: List[str] = []
+    labels: List[int] = []
+    for label, name in enumerate(classes):
+        class_dir = os.path.join(split_dir, name)
+        images = sorted(f for f in os.listdir(class_dir)
+                        if f.lower().endswith(IMAGE_EXTENSIONS))
+        if not images:
+            raise DataError(f"{class_dir}: class folder holds no images "
+                            f"({', '.join(IMAGE_EXTENSIONS)})")
+        files.extend(os.path.join(class_dir, f) for f in images)
+        labels.extend([label] * len(images))
+    return ImageList(tuple(files), tuple(labels), tuple(classes))
+
+
+def check_same_classes(train: ImageList, val: ImageList):
+    if train.classes != val.classes:
+        only_train = sorted(set(train.classes) - set(val.classes))
+        only_val = sorted(set(val.classes) - set(train.classes))
+        raise DataError("train and val class folders differ: "
+                        f"only in train {only_train[:5]}, only in val {only_val[:5]}")
+
+
+def check_num_classes(image_list: ImageList, num_classes, where):
+    if len(image_list.classes) != num_classes:
+        raise DataError(f"{where} has {len(image_list.classes)} class folders but "
+                        f"model.num_classes (--num-of-class) is {num_classes}")
+
+
+def write_class_index(path, classes):
+    """{label: folder name} as JSON, so predictions can be named later."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    temporary = path + ".tmp"
+    with open(temporary, "w") as handle:
+        json.dump({str(i): name for i, name in enumerate(classes)}, handle, indent=1)
+    os.replace(temporary, path)
+
+
+def read_class_index(path):
+    try:
+        with open(path) as handle:
+            mapping = json.load(handle)
+        return [mapping[str(i)] for i in range(len(mapping))]
+    except (OSError, ValueError, KeyError) as err:
+        raise DataError(f"{path}: not a readable class index ({err})") from None
+
+
+def find_unreadable_image(files):
+    """The first file of ``files`` that Pillow cannot decode, or None."""
+    from PIL import Image
+
+    for path in files:
+        try:
+            with Image.open(path) as image:
+                image.load()
+        except Exception:  # Pillow raises many types for broken files
+            return path
+    return None

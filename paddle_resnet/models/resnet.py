@@ -1,0 +1,143 @@
+"""ResNet v1 / v1.5 and ResNeXt, built from ``paddle.nn`` layers.
+
+``paddle.nn`` layers work in Paddle 2.6 static graphs and in the legacy static IR
+of Paddle 3.x alike, which ``paddle.static.nn`` does not.
+"""
+import math
+
+import paddle
+from paddle import nn
+
+from paddle_resnet.models import Arch
+
+
+def _conv(in_channels, out_channels, kernel, stride=1, groups=1, data_format="NCHW"):
+    # He et al. 2015 ("Delving deep into rectifiers"), fan-out mode as in the
+    # reference implementations: the variance is kept through the backward pass.
+    fan_out = out_channels * kernel * kernel // groups
+    return nn.Conv2D(
+        in_channels,
+        out_channels,
+        kernel,
+        stride=stride,
+        padding=(kernel - 1) // 2,
+        groups=groups,
+        weight_attr=paddle.ParamAttr(
+            initializer=nn.initializer.Normal(std=math.sqrt(2.0 / fan_out))
+        ),
+        bias_attr=False,
+        data_format=data_format,
+    )
+
+
+def _bn(channels, data_format, zero_gamma=False):
+    gamma = nn.initializer.Constant(0.0 if zero_gamma else 1.0)
+    return nn.BatchNorm2D(
+        channels,
+        momentum=0.9,
+        epsilon=1e-5,
+        weight_attr=paddle.ParamAttr(initializer=gamma),
+        bias_attr=paddle.ParamAttr(initializer=nn.initializer.Constant(0.0)),
+        data_format=data_format,
+    )
+
+
+class _Downsample(nn.Layer):
+    def __init__(self, in_channels, out_channels, stride, data_format):
+        super().__init__()
+        self.conv = _conv(in_channels, out_channels, 1, stride, data_format=data_format)
+        self.bn = _bn(out_channels, data_format)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+class BasicBlock(nn.Layer):
+    expansion = 1
+
+    def __init__(self, in_channels, channels, stride, arch, data_format, zero_init_residual):
+        super().__init__()
+        if arch.groups != 1 or arch.width_per_group != 64:
+            raise ValueError("BasicBlock supports neither groups nor a bottleneck width")
+        self.conv1 = _conv(in_channels, channels, 3, stride, data_format=data_format)
+        self.bn1 = _bn(channels, data_format)
+        self.conv2 = _conv(channels, channels, 3, data_format=data_format)
+        self.bn2 = _bn(channels, data_format, zero_gamma=zero_init_residual)
+        self.relu = nn.ReLU()
+        self.downsample = None
+        if stride != 1 or in_channels != channels:
+            self.downsample = _Downsample(in_channels, channels, stride, data_format)
+
+    def forward(self, x):
+        shortcut = x if self.downsample is None else self.downsample(x)
+        y = self.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return self.relu(y + shortcut)
+
+
+class Bottleneck(nn.Layer):
+    expansion = 4
+
+    def __init__(self, in_channels, channels, stride, arch, data_format, zero_init_residual):
+        super().__init__()
+        width = int(channels * arch.width_per_group / 64) * arch.groups
+        out_channels = channels * self.expansion
+        # v1 downsamples in the first 1x1 convolution, v1.5 in the 3x3 one.
+        stride_1x1, stride_3x3 = (stride, 1) if arch.stride_in_1x1 else (1, stride)
+        self.conv1 = _conv(in_channels, width, 1, stride_1x1, data_format=data_format)
+        self.bn1 = _bn(width, data_format)
+        self.conv2 = _conv(width, width, 3, stride_3x3, groups=arch.groups, data_format=data_format)
+        self.bn2 = _bn(width, data_format)
+        self.conv3 = _conv(width, out_channels, 1, data_format=data_format)
+        self.bn3 = _bn(out_channels, data_format, zero_gamma=zero_init_residual)
+        self.relu = nn.ReLU()
+        self.downsample = None
+        if stride != 1 or in_channels != out_channels:
+            self.downsample = _Downsample(in_channels, out_channels, stride, data_format)
+
+    def forward(self, x):
+        shortcut = x if self.downsample is None else self.downsample(x)
+        y = self.relu(self.bn1(self.conv1(x)))
+        y = self.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return self.relu(y + shortcut)
+
+
+class ResNet(nn.Layer):
+    """Stem (7x7/2 conv, 3x3/2 max-pool), four stages, global average pool, FC.
+
+    Input: float images, NCHW or NHWC as ``data_format`` says. Output: logits.
+    """
+
+    def __init__(self, arch: Arch, num_classes=1000, data_format="NCHW",
+                 zero_init_residual=False, in_channels=3):
+        super().__init__()
+        block = {"basic": BasicBlock, "bottleneck": Bottleneck}[arch.block]
+        self.conv1 = _conv(in_channels, 64, 7, 2, data_format=data_format)
+        self.bn1 = _bn(64, data_format)
+        self.relu = nn.ReLU()
+        self.maxpool = nn.MaxPool2D(3, stride=2, padding=1, data_format=data_format)
+        stages = []
+        channels_in = 64
+        for index, num_blocks in enumerate(arch.layers):
+            channels = 64 * 2 ** index
+            blocks = []
+            for block_index in range(num_blocks):
+                stride = 2 if index > 0 and block_index == 0 else 1
+                blocks.append(block(channels_in, channels, stride, arch, data_format,
+                                    zero_init_residual))
+                channels_in = channels * block.expansion
+            stages.append(nn.Sequential(*blocks))
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.avgpool = nn.AdaptiveAvgPool2D(1, data_format=data_format)
+        bound = 1.0 / math.sqrt(channels_in)
+        uniform = nn.initializer.Uniform(-bound, bound)
+        self.fc = nn.Linear(channels_in, num_classes,
+                            weight_attr=paddle.ParamAttr(initializer=uniform),
+                            bias_attr=paddle.ParamAttr(initializer=uniform))
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = paddle.flatten(self.avgpool(x), start_axis=1)
+        return self.fc(x)

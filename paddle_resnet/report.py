@@ -1,0 +1,64 @@
+"""Run reports: DLLogger-style JSON lines on disk, short progress lines on the console.
+
+Each line of the report file is one JSON object:
+    {"timestamp": ..., "elapsedtime": ..., "type": "LOG", "step": [epoch, step] | "PARAMETER"
+     | "SUMMARY" | [epoch], "data": {...}}
+as NVIDIA's DLLogger writes them, so its plotting and parsing tools apply.
+"""
+import json
+import os
+import sys
+import time
+
+
+def _format_value(value):
+    if isinstance(value, float):
+        return f"{value:.5g}"
+    return str(value)
+
+
+class Report:
+    """Appends to the JSON-lines file; only rank 0 writes, every rank may print."""
+
+    def __init__(self, path, enabled=True, append=False, stream=sys.stdout):
+        self.path = path
+        self.enabled = enabled
+        self.stream = stream
+        self.start = time.time()
+        self._handle = None
+        if enabled and path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._handle = open(path, "a" if append else "w")
+
+    def log(self, step, data, kind="LOG", console=True):
+        record = {"timestamp": time.time(), "elapsedtime": round(time.time() - self.start, 3),
+                  "type": kind, "step": step, "data": data}
+        if self._handle:
+            self._handle.write(json.dumps(record) + "\n")
+            self._handle.flush()
+        if console and self.enabled:
+            self.print(self._console_line(step, data, kind))
+
+    def print(self, text):
+        if self.enabled:
+            print(text, file=self.stream, flush=True)
+
+    @staticmethod
+    def _console_line(step, data, kind):
+        if isinstance(step, (list, tuple)):
+            where = " ".join(f"{name} {value}" for name, value in zip(("epoch", "step"), step))
+        else:
+            where = str(step)
+        fields = "  ".join(f"{key} {_format_value(value)}" for key, value in data.items()
+                           if not isinstance(value, (dict, list)))
+        return f"[{kind}] {where}: {fields}"
+
+    def close(self):
+        if self._handle:
+            self._handle.close()
+            self._handle = None
+
+
+def read_report(path):
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up everything on a fresh machine: a virtual environment in .venv with Paddle
+# (GPU build if an NVIDIA GPU is present), DALI and the Python dependencies, and
+# the Fashion-MNIST images the demo and tests use. Re-running is fast and harmless.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PADDLE_VERSION=2.6.2
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  paddle_package="paddlepaddle-gpu==${PADDLE_VERSION}"
+else
+  paddle_package="paddlepaddle==${PADDLE_VERSION}"
+fi
+
+if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+  echo "setup: installing the Debian package dataset-fashion-mnist"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq dataset-fashion-mnist >/dev/null
+fi
+
+python=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+stamp=.venv/.installed
+wanted="$paddle_package $(cat requirements.txt requirements-test.txt | sha256sum | cut -c1-16)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+  echo "setup: installing $paddle_package and requirements into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q "$paddle_package" -r requirements.txt -r requirements-test.txt
+  # foolbox ships 20 real ImageNet validation JPEGs (tests use them); its own
+  # dependencies are not needed.
+  .venv/bin/python -m pip install -q --no-deps foolbox==3.3.4
+  echo "$wanted" > "$stamp"
+fi
+echo "setup: $(.venv/bin/python -c 'import paddle, nvidia.dali as d; print("paddle", paddle.__version__, "dali", d.__version__)')"

@@ -1,0 +1,54 @@
+import glob
+import importlib.util
+import os
+import shutil
+import sys
+
+os.environ.setdefault("FLAGS_enable_pir_api", "0")
+os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import pytest  # noqa: E402
+
+from paddle_resnet.config import build_config  # noqa: E402
+from paddle_resnet.data.fashion_mnist import write_tree  # noqa: E402
+
+TRAIN_PER_CLASS = 16     # 160 training images: 10 steps of 16
+VAL_PER_CLASS = 13       # 130 validation images: not a multiple of the batch size
+
+
+@pytest.fixture(scope="session")
+def fmnist_root(tmp_path_factory):
+    """A small real image tree: Fashion-MNIST JPEGs, 10 classes."""
+    root = str(tmp_path_factory.mktemp("data") / "fashion_mnist")
+    return write_tree(root, TRAIN_PER_CLASS, VAL_PER_CLASS, log=lambda _: None)
+
+
+@pytest.fixture(scope="session")
+def imagenet_root(tmp_path_factory):
+    """The 20 ImageNet validation JPEGs (512x512) that the foolbox wheel ships."""
+    # Located without importing foolbox, whose own dependencies are not installed.
+    package = importlib.util.find_spec("foolbox").submodule_search_locations[0]
+    files = sorted(glob.glob(os.path.join(package, "data", "imagenet_*.jpg")))
+    assert len(files) == 20
+    root = tmp_path_factory.mktemp("imagenet")
+    for path in files:
+        label = int(os.path.basename(path).split("_")[2].split(".")[0])
+        folder = root / "val" / f"n{label:04d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, folder)
+    return str(root)
+
+
+def small_config(image_root, output_dir, **values):
+    """A fast CPU configuration: ResNet-18 on 32-pixel crops, batch 16."""
+    base = {
+        "model.arch": "resnet18", "model.num_classes": 10,
+        "data.image_root": image_root, "data.batch_size": 16, "data.crop_size": 32,
+        "data.resize_short": 32, "data.num_threads": 2,
+        "lr.base": 0.8, "lr.warmup_epochs": 0.0, "optimizer.momentum": 0.9,
+        "run.epochs": 2, "run.output_dir": str(output_dir), "run.print_interval": 5,
+    }
+    base.update(values)
+    return build_config(base)

@@ -1,0 +1,135 @@
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from paddle_resnet.config import DataConfig
+from paddle_resnet.data.dali import eval_indices, make_loader, train_indices
+from paddle_resnet.data.folder import (check_num_classes, check_same_classes, read_class_index,
+                                       scan_split, write_class_index)
+from paddle_resnet.errors import DataError
+
+MEAN, STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+
+
+def data_config(root, **values):
+    base = dict(image_root=root, batch_size=16, crop_size=28, resize_short=28, num_threads=2)
+    base.update(values)
+    return DataConfig(**base)
+
+
+def test_scan_gives_sorted_classes_and_labels(fmnist_root):
+    images = scan_split(fmnist_root, "val")
+    assert len(images) == 130 and len(images.classes) == 10
+    assert list(images.classes) == sorted(images.classes)
+    for path, label in zip(images.files, images.labels):
+        assert os.path.basename(os.path.dirname(path)) == images.classes[label]
+
+
+def test_val_batches_are_the_images_normalised_in_order(fmnist_root):
+    images = scan_split(fmnist_root, "val")
+    loader = make_loader(images, data_config(fmnist_root), "NCHW", training=False)
+    batches = list(loader)
+    assert [len(b["label"]) for b in batches] == [16] * 8 + [2]     # the padded tail is cut
+    data = np.concatenate([b["data"] for b in batches])
+    labels = np.concatenate([b["label"] for b in batches])
+    assert data.dtype == np.float32 and data.shape == (130, 3, 28, 28)
+    assert labels.dtype == np.int64 and labels.shape == (130, 1)
+    assert labels.ravel().tolist() == list(images.labels)
+    for index in (0, 77, 129):                       # compare with Pillow's decode
+        pixels = np.asarray(Image.open(images.files[index]).convert("RGB"), dtype=np.float64) / 255
+        restored = data[index].transpose(1, 2, 0) * STD + MEAN
+        assert np.abs(restored - pixels).max() < 2.5 / 255
+
+
+def test_nhwc_layout_and_real_imagenet_photos(imagenet_root):
+    images = scan_split(imagenet_root, "val")
+    cfg = DataConfig(image_root=imagenet_root, batch_size=8, num_threads=2)
+    batches = list(make_loader(images, cfg, "NHWC", training=False))
+    assert [b["data"].shape for b in batches] == [(8, 224, 224, 3)] * 2 + [(4, 224, 224, 3)]
+    data = np.concatenate([b["data"] for b in batches])
+    assert abs(float(data.mean())) < 1.0 and 0.5 < float(data.std()) < 1.5
+
+
+def test_training_batches_are_augmented_and_reproducible(fmnist_root):
+    images = scan_split(fmnist_root, "train")
+    cfg = data_config(fmnist_root, crop_size=24, rand_crop_scale=(0.3, 1.0))
+
+    def epoch_batches(epoch):
+        return list(make_loader(images, cfg, "NCHW", training=True, epoch=epoch))
+
+    first, again, second = epoch_batches(0), epoch_batches(0), epoch_batches(1)
+    assert len(first) == 10 and all(b["data"].shape == (16, 3, 24, 24) for b in first)
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a["data"], b["data"])
+        np.testing.assert_array_equal(a["label"], b["label"])
+    assert not np.array_equal(first[0]["label"], second[0]["label"])
+    labels = np.concatenate([b["label"] for b in first]).ravel()
+    assert sorted(labels.tolist()) == sorted(images.labels)       # a permutation, no repeats
+
+
+def test_training_shards_are_disjoint_and_equal_length():
+    shards = [train_indices(103, 8, rank, 3, seed=1, epoch=4) for rank in range(3)]
+    assert [len(s) for s in shards] == [32, 32, 32]
+    assert len(set(np.concatenate(shards).tolist())) == 96
+
+
+def test_eval_shards_cover_every_image_once():
+    shards = [eval_indices(103, rank, 4) for rank in range(4)]
+    assert sorted(np.concatenate(shards).tolist()) == list(range(103))
+
+
+def test_too_few_images_for_a_batch():
+    with pytest.raises(DataError, match="no full batch of 64"):
+        train_indices(100, 64, 0, 2, seed=0, epoch=0)
+
+
+def test_class_index_round_trip(tmp_path):
+    path = str(tmp_path / "out" / "classes.json")
+    write_class_index(path, ["bag", "coat"])
+    assert read_class_index(path) == ["bag", "coat"]
+
+
+def make_tree(root, layout):
+    """layout: {split: {class: number of images}}, images copied from a real JPEG."""
+    sample = Image.new("RGB", (8, 8), (200, 10, 10))
+    for split, classes in layout.items():
+        for name, count in classes.items():
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(count):
+                sample.save(folder / f"{i}.jpg")
+    return str(root)
+
+
+def test_missing_root_and_split(tmp_path):
+    with pytest.raises(DataError, match="does not exist or is not a folder"):
+        scan_split(str(tmp_path / "nowhere"), "train")
+    root = make_tree(tmp_path, {"train": {"a": 1}})
+    with pytest.raises(DataError, match=r"val: missing"):
+        scan_split(root, "val")
+
+
+def test_empty_class_folder_is_named(tmp_path):
+    root = make_tree(tmp_path, {"train": {"a": 2, "b": 0}})
+    with pytest.raises(DataError, match=r"train/b: class folder holds no images"):
+        scan_split(root, "train")
+
+
+def test_class_sets_and_counts_must_agree(tmp_path):
+    root = make_tree(tmp_path, {"train": {"a": 1, "b": 1}, "val": {"a": 1, "c": 1}})
+    with pytest.raises(DataError, match=r"only in train \['b'\], only in val \['c'\]"):
+        check_same_classes(scan_split(root, "train"), scan_split(root, "val"))
+    with pytest.raises(DataError, match="has 2 class folders but model.num_classes"):
+        check_num_classes(scan_split(root, "train"), 1000, "train")
+
+
+def test_corrupt_jpeg_is_named(tmp_path):
+    root = make_tree(tmp_path, {"val": {"a": 20, "b": 20}})
+    broken = tmp_path / "val" / "b" / "7.jpg"
+    broken.write_bytes(broken.read_bytes()[:40])
+    images = scan_split(root, "val")
+    with pytest.raises(DataError, match=r"b/7.jpg: cannot be decoded"):
+        list(make_loader(images, DataConfig(image_root=root, batch_size=4, crop_size=8,
+                                            resize_short=8, num_threads=1), "NCHW", False))

@@ -1,0 +1,210 @@
+"""Train and evaluate a ResNet-family classifier with Paddle static graphs and DALI.
+
+    python train.py --config resnet50_demo --image-root demo_data/fashion_mnist
+    python -m paddle.distributed.launch --gpus 0,1,2,3,4,5,6,7 train.py \\
+        --config resnet50_paddle_90e --amp --image-root /data/imagenet
+"""
+import itertools
+import os
+import sys
+
+# Threads and the static IR must be chosen before Paddle is imported.
+os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+os.environ.setdefault("FLAGS_enable_pir_api", "0")
+
+from paddle_resnet.config import (build_parser, config_from_args, list_recipes,  # noqa: E402
+                                  to_yaml)
+from paddle_resnet.errors import UserError  # noqa: E402
+
+
+def _device():
+    """(place, DALI device id or None) for this process."""
+    import paddle
+
+    if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+        device_id = int(os.environ.get("FLAGS_selected_gpus", "0").split(",")[0])
+        return paddle.CUDAPlace(device_id), device_id
+    return paddle.CPUPlace(), None
+
+
+def _all_reduce_sum(place):
+    """A function summing a small float64 vector over all ranks (static collective op)."""
+    import numpy as np
+    import paddle
+
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        counts = paddle.static.data("counts", [4], "float64")
+        paddle.distributed.all_reduce(counts)
+    exe = paddle.static.Executor(place)
+
+    def reduce(values):
+        return np.asarray(exe.run(main, feed={"counts": values}, fetch_list=[counts])[0])
+
+    return reduce
+
+
+def run(config, report_stream=sys.stdout):
+    """Run ``config.run.run_scope``; returns the final metrics (rank 0's view)."""
+    import paddle
+    from paddle.distributed import fleet
+
+    import program as program_builder
+    from paddle_resnet import checkpoint as ckpt
+    from paddle_resnet import sparsity
+    from paddle_resnet.data.dali import make_loader
+    from paddle_resnet.data.folder import (check_num_classes, check_same_classes, scan_split,
+                                           write_class_index)
+    from paddle_resnet.report import Report
+    from paddle_resnet.trainer import evaluate, train_one_epoch
+
+    run_cfg, data_cfg = config.run, config.data
+    training = run_cfg.run_scope != "eval_only"
+    evaluating = run_cfg.run_scope != "train_only" and not run_cfg.benchmark
+    program_builder.init_fleet()
+    rank, world_size = fleet.worker_index(), fleet.worker_num()
+    place, device_id = _device()
+
+    train_list = scan_split(data_cfg.image_root, "train") if training else None
+    val_list = scan_split(data_cfg.image_root, "val") if evaluating else None
+    if train_list and val_list:
+        check_same_classes(train_list, val_list)
+    for image_list, where in ((train_list, "train"), (val_list, "val")):
+        if image_list:
+            check_num_classes(image_list, config.model.num_classes, f"{data_cfg.image_root}/{where}")
+    classes = (train_list or val_list).classes
+
+    resume = None
+    if run_cfg.from_checkpoint:
+        resume = ckpt.read_checkpoint(run_cfg.from_checkpoint)
+    pretrained = ckpt.read_state(run_cfg.from_pretrained_params) if run_cfg.from_pretrained_params else None
+
+    steps_per_epoch = len(train_list) // world_size // data_cfg.batch_size if training else None
+    programs = program_builder.build_programs(
+        config, steps_per_epoch, data_cfg.batch_size * world_size, training=training)
+    exe = paddle.static.Executor(place)
+    exe.run(programs.startup)
+
+    start_epoch = 0
+    report = Report(config.report_file, enabled=rank == 0, append=resume is not None,
+                    stream=report_stream)
+    report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
+    report.print(f"{config.model.arch}: {len(classes)} classes, rank {rank}/{world_size}, "
+                 f"{'GPU ' + str(device_id) if device_id is not None else 'CPU'}")
+    state_program = programs.train if training else programs.eval
+    if resume:
+        meta, state = resume
+        if training:
+            ckpt.restore_state(programs.train, state)
+            start_epoch = meta["epoch"]
+            programs.lr_scheduler.step(meta["global_step"])
+        else:
+            ckpt.load_pretrained(programs.eval, state)
+        report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}")
+    elif pretrained is not None:
+        skipped = ckpt.load_pretrained(state_program, pretrained)
+        for name in skipped:
+            report.print(f"warning: pretrained parameter skipped: {name}")
+        report.log("PRETRAINED", {"file": run_cfg.from_pretrained_params, "skipped": skipped},
+                   kind="PARAMETER", console=False)
+    if config.asp.enabled and training:
+        sparsity.prepare(programs, config.asp, exe, place, report)
+
+    if rank == 0:
+        write_class_index(os.path.join(run_cfg.output_dir, "classes.json"), classes)
+    all_reduce = _all_reduce_sum(place) if world_size > 1 else None
+    layout = config.model.data_layout
+    metrics = {}
+
+    def run_eval(epoch):
+        loader = make_loader(val_list, data_cfg, layout, False, rank, world_size, device_id=device_id)
+        return evaluate(exe, programs, loader, epoch, report, all_reduce)
+
+    if not training:
+        metrics.update(run_eval(start_epoch))
+    elif run_cfg.benchmark:
+        metrics.update(_benchmark(exe, programs, train_list, config, report, rank, world_size,
+                                  device_id))
+    else:
+        global_step = start_epoch * steps_per_epoch
+        for epoch in range(start_epoch, run_cfg.epochs):
+            loader = make_loader(train_list, data_cfg, layout, True, rank, world_size, epoch,
+                                 device_id)
+            metrics = train_one_epoch(exe, programs, loader, epoch + 1, report,
+                                      run_cfg.print_interval, world_size)
+            global_step += steps_per_epoch
+            last = epoch + 1 == run_cfg.epochs
+            if evaluating and ((epoch + 1) % run_cfg.eval_interval == 0 or last):
+                metrics.update(run_eval(epoch + 1))
+            report.log([epoch + 1], metrics, kind="EPOCH", console=False)
+            if config.asp.enabled:
+                sparsity.verify(programs, report, where=f"epoch {epoch + 1}")
+            if rank == 0 and ((epoch + 1) % run_cfg.save_interval == 0 or last):
+                directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch + 1)
+                ckpt.save_checkpoint(programs.train, directory, {
+                    "epoch": epoch + 1, "global_step": global_step, "arch": config.model.arch,
+                    "classes": list(classes), "config": config.to_dict()})
+                report.print(f"saved {directory}")
+    report.log("SUMMARY", metrics, kind="SUMMARY")
+    report.close()
+    return metrics
+
+
+class _Steps:
+    """The next ``count`` batches of an endless batch stream, as a sized iterable."""
+
+    def __init__(self, stream, count):
+        self.stream, self.count = stream, count
+
+    def __len__(self):
+        return self.count
+
+    def __iter__(self):
+        return itertools.islice(self.stream, self.count)
+
+
+def _benchmark(exe, programs, train_list, config, report, rank, world_size, device_id):
+    """Training throughput over ``benchmark_steps`` steps after ``benchmark_warmup_steps``."""
+    from paddle_resnet.data.dali import make_loader
+    from paddle_resnet.report import Report
+    from paddle_resnet.trainer import train_one_epoch
+
+    def batches():
+        for epoch in itertools.count():
+            yield from make_loader(train_list, config.data, config.model.data_layout, True,
+                                   rank, world_size, epoch, device_id)
+
+    stream, quiet = batches(), Report(None, enabled=False)
+    run_cfg = config.run
+    if run_cfg.benchmark_warmup_steps:
+        train_one_epoch(exe, programs, _Steps(stream, run_cfg.benchmark_warmup_steps), 0, quiet,
+                        run_cfg.print_interval, world_size)
+    summary = train_one_epoch(exe, programs, _Steps(stream, run_cfg.benchmark_steps), 1, report,
+                              run_cfg.print_interval, world_size)
+    result = {"train.ips": summary["train.ips"], "train.batch_size": config.data.batch_size,
+              "world_size": world_size, "benchmark_steps": run_cfg.benchmark_steps,
+              "benchmark_warmup_steps": run_cfg.benchmark_warmup_steps}
+    report.log("BENCHMARK", result, kind="SUMMARY")
+    return result
+
+
+def main(argv=None):
+    parser = build_parser(__doc__.splitlines()[0])
+    args = parser.parse_args(argv)
+    try:
+        if getattr(args, "list_configs", False):
+            print("\n".join(list_recipes()))
+            return 0
+        config = config_from_args(args)
+        if getattr(args, "show_config", False):
+            print(to_yaml(config), end="")
+            return 0
+        run(config)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
