@@ -44,7 +44,7 @@ def _all_reduce_sum(place):
     return reduce
 
 
-def run(config, report_stream=sys.stdout):
+def run(config, report_stream=None):
     """Run ``config.run.run_scope``; returns the final metrics (rank 0's view)."""
     import paddle
     from paddle.distributed import fleet
@@ -86,8 +86,7 @@ def run(config, report_stream=sys.stdout):
     exe.run(programs.startup)
 
     start_epoch = 0
-    report = Report(config.report_file, enabled=rank == 0, append=resume is not None,
-                    stream=report_stream)
+    report = Report(config.report_file, enabled=rank == 0, stream=report_stream or sys.stdout)
     report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
     report.print(f"{config.model.arch}: {len(classes)} classes, rank {rank}/{world_size}, "
                  f"{'GPU ' + str(device_id) if device_id is not None else 'CPU'}")

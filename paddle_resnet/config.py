@@ -364,7 +364,8 @@ def build_parser(description, extra_groups=()):
                 group.add_argument(flag, dest=dotted, action=argparse.BooleanOptionalAction,
                                    help=text)
             else:
-                group.add_argument(flag, dest=dotted, help=text)
+                group.add_argument(flag, dest=dotted, metavar=dotted.split(".")[1].upper(),
+                                   help=text)
     for add_group in extra_groups:
         add_group(parser)
     return parser

@@ -18,9 +18,10 @@ def _format_value(value):
 
 
 class Report:
-    """Appends to the JSON-lines file; only rank 0 writes, every rank may print."""
+    """Appends to the JSON-lines file (a new run never erases an old one's lines);
+    only rank 0 writes and prints."""
 
-    def __init__(self, path, enabled=True, append=False, stream=sys.stdout):
+    def __init__(self, path, enabled=True, stream=sys.stdout):
         self.path = path
         self.enabled = enabled
         self.stream = stream
@@ -28,7 +29,7 @@ class Report:
         self._handle = None
         if enabled and path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self._handle = open(path, "a" if append else "w")
+            self._handle = open(path, "a")
 
     def log(self, step, data, kind="LOG", console=True):
         record = {"timestamp": time.time(), "elapsedtime": round(time.time() - self.start, 3),

@@ -1,0 +1,99 @@
+"""Bad input reaches the user as one line naming the problem, with exit code 2."""
+import os
+import shutil
+
+import pytest
+
+import train
+from paddle_resnet import checkpoint as ckpt
+
+FAST = ["--model-arch-name", "resnet18", "--num-of-class", "10", "--crop-size", "32",
+        "--resize-short", "32", "--batch-size", "16", "--epochs", "1", "--warmup-epochs", "0"]
+
+
+def fails_with(capsys, argv, message):
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    assert message in err, err
+    return err
+
+
+def copy_tree(root, tmp_path):
+    target = tmp_path / "data"
+    shutil.copytree(root, target)
+    return target
+
+
+def test_missing_image_root(capsys, tmp_path):
+    fails_with(capsys, FAST + ["--image-root", str(tmp_path / "nope")], "nope' does not exist")
+
+
+def test_empty_class_folder(capsys, fmnist_root, tmp_path):
+    data = copy_tree(fmnist_root, tmp_path)
+    for image in (data / "train" / "coat").iterdir():
+        image.unlink()
+    fails_with(capsys, FAST + ["--image-root", str(data)], "train/coat: class folder holds no images")
+
+
+def test_train_and_val_classes_differ(capsys, fmnist_root, tmp_path):
+    data = copy_tree(fmnist_root, tmp_path)
+    (data / "val" / "coat").rename(data / "val" / "jacket")
+    fails_with(capsys, FAST + ["--image-root", str(data)], "train and val class folders differ")
+
+
+def test_num_of_class_disagrees(capsys, fmnist_root):
+    argv = FAST + ["--image-root", fmnist_root, "--num-of-class", "1000"]
+    fails_with(capsys, argv, "has 10 class folders but model.num_classes (--num-of-class) is 1000")
+
+
+def test_corrupt_jpeg_mid_run_keeps_earlier_report(capsys, fmnist_root, tmp_path):
+    data = copy_tree(fmnist_root, tmp_path)
+    broken = sorted((data / "val" / "bag").iterdir())[3]
+    broken.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG")
+    report = tmp_path / "out" / "report.json"
+    report.parent.mkdir()
+    report.write_text('{"type": "LOG", "step": [1, 1], "data": {}}\n')
+    fails_with(capsys, FAST + ["--image-root", str(data), "--output-dir", str(tmp_path / "out")],
+               f"{broken.name}: cannot be decoded as an image")
+    assert report.read_text().startswith('{"type": "LOG", "step": [1, 1]')
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lr", "-1"], "lr.base (--lr) must be positive"),
+    (["--batch-size", "0"], "data.batch_size must be at least 1"),
+    (["--set", "optimizer.momentun=0.9"], "unknown config key 'optimizer.momentun'"),
+    (["--config", "resnet51_paddle"], "config 'resnet51_paddle' not found; recipes: "),
+])
+def test_impossible_values(capsys, fmnist_root, argv, message):
+    fails_with(capsys, FAST + ["--image-root", fmnist_root] + argv, message)
+
+
+def test_unknown_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(["--learning-rate", "0.1"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --learning-rate" in capsys.readouterr().err
+
+
+def test_missing_and_truncated_checkpoint(capsys, fmnist_root, tmp_path):
+    argv = FAST + ["--image-root", fmnist_root]
+    fails_with(capsys, argv + ["--from-checkpoint", str(tmp_path / "none")], "does not exist")
+    fake = tmp_path / "resnet18" / "1"
+    fake.mkdir(parents=True)
+    fails_with(capsys, argv + ["--from-checkpoint", str(fake)], "no meta.json; not a checkpoint")
+    (fake / "model.pdparams").write_bytes(b"\x80\x04half a pickle")
+    (fake / "meta.json").write_text('{"epoch": 1, "files": {"model.pdparams": '
+                                    '{"bytes": 999, "sha256": "00"}}}')
+    fails_with(capsys, argv + ["--from-checkpoint", str(tmp_path / "resnet18")],
+               "model.pdparams: truncated or modified")
+    fails_with(capsys, argv + ["--from-pretrained-params", str(fake / "model.pdparams")],
+               "model.pdparams: cannot be read")
+
+
+def test_list_and_show_configs(capsys):
+    assert train.main(["--list-configs"]) == 0
+    assert "resnet18_demo" in capsys.readouterr().out.split()
+    assert train.main(["--config", "resnet18_demo", "--lr", "0.1", "--show-config"]) == 0
+    shown = capsys.readouterr().out
+    assert "base: 0.1" in shown and "arch: resnet18" in shown

@@ -1,0 +1,151 @@
+"""End-to-end runs of train.py on real JPEGs: training, exact evaluation, checkpoints, resume."""
+import glob
+import json
+import os
+
+import numpy as np
+import paddle
+import pytest
+
+import train
+from conftest import small_config
+from paddle_resnet import checkpoint as ckpt
+from paddle_resnet.config import build_config
+from paddle_resnet.errors import CheckpointError
+from paddle_resnet.report import read_report
+
+
+def run(config):
+    return train.run(config, report_stream=open(os.devnull, "w"))
+
+
+def records(config, kind):
+    return [r for r in read_report(config.report_file) if r["type"] == kind]
+
+
+@pytest.fixture(scope="module")
+def trained(fmnist_root, tmp_path_factory):
+    """Three epochs on 160 images; the checkpoints serve several tests."""
+    config = small_config(fmnist_root, tmp_path_factory.mktemp("trained"), **{"run.epochs": 3})
+    run(config)
+    return config
+
+
+def test_training_lowers_the_loss(trained):
+    epochs = records(trained, "EPOCH")
+    assert [r["step"] for r in epochs] == [[1], [2], [3]]
+    losses = [r["data"]["train.loss"] for r in epochs]
+    assert losses[-1] < losses[0] - 0.2
+    assert all(r["data"]["val.images"] == 130 for r in epochs)
+    steps = records(trained, "LOG")
+    for key in ("loss", "top1", "top5", "lr", "ips", "data_time", "compute_time", "batch_time"):
+        assert key in steps[0]["data"]
+
+
+def test_checkpoints_hold_everything_needed(trained):
+    for epoch in (1, 2, 3):
+        directory = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", epoch)
+        meta, state = ckpt.read_checkpoint(directory)
+        assert meta["epoch"] == epoch and meta["global_step"] == 10 * epoch
+        assert meta["config"]["model"]["arch"] == "resnet18"
+        assert any(name.endswith("_velocity_0") for name in state)          # optimizer state
+        assert any(name.endswith(".w_1") for name in state)                 # BN running mean
+    with open(os.path.join(trained.run.output_dir, "classes.json")) as handle:
+        assert len(json.load(handle)) == 10
+    assert not glob.glob(os.path.join(trained.run.output_dir, "resnet18", ".*"))
+
+
+def test_evaluation_is_exact_whatever_the_batch_size(trained, fmnist_root):
+    results = []
+    for batch_size in (16, 7, 130):
+        config = build_config(dict(_flat(trained), **{
+            "run.run_scope": "eval_only", "data.batch_size": batch_size,
+            "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+            "run.report_file": os.path.join(trained.run.output_dir, f"eval{batch_size}.json")}))
+        results.append(run(config))
+    for result in results:
+        assert result["val.images"] == 130
+        assert result["val.top1"] * 130 == pytest.approx(round(result["val.top1"] * 130))
+        assert result["val.top1"] == results[0]["val.top1"]
+        assert result["val.top5"] == results[0]["val.top5"]
+        assert result["val.loss"] == pytest.approx(results[0]["val.loss"], rel=1e-5)
+    final = records(trained, "EPOCH")[-1]["data"]
+    assert final["val.top1"] == results[0]["val.top1"]
+
+
+def _flat(config):
+    return {f"{s}.{k}": v for s, entries in config.to_dict().items() for k, v in entries.items()}
+
+
+def test_resume_continues_exactly(trained):
+    straight = ckpt.read_checkpoint(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3))[1]
+    resumed_dir = os.path.join(os.path.dirname(trained.run.output_dir), "resumed")
+    config = build_config(dict(_flat(trained), **{
+        "run.output_dir": resumed_dir,
+        "run.from_checkpoint": ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 1)}))
+    run(config)
+    assert [r["step"] for r in records(config, "EPOCH")] == [[2], [3]]
+    resumed = ckpt.read_checkpoint(ckpt.checkpoint_dir(resumed_dir, "resnet18", 3))[1]
+    assert set(resumed) == set(straight)
+    for name in straight:
+        np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
+
+
+def test_crash_while_saving_keeps_previous_checkpoint(trained, tmp_path, monkeypatch):
+    source = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 2)
+    programs_dir = tmp_path / "resnet18"
+    target = str(programs_dir / "2")
+    import shutil
+    shutil.copytree(source, target)
+    before = ckpt.read_checkpoint(target)[1]
+
+    def crash(program, prefix):
+        with open(prefix + ".pdparams", "wb") as handle:
+            handle.write(b"partial")
+        raise KeyboardInterrupt("killed during save")
+
+    monkeypatch.setattr(paddle.static, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(paddle.static.Program(), target, {"epoch": 2})
+    after = ckpt.read_checkpoint(str(programs_dir))[1]          # newest complete one
+    assert after.keys() == before.keys()
+    for name in before:
+        np.testing.assert_array_equal(after[name], before[name])
+
+
+def test_truncated_checkpoint_is_named(trained, tmp_path):
+    import shutil
+    copy = str(tmp_path / "3")
+    shutil.copytree(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), copy)
+    params = os.path.join(copy, "model.pdparams")
+    with open(params, "r+b") as handle:
+        handle.truncate(os.path.getsize(params) // 2)
+    with pytest.raises(CheckpointError, match=r"model.pdparams: truncated or modified"):
+        ckpt.read_checkpoint(copy)
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        ckpt.read_state(params)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        ckpt.read_checkpoint(str(tmp_path / "missing"))
+
+
+def test_pretrained_params_skip_mismatched_classifier(trained, fmnist_root, tmp_path, capsys):
+    params = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams")
+    config = small_config(fmnist_root, tmp_path, **{
+        "run.epochs": 1, "run.run_scope": "train_only", "model.num_classes": 10,
+        "run.from_pretrained_params": params})
+    train.run(config)
+    assert "skipped" not in capsys.readouterr().out
+    state = ckpt.read_state(params)
+    subset = tmp_path / "five"
+    for split in ("train", "val"):
+        for name in sorted(os.listdir(os.path.join(fmnist_root, split)))[:5]:
+            os.makedirs(subset / split, exist_ok=True)
+            os.symlink(os.path.join(fmnist_root, split, name), subset / split / name)
+    config = small_config(str(subset), tmp_path / "five_out", **{
+        "run.epochs": 1, "run.run_scope": "train_only", "model.num_classes": 5,
+        "run.from_pretrained_params": params})
+    train.run(config)
+    out = capsys.readouterr().out
+    assert "pretrained parameter skipped: linear_0.w_0 (shape (512, 10) in the file, (512, 5) here)" in out
+    assert "linear_0.b_0" in out and out.count("skipped") == 2
+    assert state  # the file was read as a whole
