@@ -78,9 +78,11 @@ def _train_head(logits, label, num_classes, label_smoothing):
 
 
 def _eval_head(logits, label, num_classes):
-    """Per-image loss and top-k classes, so the caller counts only real images."""
+    """Per-image loss and top-k classes, so the caller counts only real images;
+    probabilities for the exported inference model."""
     _, top_classes = paddle.topk(logits, k=min(TOP_K, num_classes))
-    return {"loss": F.cross_entropy(logits, label, reduction="none"), "topk": top_classes}
+    return {"loss": F.cross_entropy(logits, label, reduction="none"), "topk": top_classes,
+            "probs": F.softmax(logits)}
 
 
 def build_programs(config, steps_per_epoch=None, global_batch=None, training=True):

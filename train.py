@@ -52,9 +52,8 @@ def run(config, report_stream=None):
     import program as program_builder
     from paddle_resnet import checkpoint as ckpt
     from paddle_resnet import sparsity
-    from paddle_resnet.data.dali import make_loader
-    from paddle_resnet.data.folder import (check_num_classes, check_same_classes, scan_split,
-                                           write_class_index)
+    from paddle_resnet.data.dali import make_loader, open_split
+    from paddle_resnet.data.folder import check_num_classes, check_same_classes, write_class_index
     from paddle_resnet.report import Report
     from paddle_resnet.trainer import evaluate, train_one_epoch
 
@@ -65,8 +64,8 @@ def run(config, report_stream=None):
     rank, world_size = fleet.worker_index(), fleet.worker_num()
     place, device_id = _device()
 
-    train_list = scan_split(data_cfg.image_root, "train") if training else None
-    val_list = scan_split(data_cfg.image_root, "val") if evaluating else None
+    train_list = open_split(data_cfg, "train") if training else None
+    val_list = open_split(data_cfg, "val") if evaluating else None
     if train_list and val_list:
         check_same_classes(train_list, val_list)
     for image_list, where in ((train_list, "train"), (val_list, "val")):

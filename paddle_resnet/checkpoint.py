@@ -131,7 +131,9 @@ def restore_state(program, state, scope=None):
 
 
 def load_pretrained(program, state, scope=None):
-    """Copy the parameters whose names and shapes match; return the names skipped and why."""
+    """Copy the parameters whose names and shapes match; return the names skipped and why.
+
+    Values are cast to the parameter's dtype (pure-fp16 checkpoints into fp32 programs)."""
     chosen, skipped = [], []
     for param in program.all_parameters():
         if param.name not in state:
@@ -141,16 +143,20 @@ def load_pretrained(program, state, scope=None):
                            f"{tuple(param.shape)} here)")
         else:
             chosen.append(param)
-    _assign(chosen, state, scope)
+    _assign(chosen, state, scope, cast=True)
     return skipped
 
 
-def _assign(variables, state, scope):
+def _assign(variables, state, scope, cast=False):
+    from paddle.base.data_feeder import convert_dtype
+
     scope = scope or paddle.static.global_scope()
     place = paddle.framework._current_expected_place()
     for var in variables:
         tensor = scope.var(var.name).get_tensor()
         value = np.asarray(state[var.name])
+        if cast:
+            value = value.astype(convert_dtype(var.dtype), copy=False)
         if tuple(value.shape) != tuple(var.shape) and -1 not in var.shape:
             raise CheckpointError(f"{var.name}: shape {value.shape} in the checkpoint, "
                                   f"{tuple(var.shape)} in the program")

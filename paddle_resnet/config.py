@@ -19,7 +19,11 @@ CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 RUN_SCOPES = ("train_eval", "train_only", "eval_only")
 LR_SCHEDULES = ("cosine", "step")
 MASK_ALGOS = ("mask_1d", "mask_2d_greedy", "mask_2d_best")
-DATA_FORMATS = ("folder",)
+DATA_FORMATS = ("folder", "recordio", "tfrecord")
+BACKENDS = ("auto", "trt", "gpu", "cpu")
+INFERENCE_MODES = ("accuracy", "benchmark", "predict")
+TRT_PRECISIONS = ("FP32", "FP16", "INT8")
+CPU_PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     image_root: Optional[str] = None
-    format: str = "folder"
+    format: str = "folder"           # folder | recordio | tfrecord (scripts/data/make_records.py)
     batch_size: int = 256            # per device; eval uses the same
     crop_size: int = 224
     resize_short: int = 256
@@ -102,6 +106,25 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class InferenceConfig:
+    model_dir: str = "./inference"               # export_model.py writes, inference.py reads
+    backend: str = "auto"                        # auto | trt | gpu | cpu
+    mode: str = "benchmark"                      # accuracy | benchmark | predict
+    images: Tuple[str, ...] = ()                 # predict: image files or folders
+    batch_sizes: Tuple[int, ...] = (1, 32)       # benchmark: one run per batch size
+    trt_precision: str = "FP32"
+    trt_workspace_size: int = 1024               # MB
+    trt_min_subgraph_size: int = 3
+    trt_use_static: bool = False
+    trt_use_calib_mode: bool = False
+    trt_use_synthetic: bool = False
+    cpu_precision: str = "fp32"
+    cpu_threads: int = 0                         # 0 = all cores
+    log_path: str = "./inference.json"
+    export_log_path: str = "./export.json"
+
+
+@dataclass(frozen=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -111,6 +134,7 @@ class Config:
     amp: AmpConfig = field(default_factory=AmpConfig)
     asp: AspConfig = field(default_factory=AspConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -141,7 +165,9 @@ FLAGS = {
         ("--seed", "run.seed", "random seed of parameter initialisation"),
     ],
     "Dataset": [
-        ("--image-root", "data.image_root", "folder holding train/<class>/*.jpg and val/<class>/*.jpg"),
+        ("--image-root", "data.image_root", "folder holding train/<class>/*.jpg and val/<class>/*.jpg "
+         "(or the record files, with --data-format)"),
+        ("--data-format", "data.format", "input format: " + " | ".join(DATA_FORMATS)),
         ("--batch-size", "data.batch_size", "images per device per step (training and evaluation)"),
         ("--dali-random-seed", "data.seed", "seed of DALI shuffling and augmentation"),
         ("--dali-num-threads", "data.num_threads", "DALI threads per process (0: all cores)"),
@@ -182,6 +208,29 @@ FLAGS = {
         ("--asp", "asp.enabled", "automatic 2:4 sparsity (Fleet strategy.asp)"),
         ("--prune-model", "asp.prune_model", "prune the weights to 2:4 before training (needs --asp)"),
         ("--mask-algo", "asp.mask_algo", "mask algorithm: " + " | ".join(MASK_ALGOS)),
+    ],
+}
+
+INFERENCE_FLAGS = {
+    "Paddle Inference": [
+        ("--trt-inference-dir", "inference.model_dir", "inference model folder (written by export_model.py)"),
+        ("--backend", "inference.backend", "predictor backend: " + " | ".join(BACKENDS)
+         + " (auto: trt on GPUs, cpu otherwise)"),
+        ("--mode", "inference.mode", "inference.py: " + " | ".join(INFERENCE_MODES)),
+        ("--images", "inference.images", "predict: comma-separated image files or folders"),
+        ("--benchmark-batch-sizes", "inference.batch_sizes", "benchmark: comma-separated batch sizes"),
+        ("--trt-precision", "inference.trt_precision", "TensorRT precision: " + " | ".join(TRT_PRECISIONS)),
+        ("--trt-workspace-size", "inference.trt_workspace_size", "TensorRT workspace in MB"),
+        ("--trt-min-subgraph-size", "inference.trt_min_subgraph_size",
+         "smallest subgraph handed to TensorRT"),
+        ("--trt-use-static", "inference.trt_use_static", "serialize TensorRT engines for reuse"),
+        ("--trt-use-calib-mode", "inference.trt_use_calib_mode",
+         "INT8: calibrate on validation images (post-training quantization)"),
+        ("--trt-use-synthat", "inference.trt_use_synthetic", "benchmark on synthetic input"),
+        ("--cpu-precision", "inference.cpu_precision", "oneDNN precision: " + " | ".join(CPU_PRECISIONS)),
+        ("--cpu-threads", "inference.cpu_threads", "CPU math threads (0: all cores)"),
+        ("--trt-log-path", "inference.log_path", "JSON-lines inference report"),
+        ("--trt-export-log-path", "inference.export_log_path", "JSON export report"),
     ],
 }
 
@@ -337,15 +386,26 @@ def validate(config):
     _check(run.benchmark_warmup_steps >= 0, "run.benchmark_warmup_steps must be >= 0")
     _check(not (run.from_checkpoint and run.from_pretrained_params),
            "--from-checkpoint and --from-pretrained-params exclude each other")
-    _check(d.image_root is not None or run.benchmark,
-           "data.image_root (--image-root) is required")
+    inf = config.inference
+    _check(inf.backend in BACKENDS, f"inference.backend must be one of {BACKENDS}, got {inf.backend!r}")
+    _check(inf.mode in INFERENCE_MODES,
+           f"inference.mode must be one of {INFERENCE_MODES}, got {inf.mode!r}")
+    _check(inf.trt_precision in TRT_PRECISIONS,
+           f"inference.trt_precision must be one of {TRT_PRECISIONS}, got {inf.trt_precision!r}")
+    _check(inf.cpu_precision in CPU_PRECISIONS,
+           f"inference.cpu_precision must be one of {CPU_PRECISIONS}, got {inf.cpu_precision!r}")
+    _check(inf.batch_sizes and all(b >= 1 for b in inf.batch_sizes),
+           f"inference.batch_sizes must be at least 1, got {inf.batch_sizes}")
+    _check(inf.trt_workspace_size >= 1, "inference.trt_workspace_size must be at least 1 MB")
+    _check(inf.trt_min_subgraph_size >= 1, "inference.trt_min_subgraph_size must be at least 1")
+    _check(inf.cpu_threads >= 0, "inference.cpu_threads must be >= 0")
 
 
 def _flag_type(dotted):
     return bool if _field(dotted).type is bool else str
 
 
-def build_parser(description, extra_groups=()):
+def build_parser(description, inference=False):
     """The command-line parser: every flag maps to one config key."""
     parser = argparse.ArgumentParser(description=description, argument_default=argparse.SUPPRESS)
     parser.add_argument("--config", help="YAML recipe: a path or a name in configs/ "
@@ -355,7 +415,8 @@ def build_parser(description, extra_groups=()):
                         help="print the resolved configuration as YAML and exit")
     parser.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                         help="set any config key, e.g. --set data.num_threads=2 (repeatable)")
-    for group_name, flags in FLAGS.items():
+    groups = dict(FLAGS, **INFERENCE_FLAGS) if inference else FLAGS
+    for group_name, flags in groups.items():
         group = parser.add_argument_group(group_name)
         for flag, dotted, help_text in flags:
             default = _field(dotted).default
@@ -366,8 +427,6 @@ def build_parser(description, extra_groups=()):
             else:
                 group.add_argument(flag, dest=dotted, metavar=dotted.split(".")[1].upper(),
                                    help=text)
-    for add_group in extra_groups:
-        add_group(parser)
     return parser
 
 

@@ -5,6 +5,8 @@ Pattern checked here, the one Paddle's ASP and cuSPARSELt use: in every group of
 are [out, in, kh, kw] (groups run along ``in``); FC weights are [in, out] (groups
 run along ``in``, the first axis).
 """
+import os
+
 import numpy as np
 
 MASK_SUFFIX = ".asp_mask"
@@ -94,3 +96,94 @@ def verify(programs, report, where):
             raise SparsityViolation(f"{param.name} lost its 2:4 pattern {where}")
         checked += 1
     report.print(f"asp: {checked} weights hold the 2:4 pattern {where}")
+
+
+def sparse_parameters(state):
+    """Names of the weights a checkpoint marks as sparse (those saved with an ASP mask)."""
+    return sorted(name[: -len(MASK_SUFFIX)] for name in state if name.endswith(MASK_SUFFIX))
+
+
+def read_inference_params(model_dir):
+    """Parameter name -> array of an exported inference model."""
+    import paddle
+
+    from paddle_resnet.predictor import MODEL_FILE
+
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        program, _, _ = paddle.static.load_inference_model(
+            os.path.join(model_dir, MODEL_FILE.rsplit(".", 1)[0]), exe)
+        return {var.name: np.array(scope.find_var(var.name).get_tensor())
+                for var in program.list_vars() if var.persistable and scope.find_var(var.name)}
+
+
+def check_inference_model(model_dir, names):
+    """Raise if any of ``names`` lost the 2:4 pattern in the exported parameters."""
+    params = read_inference_params(model_dir)
+    broken = [name for name in names if name not in params or not is_2to4(params[name])]
+    if broken:
+        raise SparsityViolation(f"{model_dir}: exported weights not 2:4 sparse: {broken[:3]}")
+
+
+def compliance_table(params, marked):
+    """One row per weight of ``params``: shape, density, 2:4 or not, marked sparse or not."""
+    rows = []
+    for name in sorted(params):
+        value = np.asarray(params[name])
+        if value.ndim not in (2, 4) or name.endswith(MASK_SUFFIX):
+            continue
+        rows.append({"param": name, "shape": list(value.shape), "density": round(density(value), 4),
+                     "is_2to4": is_2to4(value), "marked_sparse": name in marked})
+    return rows
+
+
+def _load_for_check(path):
+    """(params, names marked sparse) of a checkpoint, a .pdparams file or an inference model."""
+    from paddle_resnet import checkpoint as ckpt
+    from paddle_resnet.predictor import INFO_FILE, read_model_info
+
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, INFO_FILE)):
+        return read_inference_params(path), set(read_model_info(path).get("sparse_2to4", []))
+    state = ckpt.read_checkpoint(path)[1] if os.path.isdir(path) else ckpt.read_state(path)
+    return state, set(sparse_parameters(state))
+
+
+def main(argv=None):
+    import argparse
+    import json
+    import sys
+
+    from paddle_resnet.errors import UserError
+
+    parser = argparse.ArgumentParser(
+        prog="python -m paddle_resnet.sparsity",
+        description="Report the 2:4 compliance and density of every weight of a checkpoint "
+                    "folder, a .pdparams file or an exported inference model. Exit code 1 when "
+                    "a weight marked sparse (saved with an ASP mask, or listed by the export) "
+                    "is not 2:4.")
+    parser.add_argument("path")
+    parser.add_argument("--json", help="also write the table to this JSON file")
+    args = parser.parse_args(argv)
+    try:
+        params, marked = _load_for_check(args.path)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    rows = compliance_table(params, marked)
+    for row in rows:
+        verdict = "2:4" if row["is_2to4"] else "dense"
+        flag = "  <-- marked sparse but NOT 2:4" if row["marked_sparse"] and not row["is_2to4"] else ""
+        print(f"{row['param']:32s} {str(row['shape']):22s} density {row['density']:.3f} "
+              f"{verdict:5s} {'sparse' if row['marked_sparse'] else ''}{flag}")
+    failures = [r["param"] for r in rows if r["marked_sparse"] and not r["is_2to4"]]
+    print(f"{sum(r['marked_sparse'] for r in rows)} weights marked sparse, "
+          f"{len(failures)} violate 2:4, {sum(r['is_2to4'] for r in rows)} of {len(rows)} are 2:4")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"path": args.path, "layers": rows, "violations": failures}, handle, indent=1)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

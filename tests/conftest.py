@@ -52,3 +52,18 @@ def small_config(image_root, output_dir, **values):
     }
     base.update(values)
     return build_config(base)
+
+
+@pytest.fixture(scope="session")
+def trained(fmnist_root, tmp_path_factory):
+    """Three epochs of ResNet-18 on 160 real images; its checkpoints serve many tests."""
+    import train
+
+    config = small_config(fmnist_root, tmp_path_factory.mktemp("trained"), **{"run.epochs": 3})
+    train.run(config, report_stream=open(os.devnull, "w"))
+    return config
+
+
+def flat(config):
+    """A Config as the {"section.key": value} mapping build_config takes."""
+    return {f"{s}.{k}": v for s, entries in config.to_dict().items() for k, v in entries.items()}

@@ -26,6 +26,7 @@ def copy_tree(root, tmp_path):
 
 
 def test_missing_image_root(capsys, tmp_path):
+    fails_with(capsys, FAST, "no image root given: set --image-root")
     fails_with(capsys, FAST + ["--image-root", str(tmp_path / "nope")], "nope' does not exist")
 
 

@@ -77,11 +77,6 @@ def test_impossible_values_are_named(argv, message):
     assert "\n" not in str(error.value)
 
 
-def test_image_root_is_required():
-    with pytest.raises(ConfigError, match="--image-root"):
-        parse()
-
-
 def test_every_recipe_loads_and_round_trips():
     assert "resnet18_demo" in list_recipes()
     for name in list_recipes():

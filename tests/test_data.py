@@ -5,7 +5,7 @@ import pytest
 from PIL import Image
 
 from paddle_resnet.config import DataConfig
-from paddle_resnet.data.dali import eval_indices, make_loader, train_indices
+from paddle_resnet.data.dali import DataSplit, eval_indices, make_loader, train_indices
 from paddle_resnet.data.folder import (check_num_classes, check_same_classes, read_class_index,
                                        scan_split, write_class_index)
 from paddle_resnet.errors import DataError
@@ -29,7 +29,7 @@ def test_scan_gives_sorted_classes_and_labels(fmnist_root):
 
 def test_val_batches_are_the_images_normalised_in_order(fmnist_root):
     images = scan_split(fmnist_root, "val")
-    loader = make_loader(images, data_config(fmnist_root), "NCHW", training=False)
+    loader = make_loader(DataSplit.of_images("x", images), data_config(fmnist_root), "NCHW", training=False)
     batches = list(loader)
     assert [len(b["label"]) for b in batches] == [16] * 8 + [2]     # the padded tail is cut
     data = np.concatenate([b["data"] for b in batches])
@@ -46,7 +46,7 @@ def test_val_batches_are_the_images_normalised_in_order(fmnist_root):
 def test_nhwc_layout_and_real_imagenet_photos(imagenet_root):
     images = scan_split(imagenet_root, "val")
     cfg = DataConfig(image_root=imagenet_root, batch_size=8, num_threads=2)
-    batches = list(make_loader(images, cfg, "NHWC", training=False))
+    batches = list(make_loader(DataSplit.of_images("x", images), cfg, "NHWC", training=False))
     assert [b["data"].shape for b in batches] == [(8, 224, 224, 3)] * 2 + [(4, 224, 224, 3)]
     data = np.concatenate([b["data"] for b in batches])
     assert abs(float(data.mean())) < 1.0 and 0.5 < float(data.std()) < 1.5
@@ -57,7 +57,7 @@ def test_training_batches_are_augmented_and_reproducible(fmnist_root):
     cfg = data_config(fmnist_root, crop_size=24, rand_crop_scale=(0.3, 1.0))
 
     def epoch_batches(epoch):
-        return list(make_loader(images, cfg, "NCHW", training=True, epoch=epoch))
+        return list(make_loader(DataSplit.of_images("x", images), cfg, "NCHW", training=True, epoch=epoch))
 
     first, again, second = epoch_batches(0), epoch_batches(0), epoch_batches(1)
     assert len(first) == 10 and all(b["data"].shape == (16, 3, 24, 24) for b in first)
@@ -131,5 +131,5 @@ def test_corrupt_jpeg_is_named(tmp_path):
     broken.write_bytes(broken.read_bytes()[:40])
     images = scan_split(root, "val")
     with pytest.raises(DataError, match=r"b/7.jpg: cannot be decoded"):
-        list(make_loader(images, DataConfig(image_root=root, batch_size=4, crop_size=8,
+        list(make_loader(DataSplit.of_images("x", images), DataConfig(image_root=root, batch_size=4, crop_size=8,
                                             resize_short=8, num_threads=1), "NCHW", False))

@@ -8,7 +8,7 @@ import paddle
 import pytest
 
 import train
-from conftest import small_config
+from conftest import flat, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError
@@ -21,14 +21,6 @@ def run(config):
 
 def records(config, kind):
     return [r for r in read_report(config.report_file) if r["type"] == kind]
-
-
-@pytest.fixture(scope="module")
-def trained(fmnist_root, tmp_path_factory):
-    """Three epochs on 160 images; the checkpoints serve several tests."""
-    config = small_config(fmnist_root, tmp_path_factory.mktemp("trained"), **{"run.epochs": 3})
-    run(config)
-    return config
 
 
 def test_training_lowers_the_loss(trained):
@@ -58,7 +50,7 @@ def test_checkpoints_hold_everything_needed(trained):
 def test_evaluation_is_exact_whatever_the_batch_size(trained, fmnist_root):
     results = []
     for batch_size in (16, 7, 130):
-        config = build_config(dict(_flat(trained), **{
+        config = build_config(dict(flat(trained), **{
             "run.run_scope": "eval_only", "data.batch_size": batch_size,
             "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
             "run.report_file": os.path.join(trained.run.output_dir, f"eval{batch_size}.json")}))
@@ -73,14 +65,10 @@ def test_evaluation_is_exact_whatever_the_batch_size(trained, fmnist_root):
     assert final["val.top1"] == results[0]["val.top1"]
 
 
-def _flat(config):
-    return {f"{s}.{k}": v for s, entries in config.to_dict().items() for k, v in entries.items()}
-
-
 def test_resume_continues_exactly(trained):
     straight = ckpt.read_checkpoint(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3))[1]
     resumed_dir = os.path.join(os.path.dirname(trained.run.output_dir), "resumed")
-    config = build_config(dict(_flat(trained), **{
+    config = build_config(dict(flat(trained), **{
         "run.output_dir": resumed_dir,
         "run.from_checkpoint": ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 1)}))
     run(config)

@@ -9,12 +9,16 @@ Shuffling is done here, not by the DALI reader: each epoch gets its own
 permutation and augmentation seed from (seed, epoch), so an epoch produces the
 same batches whether the run started at epoch 0 or resumed before it.
 """
+import itertools
 import math
 import os
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 import numpy as np
 
-from paddle_resnet.data.folder import ImageList, find_unreadable_image
+from paddle_resnet.data import records
+from paddle_resnet.data.folder import ImageList, find_unreadable_image, read_class_index, scan_split
 from paddle_resnet.errors import DataError
 
 PREFETCH_DEPTH = 2
@@ -24,6 +28,15 @@ def default_num_threads():
     return len(os.sched_getaffinity(0))
 
 
+def train_steps(num_images, batch_size, world_size):
+    """Steps per training epoch: whole batches that every rank can fill."""
+    steps = num_images // world_size // batch_size
+    if steps == 0:
+        raise DataError(f"{num_images} training images give no full batch of {batch_size} "
+                        f"per rank on {world_size} rank(s); lower --batch-size")
+    return steps
+
+
 def train_indices(num_images, batch_size, rank, world_size, seed, epoch):
     """This rank's images for one training epoch: shuffled, whole batches only.
 
@@ -31,10 +44,7 @@ def train_indices(num_images, batch_size, rank, world_size, seed, epoch):
     """
     order = np.random.RandomState(seed + epoch).permutation(num_images)
     per_rank = num_images // world_size
-    steps = per_rank // batch_size
-    if steps == 0:
-        raise DataError(f"{num_images} training images give no full batch of {batch_size} "
-                        f"per rank on {world_size} rank(s); lower --batch-size")
+    steps = train_steps(num_images, batch_size, world_size)
     start = rank * per_rank
     return order[start:start + steps * batch_size]
 
@@ -44,9 +54,36 @@ def eval_indices(num_images, rank, world_size):
     return np.array_split(np.arange(num_images), world_size)[rank]
 
 
-def build_pipeline(image_list: ImageList, indices, data_config, layout, training, seed,
-                   device_id=None):
-    """A DALI pipeline over ``image_list[indices]`` in that order.
+@dataclass(frozen=True)
+class DataSplit:
+    """One split of the data set as the loaders read it: an image tree or a record file."""
+
+    split: str
+    classes: Tuple[str, ...]
+    num_images: int
+    image_list: Optional[ImageList] = None    # folder format only
+
+    def __len__(self):
+        return self.num_images
+
+    @classmethod
+    def of_images(cls, split, image_list):
+        return cls(split, image_list.classes, len(image_list), image_list)
+
+
+def open_split(data_config, split):
+    """Scan (folder) or check (recordio / tfrecord) ``split`` of ``data_config.image_root``."""
+    if data_config.format == "folder":
+        return DataSplit.of_images(split, scan_split(data_config.image_root, split))
+    if not data_config.image_root or not os.path.isdir(data_config.image_root):
+        raise DataError(f"record folder {data_config.image_root!r} does not exist")
+    count = records.check_records(data_config.image_root, split, data_config.format)
+    classes = read_class_index(os.path.join(data_config.image_root, "classes.json"))
+    return DataSplit(split, tuple(classes), count)
+
+
+def build_pipeline(read, data_config, layout, training, seed, device_id=None):
+    """A DALI pipeline over the (encoded image, label) pairs ``read(fn)`` produces.
 
     ``device_id=None`` builds a CPU-only pipeline. Output: (images, labels), images
     float32 normalised in ``layout`` ("NCHW" or "NHWC"), labels int64 of shape [N, 1].
@@ -60,10 +97,7 @@ def build_pipeline(image_list: ImageList, indices, data_config, layout, training
                     device_id=device_id, seed=seed, prefetch_queue_depth=PREFETCH_DEPTH)
     decoder = "cpu" if device_id is None else "mixed"
     with pipe:
-        encoded, labels = fn.readers.file(
-            files=[image_list.files[i] for i in indices],
-            labels=[image_list.labels[i] for i in indices],
-            random_shuffle=False, pad_last_batch=True, name="Reader")
+        encoded, labels = read(fn)
         if training:
             images = fn.decoders.image_random_crop(
                 encoded, device=decoder, output_type=types.RGB,
@@ -92,17 +126,19 @@ class DaliLoader:
     """Iterates one pass over the images a pipeline was built for.
 
     Yields feed dicts {"data", "label"}; the last batch is cut to the real
-    images (the reader pads it), so every image counts exactly once.
+    images (the readers pad it), so every image counts exactly once.
+    ``explain(step, error)`` turns a pipeline failure into a DataError.
     """
 
-    def __init__(self, pipe, files, batch_size, on_gpu):
+    def __init__(self, pipe, num_images, batch_size, on_gpu, explain):
         self.pipe = pipe
-        self.files = files
+        self.num_images = num_images
         self.batch_size = batch_size
         self.on_gpu = on_gpu
+        self.explain = explain
 
     def __len__(self):
-        return math.ceil(len(self.files) / self.batch_size)
+        return math.ceil(self.num_images / self.batch_size)
 
     def __iter__(self):
         if self.on_gpu:
@@ -112,8 +148,8 @@ class DaliLoader:
             try:
                 images, labels = self.pipe.run()
             except RuntimeError as err:
-                raise self._decode_error(step, err) from None
-            valid = min(self.batch_size, len(self.files) - step * self.batch_size)
+                raise self.explain(step, err) from None
+            valid = min(self.batch_size, self.num_images - step * self.batch_size)
             yield {"data": images.as_array()[:valid], "label": labels.as_array()[:valid]}
 
     def _iterate_gpu(self):
@@ -122,29 +158,48 @@ class DaliLoader:
 
         iterator = DALIGenericIterator([self.pipe], ["data", "label"], reader_name="Reader",
                                        last_batch_policy=LastBatchPolicy.PARTIAL)
-        for batch in iterator:
+        for batch in itertools.islice(iterator, len(self)):
             yield batch[0]
 
-    def _decode_error(self, step, err):
-        # DALI reports a failed decode without the file; the failing batch is this
-        # one or one of those already prefetched behind it.
-        start = step * self.batch_size
-        stop = start + (PREFETCH_DEPTH + 1) * self.batch_size
-        broken = find_unreadable_image(self.files[start:stop])
-        if broken:
-            return DataError(f"{broken}: cannot be decoded as an image")
-        return DataError(f"DALI failed on batch {step}: {str(err).splitlines()[0]}")
 
-
-def make_loader(image_list, data_config, layout, training, rank=0, world_size=1, epoch=0,
+def make_loader(data_split, data_config, layout, training, rank=0, world_size=1, epoch=0,
                 device_id=None):
     """The loader of one epoch (training) or one full pass (evaluation) for this rank."""
-    if training:
-        indices = train_indices(len(image_list), data_config.batch_size, rank, world_size,
-                                data_config.seed, epoch)
-    else:
-        indices = eval_indices(len(image_list), rank, world_size)
     seed = data_config.seed + 1000 * epoch + rank
-    pipe = build_pipeline(image_list, indices, data_config, layout, training, seed, device_id)
-    files = [image_list.files[i] for i in indices]
-    return DaliLoader(pipe, files, data_config.batch_size, on_gpu=device_id is not None)
+    batch = data_config.batch_size
+    if data_split.image_list is not None:
+        image_list = data_split.image_list
+        indices = (train_indices(len(image_list), batch, rank, world_size, data_config.seed, epoch)
+                   if training else eval_indices(len(image_list), rank, world_size))
+        files = [image_list.files[i] for i in indices]
+
+        def read(fn):
+            return fn.readers.file(files=files, labels=[image_list.labels[i] for i in indices],
+                                   random_shuffle=False, pad_last_batch=True, name="Reader")
+
+        def explain(step, err):
+            # DALI names no file for a failed decode; the failing batch is this one or
+            # one of those already prefetched behind it.
+            window = files[step * batch:(step + PREFETCH_DEPTH + 1) * batch]
+            broken = find_unreadable_image(window)
+            if broken:
+                return DataError(f"{broken}: cannot be decoded as an image")
+            return DataError(f"DALI failed on batch {step}: {str(err).splitlines()[0]}")
+
+        num_images = len(files)
+    else:
+        fmt, root = data_config.format, data_config.image_root
+        if training:
+            num_images = batch * train_steps(len(data_split), batch, world_size)
+        else:
+            num_images = len(records.shard_range(len(data_split), rank, world_size))
+
+        def read(fn):
+            return records.read_records(fn, root, data_split.split, fmt, rank, world_size,
+                                        random_shuffle=training, seed=seed)
+
+        def explain(step, err):
+            return records.describe_record_error(err, root, data_split.split, fmt)
+
+    pipe = build_pipeline(read, data_config, layout, training, seed, device_id)
+    return DaliLoader(pipe, num_images, batch, device_id is not None, explain)

@@ -23,7 +23,9 @@ class ImageList:
 
 def scan_split(image_root, split) -> ImageList:
     """List <image_root>/<split>/<class>/* in a fixed (sorted) order."""
-    if not image_root or not os.path.isdir(image_root):
+    if not image_root:
+        raise DataError("no image root given: set --image-root (data.image_root)")
+    if not os.path.isdir(image_root):
         raise DataError(f"image root {image_root!r} does not exist or is not a folder")
     split_dir = os.path.join(image_root, split)
     if not os.path.isdir(split_dir):

@@ -1,0 +1,145 @@
+"""Paddle Inference predictors: TensorRT or plain CUDA on GPUs, oneDNN (fp32 / bf16) on CPUs.
+
+``predictor_settings`` turns the ``inference`` config section into the list of
+``paddle.inference.Config`` calls to make. Keeping that list as data lets the
+TensorRT set-up be checked on machines whose Paddle build has no TensorRT (it
+raises as soon as TensorRT is switched on).
+"""
+import json
+import os
+from dataclasses import dataclass
+from typing import List, Tuple
+
+import numpy as np
+
+from paddle_resnet.errors import ConfigError, UserError
+
+MODEL_FILE = "inference.pdmodel"
+PARAMS_FILE = "inference.pdiparams"
+CLASSES_FILE = "classes.json"
+INFO_FILE = "model.json"
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    args: Tuple = ()
+    kwargs: Tuple = ()            # sorted (name, value) pairs, so the call stays hashable
+
+    def apply(self, target):
+        return getattr(target, self.method)(*self.args, **dict(self.kwargs))
+
+
+def _call(method, *args, **kwargs):
+    return Call(method, args, tuple(sorted(kwargs.items())))
+
+
+def gpu_available():
+    import paddle
+
+    return paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+
+
+def cpu_supports_bf16():
+    from paddle.base import core
+
+    return core.supports_bfloat16()
+
+
+def resolve_backend(requested):
+    """``auto`` becomes trt on GPU machines and cpu elsewhere; GPU backends need a GPU."""
+    has_gpu = gpu_available()
+    if requested == "auto":
+        return "trt" if has_gpu else "cpu"
+    if requested in ("trt", "gpu") and not has_gpu:
+        raise ConfigError(f"--backend {requested} needs an NVIDIA GPU and paddlepaddle-gpu; "
+                          "this machine has none (use --backend cpu)")
+    return requested
+
+
+def predictor_settings(inference_config, backend, input_shape, max_batch, device_id=0):
+    """The ``paddle.inference.Config`` calls for ``backend``; ``input_shape`` excludes the batch."""
+    from paddle.inference import PrecisionType
+
+    inf = inference_config
+    if backend != "trt" and inf.trt_precision != "FP32":
+        raise ConfigError(f"--trt-precision {inf.trt_precision} needs --backend trt, not {backend}")
+    if backend != "cpu" and inf.cpu_precision != "fp32":
+        raise ConfigError(f"--cpu-precision {inf.cpu_precision} needs --backend cpu, not {backend}")
+    if inf.cpu_precision == "bf16" and not cpu_supports_bf16():
+        raise ConfigError("--cpu-precision bf16: this CPU has no bfloat16 support (avx512_bf16 / AMX)")
+    calls: List[Call] = [_call("switch_ir_optim", True), _call("enable_memory_optim")]
+    if backend == "cpu":
+        calls.append(_call("disable_gpu"))
+        threads = inf.cpu_threads or len(os.sched_getaffinity(0))
+        calls.append(_call("set_cpu_math_library_num_threads", threads))
+        calls.append(_call("enable_mkldnn"))
+        if inf.cpu_precision == "bf16":
+            calls.append(_call("enable_mkldnn_bfloat16"))
+        return calls
+    calls.append(_call("enable_use_gpu", 1024, device_id))
+    if backend == "gpu":
+        return calls
+    precision = {"FP32": PrecisionType.Float32, "FP16": PrecisionType.Half,
+                 "INT8": PrecisionType.Int8}[inf.trt_precision]
+    calls.append(_call("enable_tensorrt_engine",
+                       workspace_size=inf.trt_workspace_size << 20, max_batch_size=max_batch,
+                       min_subgraph_size=inf.trt_min_subgraph_size, precision_mode=precision,
+                       use_static=inf.trt_use_static,
+                       use_calib_mode=inf.trt_precision == "INT8" and inf.trt_use_calib_mode))
+    shape = list(input_shape)
+    calls.append(_call("set_trt_dynamic_shape_info", {"data": [1] + shape},
+                       {"data": [max_batch] + shape}, {"data": [max_batch] + shape}))
+    return calls
+
+
+def read_model_info(model_dir):
+    """What export_model.py recorded: architecture, input shape, layout, preprocessing."""
+    path = os.path.join(model_dir, INFO_FILE)
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path}: unreadable ({err}); export the model again") from None
+
+
+def check_model_dir(model_dir):
+    if not os.path.isdir(model_dir):
+        raise UserError(f"inference model folder {model_dir!r} does not exist")
+    for name in (MODEL_FILE, PARAMS_FILE, INFO_FILE):
+        path = os.path.join(model_dir, name)
+        if not os.path.isfile(path):
+            raise UserError(f"{path} is missing: export a model with export_model.py "
+                            f"--trt-inference-dir {model_dir}")
+
+
+class Classifier:
+    """A Paddle Inference predictor: float images in, class probabilities out."""
+
+    def __init__(self, model_dir, calls):
+        import paddle.inference as paddle_infer
+
+        check_model_dir(model_dir)
+        config = paddle_infer.Config(os.path.join(model_dir, MODEL_FILE),
+                                     os.path.join(model_dir, PARAMS_FILE))
+        for call in calls:
+            call.apply(config)
+        config.disable_glog_info()
+        try:
+            self.predictor = paddle_infer.create_predictor(config)
+        except Exception as err:  # Paddle raises its own error types here
+            raise UserError(f"{model_dir}: cannot create a predictor "
+                            f"({str(err).strip().splitlines()[-1]})") from None
+        self.input = self.predictor.get_input_handle(self.predictor.get_input_names()[0])
+        self.output = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
+        self.input_shape = tuple(read_model_info(model_dir)["input_shape"])
+
+    def __call__(self, images):
+        images = np.ascontiguousarray(images, dtype=np.float32)
+        if images.ndim != 4 or tuple(images.shape[1:]) != self.input_shape:
+            raise UserError(f"input of shape {tuple(images.shape)} does not fit the model, "
+                            f"which takes [batch, {', '.join(map(str, self.input_shape))}]")
+        self.input.reshape(list(images.shape))
+        self.input.copy_from_cpu(images)
+        self.predictor.run()
+        return self.output.copy_to_cpu()

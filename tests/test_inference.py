@@ -1,0 +1,177 @@
+"""Export to Paddle Inference and run it: agreement with the eval program, modes, bad input."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import export_model
+import inference
+import program
+from conftest import flat
+from paddle_resnet import predictor
+from paddle_resnet.config import InferenceConfig, build_config
+from paddle_resnet.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export")
+    config = build_config(dict(flat(trained), **{
+        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+        "inference.model_dir": str(out / "model"),
+        "inference.export_log_path": str(out / "export.json")}))
+    report = export_model.export(config)
+    return config, report
+
+
+def quiet():
+    return open(os.devnull, "w")
+
+
+def test_export_writes_model_classes_and_report(exported):
+    config, report = exported
+    model_dir = config.inference.model_dir
+    for name in ("inference.pdmodel", "inference.pdiparams", "classes.json", "model.json"):
+        assert os.path.getsize(os.path.join(model_dir, name)) > 0
+    with open(config.inference.export_log_path) as handle:
+        saved = json.load(handle)
+    assert saved["arch"] == "resnet18" and saved["input_shape"] == [3, 32, 32]
+    assert saved["files"]["inference.pdiparams"] > 40_000_000     # 11.2 M float32 weights
+    with open(os.path.join(model_dir, "classes.json")) as handle:
+        assert "coat" in json.load(handle).values()
+
+
+def test_predictor_agrees_with_eval_program(exported, fmnist_root):
+    import paddle
+
+    from paddle_resnet import checkpoint as ckpt
+    from paddle_resnet.data.dali import DataSplit, make_loader
+    from paddle_resnet.data.folder import scan_split
+
+    config, _ = exported
+    batch = next(iter(make_loader(DataSplit.of_images("val", scan_split(fmnist_root, "val")), config.data, "NCHW", False)))
+    programs = program.build_programs(config, training=False)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(programs.startup)
+    ckpt.load_pretrained(programs.eval, ckpt.read_checkpoint(config.run.from_checkpoint)[1])
+    expected = exe.run(programs.eval, feed=batch, fetch_list=[programs.eval_fetches["probs"]])[0]
+    fp32 = build(config, cpu_precision="fp32")(batch["data"])
+    np.testing.assert_allclose(fp32, expected, atol=1e-4)
+    np.testing.assert_allclose(fp32.sum(axis=1), 1.0, atol=1e-5)
+    bf16 = build(config, cpu_precision="bf16")(batch["data"])
+    assert (bf16.argmax(1) == fp32.argmax(1)).mean() >= 0.99
+
+
+def build(config, **inference_values):
+    values = dict(flat(config), **{f"inference.{k}": v for k, v in inference_values.items()})
+    return inference.build_classifier(build_config(values), 16)[0]
+
+
+def test_accuracy_mode_matches_training_evaluation(exported, trained, tmp_path):
+    config, _ = exported
+    values = dict(flat(config), **{"inference.mode": "accuracy",
+                                   "inference.log_path": str(tmp_path / "inf.json"),
+                                   "data.batch_size": 32})
+    result = inference.run(build_config(values), quiet())
+    from paddle_resnet.report import read_report
+    val = [r for r in read_report(trained.report_file) if r["type"] == "VAL"][-1]["data"]
+    assert result["images"] == 130
+    assert result["top1"] == pytest.approx(val["val.top1"])
+    # top-5 is not compared: an undertrained model's probabilities underflow to exact
+    # zeros, whose order is arbitrary, while the eval program ranks logits.
+    assert result["top5"] >= result["top1"]
+
+
+def test_benchmark_mode_reports_latency_percentiles(exported, tmp_path):
+    config, _ = exported
+    values = dict(flat(config), **{"inference.mode": "benchmark", "inference.batch_sizes": (1, 4),
+                                   "inference.trt_use_synthetic": True,
+                                   "inference.log_path": str(tmp_path / "bench.json"),
+                                   "run.benchmark_steps": 3, "run.benchmark_warmup_steps": 1})
+    rows = inference.run(build_config(values), quiet())
+    assert [r["batch_size"] for r in rows] == [1, 4]
+    for row in rows:
+        assert row["ips"] > 0
+        assert row["latency_p50"] <= row["latency_p99"]
+
+
+def test_predict_names_classes(exported, fmnist_root, tmp_path):
+    config, _ = exported
+    coat_dir = os.path.join(fmnist_root, "val", "coat")
+    values = dict(flat(config), **{"inference.mode": "predict",
+                                   "inference.images": (coat_dir,),
+                                   "inference.log_path": str(tmp_path / "pred.json")})
+    predictions = inference.run(build_config(values), quiet())
+    assert len(predictions) == 13
+    for entry in predictions:
+        assert len(entry["top5"]) == 5
+        assert sum(p["probability"] for p in entry["top5"]) <= 1.0 + 1e-5
+        assert entry["top5"][0]["class"] in json.load(open(os.path.join(config.inference.model_dir,
+                                                                         "classes.json"))).values()
+
+
+def fails_with(capsys, argv, message):
+    assert inference.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and message in err, err
+
+
+def test_bad_input(exported, capsys, tmp_path):
+    config, _ = exported
+    model_dir = config.inference.model_dir
+    fails_with(capsys, ["--trt-inference-dir", str(tmp_path / "none")], "does not exist")
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "inference.pdmodel").write_bytes(b"x")
+    fails_with(capsys, ["--trt-inference-dir", str(partial)], "inference.pdiparams is missing")
+    not_image = tmp_path / "notes.jpg"
+    not_image.write_text("not an image")
+    fails_with(capsys, ["--trt-inference-dir", model_dir, "--mode", "predict", "--images",
+                        str(not_image)], "notes.jpg: cannot be decoded as an image")
+    fails_with(capsys, ["--trt-inference-dir", model_dir, "--batch-size", "0"],
+               "data.batch_size must be at least 1")
+    fails_with(capsys, ["--trt-inference-dir", model_dir, "--backend", "trt"],
+               "--backend trt needs an NVIDIA GPU")
+    fails_with(capsys, ["--trt-inference-dir", model_dir, "--backend", "cpu", "--trt-precision",
+                        "INT8"], "--trt-precision INT8 needs --backend trt")
+    classifier = build(config)
+    with pytest.raises(Exception, match=r"does not fit the model, which takes \[batch, 3, 32, 32\]"):
+        classifier(np.zeros((2, 3, 224, 224), np.float32))
+
+
+def test_tensorrt_settings_without_a_gpu():
+    """The TensorRT path cannot run here: check the Config calls it would make."""
+    from paddle.inference import PrecisionType
+
+    settings = InferenceConfig(trt_precision="INT8", trt_use_calib_mode=True,
+                               trt_workspace_size=2048, trt_min_subgraph_size=5,
+                               trt_use_static=True)
+    calls = {c.method: c for c in predictor.predictor_settings(settings, "trt", [3, 224, 224], 64)}
+    assert calls["enable_use_gpu"].args == (1024, 0)
+    trt = dict(calls["enable_tensorrt_engine"].kwargs)
+    assert trt == {"workspace_size": 2048 << 20, "max_batch_size": 64, "min_subgraph_size": 5,
+                   "precision_mode": PrecisionType.Int8, "use_static": True,
+                   "use_calib_mode": True}
+    assert calls["set_trt_dynamic_shape_info"].args == (
+        {"data": [1, 3, 224, 224]}, {"data": [64, 3, 224, 224]}, {"data": [64, 3, 224, 224]})
+    fp16 = {c.method: c for c in predictor.predictor_settings(
+        InferenceConfig(trt_precision="FP16"), "trt", [224, 224, 3], 8)}
+    assert dict(fp16["enable_tensorrt_engine"].kwargs)["precision_mode"] == PrecisionType.Half
+    assert dict(fp16["enable_tensorrt_engine"].kwargs)["use_calib_mode"] is False
+    assert "enable_mkldnn" not in fp16
+    with pytest.raises(ConfigError, match="needs --backend cpu"):
+        predictor.predictor_settings(InferenceConfig(cpu_precision="bf16"), "trt", [3, 8, 8], 1)
+
+
+def test_cpu_settings_apply_to_a_real_config(exported):
+    import paddle.inference as paddle_infer
+
+    config, _ = exported
+    real = paddle_infer.Config(os.path.join(config.inference.model_dir, "inference.pdmodel"),
+                               os.path.join(config.inference.model_dir, "inference.pdiparams"))
+    for call in predictor.predictor_settings(InferenceConfig(cpu_precision="bf16", cpu_threads=2),
+                                             "cpu", [3, 32, 32], 8):
+        call.apply(real)
+    assert real.mkldnn_enabled() and not real.use_gpu()
+    assert real.cpu_math_library_num_threads() == 2
