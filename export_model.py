@@ -14,8 +14,8 @@ import sys
 os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 os.environ.setdefault("FLAGS_enable_pir_api", "0")
 
-from paddle_resnet.config import build_parser, config_from_args  # noqa: E402
-from paddle_resnet.errors import CheckpointError, ConfigError, UserError  # noqa: E402
+from paddle_resnet.cli import main_with  # noqa: E402
+from paddle_resnet.errors import CheckpointError, ConfigError  # noqa: E402
 
 
 def _source_state(run_cfg):
@@ -82,17 +82,15 @@ def export(config):
     return report
 
 
-def main(argv=None):
-    args = build_parser(__doc__.splitlines()[0], inference=True).parse_args(argv)
-    try:
-        report = export(config_from_args(args))
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+def export_and_describe(config):
+    report = export(config)
     sizes = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in report["files"].items())
     print(f"exported {report['arch']} ({report['layout']} {report['input_shape']}) "
           f"to {report['directory']}: {sizes}")
-    return 0
+
+
+def main(argv=None):
+    return main_with(__doc__.splitlines()[0], export_and_describe, argv, inference=True)
 
 
 if __name__ == "__main__":

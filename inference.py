@@ -20,8 +20,8 @@ os.environ.setdefault("FLAGS_enable_pir_api", "0")
 
 import numpy as np  # noqa: E402
 
-from paddle_resnet.config import build_parser, config_from_args  # noqa: E402
-from paddle_resnet.errors import DataError, UserError  # noqa: E402
+from paddle_resnet.cli import main_with  # noqa: E402
+from paddle_resnet.errors import DataError  # noqa: E402
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -184,13 +184,7 @@ def run(config, report_stream=None):
 
 
 def main(argv=None):
-    args = build_parser(__doc__.splitlines()[0], inference=True).parse_args(argv)
-    try:
-        run(config_from_args(args))
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return main_with(__doc__.splitlines()[0], run, argv, inference=True)
 
 
 if __name__ == "__main__":

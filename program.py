@@ -13,8 +13,10 @@ import paddle  # noqa: E402
 import paddle.nn.functional as F  # noqa: E402
 from paddle.distributed import fleet  # noqa: E402
 
+from paddle_resnet.errors import ConfigError  # noqa: E402
 from paddle_resnet.models import build_model  # noqa: E402
 from paddle_resnet.optim import StepwiseLR, build_optimizer, set_weight_decay  # noqa: E402
+from paddle_resnet.trainer import MIXUP_FEED  # noqa: E402
 
 TOP_K = 5
 
@@ -31,6 +33,7 @@ class Programs:
     eval_fetches: Dict[str, paddle.static.Variable] = field(default_factory=dict)
     lr_scheduler: Optional[StepwiseLR] = None
     optimizer: object = None
+    soft_target: Optional[paddle.static.Variable] = None   # the training target, for tests
 
 
 def input_shape(config):
@@ -60,21 +63,29 @@ def distributed_strategy(config):
     return strategy
 
 
-def _train_head(logits, label, num_classes, label_smoothing):
-    """Mean cross-entropy against smoothed one-hot targets, and batch top-1/top-5."""
-    if label_smoothing > 0:
+def _train_head(logits, label, num_classes, label_smoothing, mixup_lambda=None):
+    """Mean cross-entropy against smoothed (and MixUp-blended) one-hot targets, batch top-1/top-k.
+
+    Returns (fetches, soft target or None).
+    """
+    target = None
+    if label_smoothing > 0 or mixup_lambda is not None:
         # F.cross_entropy(label_smoothing=...) rejects int64 labels in static mode.
-        one_hot = paddle.reshape(F.one_hot(label, num_classes), [-1, num_classes])
-        target = F.label_smooth(one_hot, epsilon=label_smoothing)
+        target = paddle.reshape(F.one_hot(label, num_classes), [-1, num_classes])
+        if label_smoothing > 0:
+            target = F.label_smooth(target, epsilon=label_smoothing)
+        if mixup_lambda is not None:
+            target = mixup_lambda * target + (1.0 - mixup_lambda) * paddle.flip(target, [0])
         loss = F.cross_entropy(logits, target, soft_label=True)
     else:
         loss = F.cross_entropy(logits, label)
     k = min(TOP_K, num_classes)
-    return {
+    fetches = {
         "loss": paddle.mean(loss),
         "top1": paddle.metric.accuracy(input=logits, label=label, k=1),
         f"top{k}": paddle.metric.accuracy(input=logits, label=label, k=k),
     }
+    return fetches, target
 
 
 def _eval_head(logits, label, num_classes):
@@ -85,49 +96,71 @@ def _eval_head(logits, label, num_classes):
             "probs": F.softmax(logits)}
 
 
-def build_programs(config, steps_per_epoch=None, global_batch=None, training=True):
-    """The eval program, and with ``training`` the train program; they share parameters.
+def _forward(config, mixup):
+    """Feeds, model and logits. With ``mixup`` the images are blended with the batch
+    reversed, by a weight fed as ``mixup_lambda`` (Zhang et al. 2018)."""
+    image = paddle.static.data("data", [None] + input_shape(config), "float32")
+    label = paddle.static.data("label", [None, 1], "int64")
+    model = build_model(config.model)
+    mixup_lambda = None
+    if mixup:
+        mixup_lambda = paddle.static.data(MIXUP_FEED, [1], "float32")
+        image = mixup_lambda * image + (1.0 - mixup_lambda) * paddle.flip(image, [0])
+    return model, label, model(image), mixup_lambda
 
-    The eval program is cloned from the forward pass before the optimizer is
-    added, so both read the same parameter variables.
+
+def build_programs(config, steps_per_epoch=None, global_batch=None, training=True):
+    """The eval program, and with ``training`` the train program.
+
+    Each is built under a fresh unique-name guard, so the same layers get the same
+    parameter names: the two programs share their parameters through the scope.
     """
+    paddle.enable_static()
+    num_classes = config.model.num_classes
+    eval_main, eval_startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(eval_main, eval_startup), paddle.utils.unique_name.guard():
+        model, label, logits, _ = _forward(config, mixup=False)
+        eval_fetches = _eval_head(logits, label, num_classes)
+    eval_program = eval_main.clone(for_test=True)
+    programs = Programs(startup=eval_startup, eval=eval_program, model=model, eval_fetches={
+        name: eval_program.global_block().var(var.name) for name, var in eval_fetches.items()})
+    if not training:
+        return programs
+
     from paddle.incubate import asp
 
-    paddle.enable_static()
     main, startup = paddle.static.Program(), paddle.static.Program()
     main.random_seed = startup.random_seed = config.run.seed
-    num_classes = config.model.num_classes
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
-        image = paddle.static.data("data", [None] + input_shape(config), "float32")
-        label = paddle.static.data("label", [None, 1], "int64")
-        model = build_model(config.model)
-        logits = model(image)
-        eval_program = main.clone(for_test=True)
-        programs = Programs(startup=startup, eval=eval_program, model=model)
-        with paddle.static.program_guard(eval_program, startup):
-            eval_logits = eval_program.global_block().var(logits.name)
-            eval_label = eval_program.global_block().var(label.name)
-            programs.eval_fetches = _eval_head(eval_logits, eval_label, num_classes)
-        if not training:
-            return programs
-
-        programs.train_fetches = _train_head(logits, label, num_classes,
-                                             config.loss.label_smoothing)
+        model, label, logits, mixup_lambda = _forward(config, mixup=config.loss.mixup_alpha > 0)
+        programs.train_fetches, programs.soft_target = _train_head(
+            logits, label, num_classes, config.loss.label_smoothing, mixup_lambda)
         set_weight_decay(main.all_parameters(), config.optimizer)
         scheduler = StepwiseLR(config.lr, steps_per_epoch, config.run.epochs, global_batch)
         optimizer = build_optimizer(config.optimizer, scheduler,
                                     multi_precision=config.amp.enabled and config.amp.use_pure_fp16)
         if config.asp.enabled:
-            asp.set_excluded_layers(main_program=main, param_names=asp_excluded_parameters(model))
+            asp.set_excluded_layers(main_program=main,
+                                    param_names=asp_excluded_parameters(model, config.asp.exclude))
         init_fleet()
         optimizer = fleet.distributed_optimizer(optimizer, strategy=distributed_strategy(config))
         optimizer.minimize(programs.train_fetches["loss"], startup)
-    programs.train = main
-    programs.lr_scheduler = scheduler
-    programs.optimizer = optimizer
+    programs.startup, programs.train, programs.model = startup, main, model
+    programs.lr_scheduler, programs.optimizer = scheduler, optimizer
     return programs
 
 
-def asp_excluded_parameters(model):
-    """Kept dense: the classifier, as in NVIDIA's recipe."""
-    return [model.fc.weight.name]
+def asp_excluded_parameters(model, exclude):
+    """Parameter names of the layers ``exclude`` names (model paths such as ``fc`` or
+    ``layer4.2.conv3``, or parameter names); each name must match something."""
+    named = list(model.named_parameters())
+    chosen = []
+    for wanted in exclude:
+        matches = [param.name for path, param in named
+                   if path == wanted or path.startswith(wanted + ".") or param.name == wanted]
+        if not matches:
+            raise ConfigError(f"asp.exclude (--asp-exclude): {wanted!r} matches no layer of "
+                              f"{type(model).__name__}; layer paths look like 'fc' or "
+                              "'layer4.2.conv3'")
+        chosen.extend(matches)
+    return chosen

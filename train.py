@@ -12,9 +12,7 @@ import sys
 os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 os.environ.setdefault("FLAGS_enable_pir_api", "0")
 
-from paddle_resnet.config import (build_parser, config_from_args, list_recipes,  # noqa: E402
-                                  to_yaml)
-from paddle_resnet.errors import UserError  # noqa: E402
+from paddle_resnet.cli import main_with  # noqa: E402
 
 
 def _device():
@@ -83,6 +81,10 @@ def run(config, report_stream=None):
         config, steps_per_epoch, data_cfg.batch_size * world_size, training=training)
     exe = paddle.static.Executor(place)
     exe.run(programs.startup)
+    if training and config.amp.enabled and config.amp.use_pure_fp16:
+        # Pure fp16 keeps fp16 parameters: the eval program must read them as fp16 too.
+        programs.optimizer.amp_init(place, scope=paddle.static.global_scope(),
+                                    test_program=programs.eval, use_fp16_test=True)
 
     start_epoch = 0
     report = Report(config.report_file, enabled=rank == 0, stream=report_stream or sys.stdout)
@@ -101,6 +103,8 @@ def run(config, report_stream=None):
         report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}")
     elif pretrained is not None:
         skipped = ckpt.load_pretrained(state_program, pretrained)
+        check_pretrained_fits(skipped, programs.model, config.model.arch,
+                              run_cfg.from_pretrained_params)
         for name in skipped:
             report.print(f"warning: pretrained parameter skipped: {name}")
         report.log("PRETRAINED", {"file": run_cfg.from_pretrained_params, "skipped": skipped},
@@ -118,6 +122,9 @@ def run(config, report_stream=None):
         loader = make_loader(val_list, data_cfg, layout, False, rank, world_size, device_id=device_id)
         return evaluate(exe, programs, loader, epoch, report, all_reduce)
 
+    if config.asp.prune_model and evaluating:
+        # Pruning's immediate cost, before retraining recovers it.
+        metrics.update(run_eval(start_epoch))
     if not training:
         metrics.update(run_eval(start_epoch))
     elif run_cfg.benchmark:
@@ -129,7 +136,8 @@ def run(config, report_stream=None):
             loader = make_loader(train_list, data_cfg, layout, True, rank, world_size, epoch,
                                  device_id)
             metrics = train_one_epoch(exe, programs, loader, epoch + 1, report,
-                                      run_cfg.print_interval, world_size)
+                                      run_cfg.print_interval, world_size,
+                                      config.loss.mixup_alpha, data_cfg.seed)
             global_step += steps_per_epoch
             last = epoch + 1 == run_cfg.epochs
             if evaluating and ((epoch + 1) % run_cfg.eval_interval == 0 or last):
@@ -146,6 +154,18 @@ def run(config, report_stream=None):
     report.log("SUMMARY", metrics, kind="SUMMARY")
     report.close()
     return metrics
+
+
+def check_pretrained_fits(skipped, model, arch, path):
+    """Only the classifier may be skipped (another class count); anything else means
+    the file holds another architecture."""
+    from paddle_resnet.errors import CheckpointError
+
+    classifier = {model.fc.weight.name, model.fc.bias.name}
+    others = [entry for entry in skipped if entry.split(" ")[0] not in classifier]
+    if others:
+        raise CheckpointError(f"{path}: does not fit {arch}: {len(others)} parameters do not "
+                              f"match, e.g. {others[0]}")
 
 
 class _Steps:
@@ -176,9 +196,9 @@ def _benchmark(exe, programs, train_list, config, report, rank, world_size, devi
     run_cfg = config.run
     if run_cfg.benchmark_warmup_steps:
         train_one_epoch(exe, programs, _Steps(stream, run_cfg.benchmark_warmup_steps), 0, quiet,
-                        run_cfg.print_interval, world_size)
+                        run_cfg.print_interval, world_size, config.loss.mixup_alpha)
     summary = train_one_epoch(exe, programs, _Steps(stream, run_cfg.benchmark_steps), 1, report,
-                              run_cfg.print_interval, world_size)
+                              run_cfg.print_interval, world_size, config.loss.mixup_alpha)
     result = {"train.ips": summary["train.ips"], "train.batch_size": config.data.batch_size,
               "world_size": world_size, "benchmark_steps": run_cfg.benchmark_steps,
               "benchmark_warmup_steps": run_cfg.benchmark_warmup_steps}
@@ -187,21 +207,7 @@ def _benchmark(exe, programs, train_list, config, report, rank, world_size, devi
 
 
 def main(argv=None):
-    parser = build_parser(__doc__.splitlines()[0])
-    args = parser.parse_args(argv)
-    try:
-        if getattr(args, "list_configs", False):
-            print("\n".join(list_recipes()))
-            return 0
-        config = config_from_args(args)
-        if getattr(args, "show_config", False):
-            print(to_yaml(config), end="")
-            return 0
-        run(config)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return main_with(__doc__.splitlines()[0], run, argv)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ class DataConfig:
     rand_crop_ratio: Tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
     normalize_mean: Tuple[float, float, float] = (0.485, 0.456, 0.406)
     normalize_std: Tuple[float, float, float] = (0.229, 0.224, 0.225)
+    color_jitter: Tuple[float, float, float] = (0.0, 0.0, 0.0)   # brightness, contrast, saturation
     num_threads: int = 0             # DALI worker threads; 0 = all cores
     seed: int = 42                   # DALI shuffling and augmentation
 
@@ -71,6 +72,7 @@ class OptimizerConfig:
 @dataclass(frozen=True)
 class LossConfig:
     label_smoothing: float = 0.1
+    mixup_alpha: float = 0.0                     # 0: no MixUp
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class AspConfig:
     enabled: bool = False
     prune_model: bool = False
     mask_algo: str = "mask_1d"
+    exclude: Tuple[str, ...] = ("fc",)           # layers kept dense (paths as in the model)
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,8 @@ FLAGS = {
         ("--resize-short", "data.resize_short", "validation: shorter side before the centre crop"),
         ("--rand-crop-scale", "data.rand_crop_scale", "training crop area range, e.g. 0.08,1"),
         ("--rand-crop-ratio", "data.rand_crop_ratio", "training crop aspect-ratio range, e.g. 0.75,1.333"),
+        ("--color-jitter", "data.color_jitter",
+         "training ColorJitter strengths: brightness,contrast,saturation (e.g. 0.4,0.4,0.4)"),
         ("--normalize-mean", "data.normalize_mean", "per-channel mean (0-1 scale)"),
         ("--normalize-std", "data.normalize_std", "per-channel std (0-1 scale)"),
     ],
@@ -199,6 +204,7 @@ FLAGS = {
         ("--weight-decay", "optimizer.weight_decay", "L2 weight decay of conv and FC weights"),
         ("--bn-weight-decay", "optimizer.bn_weight_decay", "also decay BN scale/shift and biases"),
         ("--label-smoothing", "loss.label_smoothing", "label smoothing epsilon"),
+        ("--mixup-alpha", "loss.mixup_alpha", "MixUp Beta(alpha, alpha); 0 disables it"),
     ],
     "Advanced Training": [
         ("--amp", "amp.enabled", "automatic mixed precision (Fleet strategy.amp)"),
@@ -208,6 +214,8 @@ FLAGS = {
         ("--asp", "asp.enabled", "automatic 2:4 sparsity (Fleet strategy.asp)"),
         ("--prune-model", "asp.prune_model", "prune the weights to 2:4 before training (needs --asp)"),
         ("--mask-algo", "asp.mask_algo", "mask algorithm: " + " | ".join(MASK_ALGOS)),
+        ("--asp-exclude", "asp.exclude",
+         "layers kept dense, comma-separated model paths (e.g. fc,layer4.2.conv3) or parameter names"),
     ],
 }
 
@@ -361,6 +369,9 @@ def validate(config):
     low, high = d.rand_crop_ratio
     _check(0 < low <= high, f"data.rand_crop_ratio must satisfy 0 < min <= max, got {low},{high}")
     _check(all(s > 0 for s in d.normalize_std), "data.normalize_std must be positive")
+    _check(all(0 <= j < 1 for j in d.color_jitter),
+           f"data.color_jitter strengths must be in [0, 1), got {d.color_jitter}")
+    _check(config.loss.mixup_alpha >= 0, f"loss.mixup_alpha must be >= 0, got {config.loss.mixup_alpha}")
     _check(d.num_threads >= 0, f"data.num_threads must be >= 0, got {d.num_threads}")
     _check(lr.base > 0, f"lr.base (--lr) must be positive, got {lr.base}")
     _check(lr.reference_batch >= 1, f"lr.reference_batch must be at least 1, got {lr.reference_batch}")

@@ -3,6 +3,8 @@ import time
 
 import numpy as np
 
+MIXUP_FEED = "mixup_lambda"      # program.MIXUP_FEED; program.py imports Paddle, this module need not
+
 
 class Meter:
     """Image-weighted running averages of named values."""
@@ -24,11 +26,15 @@ def _num_images(feed):
     return len(label) if isinstance(label, np.ndarray) else label.shape()[0]
 
 
-def train_one_epoch(exe, programs, loader, epoch, report, print_interval, world_size=1):
+def train_one_epoch(exe, programs, loader, epoch, report, print_interval, world_size=1,
+                    mixup_alpha=0.0, seed=0):
     """One pass of ``loader`` through the train program; returns the epoch's averages.
 
-    Steps the LR scheduler after every batch.
+    Steps the LR scheduler after every batch. With ``mixup_alpha`` each step's MixUp
+    weight is drawn from Beta(alpha, alpha), seeded by (seed, epoch) so that a
+    resumed run draws the same weights.
     """
+    rng = np.random.RandomState(seed + epoch)
     names = list(programs.train_fetches)
     fetch_list = list(programs.train_fetches.values())
     meter = Meter()
@@ -37,6 +43,9 @@ def train_one_epoch(exe, programs, loader, epoch, report, print_interval, world_
     epoch_start = tic = time.perf_counter()
     for step, feed in enumerate(loader):
         fed = time.perf_counter()
+        if mixup_alpha > 0:
+            feed = dict(feed, **{MIXUP_FEED: np.array([rng.beta(mixup_alpha, mixup_alpha)],
+                                                      dtype=np.float32)})
         lr = programs.lr_scheduler.get_lr()
         results = exe.run(programs.train, feed=feed, fetch_list=fetch_list)
         programs.lr_scheduler.step()

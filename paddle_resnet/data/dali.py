@@ -104,6 +104,8 @@ def build_pipeline(read, data_config, layout, training, seed, device_id=None):
                 random_area=list(cfg.rand_crop_scale),
                 random_aspect_ratio=list(cfg.rand_crop_ratio), num_attempts=100)
             images = fn.resize(images, resize_x=cfg.crop_size, resize_y=cfg.crop_size)
+            if any(cfg.color_jitter):
+                images = _color_jitter(fn, images, *cfg.color_jitter)
             mirror = fn.random.coin_flip(probability=0.5)
         else:
             images = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
@@ -120,6 +122,16 @@ def build_pipeline(read, data_config, layout, training, seed, device_id=None):
         pipe.set_outputs(images, labels)
     pipe.build()
     return pipe
+
+
+def _color_jitter(fn, images, brightness, contrast, saturation):
+    """torchvision's ColorJitter(brightness, contrast, saturation): each factor drawn
+    uniformly from [1 - s, 1 + s] per image."""
+    def factor(strength):
+        return fn.random.uniform(range=[1.0 - strength, 1.0 + strength])
+
+    return fn.color_twist(images, brightness=factor(brightness), contrast=factor(contrast),
+                          saturation=factor(saturation))
 
 
 class DaliLoader:

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# 2:4 sparsity on the demo: prune the dense demo model (scripts/demo.sh must have run),
+# evaluate it right after pruning, retrain one epoch with the same recipe, and print
+# dense / pruned / retrained top-1. Extra arguments go to train.py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dense=output/demo/resnet18
+[ -f "$dense/2/model.pdparams" ] || { echo "run scripts/demo.sh first ($dense/2 is missing)" >&2; exit 2; }
+rm -f output/demo_asp/report.json
+.venv/bin/python train.py --config resnet18_demo --asp --prune-model --mask-algo "${MASK_ALGO:-mask_1d}" \
+  --from-pretrained-params "$dense/2/model.pdparams" --epochs 1 --warmup-epochs 0 \
+  --output-dir output/demo_asp "$@"
+.venv/bin/python -m paddle_resnet.sparsity output/demo_asp/resnet18 | tail -n 1
+.venv/bin/python - <<'PY'
+from paddle_resnet.report import read_report
+dense = [r for r in read_report("output/demo/report.json") if r["type"] == "VAL"][-1]["data"]
+sparse = [r for r in read_report("output/demo_asp/report.json") if r["type"] == "VAL"]
+print(f"| dense (2 epochs) | {100 * dense['val.top1']:.2f} % |")
+print(f"| pruned 2:4, no retraining | {100 * sparse[0]['data']['val.top1']:.2f} % |")
+print(f"| pruned 2:4 + 1 epoch retraining | {100 * sparse[-1]['data']['val.top1']:.2f} % |")
+PY

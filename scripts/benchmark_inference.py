@@ -1,0 +1,122 @@
+"""CPU inference benchmark: Paddle Inference (oneDNN fp32, bf16) against onnxruntime (fp32).
+
+    .venv/bin/pip install -r requirements-tools.txt
+    .venv/bin/python scripts/benchmark_inference.py --arch resnet50 --batch-sizes 1,32
+
+One ResNet (randomly initialised: speed does not depend on the weights) is exported
+with export_model.py, converted to ONNX with paddle2onnx, and all three run on the
+same input in the same process, one after the other. Prints a table and writes the
+figures and the ratios to --output (JSON).
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+os.environ.setdefault("FLAGS_enable_pir_api", "0")
+
+import numpy as np  # noqa: E402
+
+
+def export_random_model(arch, size, workdir):
+    """An inference model of ``arch`` with its initial weights; returns its folder."""
+    import paddle
+
+    import export_model
+    import program
+    from paddle_resnet.config import build_config
+
+    values = {"model.arch": arch, "data.crop_size": size, "data.resize_short": size,
+              "inference.model_dir": os.path.join(workdir, "paddle"),
+              "inference.export_log_path": os.path.join(workdir, "export.json")}
+    programs = program.build_programs(build_config(values), training=False)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(programs.startup)
+    prefix = os.path.join(workdir, "initial")
+    paddle.static.save(programs.eval, prefix)
+    values["run.from_pretrained_params"] = prefix + ".pdparams"
+    export_model.export(build_config(values))
+    return values["inference.model_dir"]
+
+
+def to_onnx(model_dir, path):
+    import paddle2onnx
+
+    paddle2onnx.export(os.path.join(model_dir, "inference.pdmodel"),
+                       os.path.join(model_dir, "inference.pdiparams"), path, opset_version=13)
+    return path
+
+
+def time_runs(run, batch, warmup, steps):
+    for _ in range(warmup):
+        run(batch)
+    seconds = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        run(batch)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="resnet50")
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--batch-sizes", default="1,32")
+    parser.add_argument("--steps", type=int, default=0, help="timed runs (0: about 8 s each)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--output", default="benchmark_inference.json")
+    args = parser.parse_args()
+
+    import onnxruntime
+
+    import inference
+    from paddle_resnet import predictor
+    from paddle_resnet.config import InferenceConfig
+
+    threads = len(os.sched_getaffinity(0))
+    workdir = tempfile.mkdtemp(prefix="bench_inference_")
+    model_dir = export_random_model(args.arch, args.size, workdir)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(to_onnx(model_dir, os.path.join(workdir, "model.onnx")),
+                                           options, providers=["CPUExecutionProvider"])
+    input_name = session.get_inputs()[0].name
+    runners = {"onnxruntime fp32": lambda x: session.run(None, {input_name: x})[0]}
+    for precision in ("fp32", "bf16"):
+        calls = predictor.predictor_settings(InferenceConfig(cpu_precision=precision), "cpu",
+                                             [3, args.size, args.size], 64)
+        runners[f"paddle {precision}"] = predictor.Classifier(model_dir, calls)
+
+    rng = np.random.default_rng(0)
+    results = []
+    for batch_size in (int(b) for b in args.batch_sizes.split(",")):
+        batch = rng.standard_normal((batch_size, 3, args.size, args.size)).astype(np.float32)
+        for name, run in runners.items():
+            first = time.perf_counter()
+            run(batch)
+            steps = args.steps or max(3, int(8 / max(time.perf_counter() - first, 1e-3)))
+            row = inference.latency_summary(batch_size, time_runs(run, batch, args.warmup, steps))
+            results.append(dict(row, runtime=name, steps=steps))
+            print(f"{name:18s} batch {batch_size:3d}: {row['ips']:7.1f} img/s, "
+                  f"p50 {row['latency_p50']:.1f} ms, p99 {row['latency_p99']:.1f} ms", flush=True)
+    ratios = {}
+    for batch_size in sorted({r["batch_size"] for r in results}):
+        by_name = {r["runtime"]: r["ips"] for r in results if r["batch_size"] == batch_size}
+        for precision in ("fp32", "bf16"):
+            ratios[f"paddle {precision} / onnxruntime fp32, batch {batch_size}"] = (
+                by_name[f"paddle {precision}"] / by_name["onnxruntime fp32"])
+    for name, ratio in ratios.items():
+        print(f"{name}: {ratio:.2f}x")
+    with open(args.output, "w") as handle:
+        json.dump({"arch": args.arch, "size": args.size, "threads": threads,
+                   "results": results, "ratios": ratios}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

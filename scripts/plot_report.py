@@ -1,0 +1,50 @@
+"""Plot a training report: loss, top-1 and learning rate per step, validation per epoch.
+
+    .venv/bin/pip install -r requirements-tools.txt
+    .venv/bin/python scripts/plot_report.py output/demo/report.json --output demo.png
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from paddle_resnet.report import read_report  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report")
+    parser.add_argument("--output", default="report.png")
+    args = parser.parse_args()
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_report(args.report)
+    steps = [r for r in records if r["type"] == "LOG"]
+    steps_per_epoch = max(int(r["data"]["progress"].split("/")[1]) for r in steps)
+    x = [(r["step"][0] - 1) + r["step"][1] / steps_per_epoch for r in steps]
+    val = [r for r in records if r["type"] == "VAL"]
+    figure, (loss_axes, top1_axes, lr_axes) = plt.subplots(1, 3, figsize=(15, 4))
+    loss_axes.plot(x, [r["data"]["loss"] for r in steps], label="train (batch)")
+    loss_axes.plot([r["step"][0] for r in val], [r["data"]["val.loss"] for r in val], "o-",
+                   label="validation")
+    top1_axes.plot(x, [r["data"]["top1"] for r in steps], label="train (batch)")
+    top1_axes.plot([r["step"][0] for r in val], [r["data"]["val.top1"] for r in val], "o-",
+                   label="validation")
+    lr_axes.plot(x, [r["data"]["lr"] for r in steps])
+    for axes, title in ((loss_axes, "loss"), (top1_axes, "top-1"), (lr_axes, "learning rate")):
+        axes.set_title(title)
+        axes.set_xlabel("epoch")
+        axes.grid(alpha=0.3)
+    loss_axes.legend()
+    top1_axes.legend()
+    figure.tight_layout()
+    figure.savefig(args.output, dpi=100)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

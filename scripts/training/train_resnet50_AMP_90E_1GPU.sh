@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# ResNet-50 v1.5, NVIDIA Paddle recipe, 90 epochs, AMP, 1 GPU.
+exec bash "$(dirname "$0")/launch.sh" resnet50_paddle_90e 1 AMP "$@"
