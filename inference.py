@@ -137,7 +137,8 @@ def format_table(rows):
 def predict(config, report):
     """Top-5 class names with probabilities for each given image (files or folders)."""
     from paddle_resnet.data.dali import DataSplit
-    from paddle_resnet.data.folder import IMAGE_EXTENSIONS, ImageList, read_class_index
+    from paddle_resnet.data.folder import (IMAGE_EXTENSIONS, ImageList, find_unreadable_image,
+                                           read_class_index)
     from paddle_resnet.predictor import CLASSES_FILE
 
     files = []
@@ -151,6 +152,11 @@ def predict(config, report):
             raise DataError(f"{path}: no such image file or folder")
     if not files:
         raise DataError("predict needs --images (files or folders holding images)")
+    # Checked before DALI sees them: DALI 2.4's CPU decoder crashes (SIGSEGV) when
+    # dozens of samples of one batch fail, as when a broken file pads the last batch.
+    broken = find_unreadable_image(files)
+    if broken:
+        raise DataError(f"{broken}: cannot be decoded as an image")
     classifier, info, _ = build_classifier(config, config.data.batch_size)
     classes = read_class_index(os.path.join(config.inference.model_dir, CLASSES_FILE))
     image_list = DataSplit.of_images("predict", ImageList(tuple(files), (0,) * len(files),

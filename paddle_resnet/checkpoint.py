@@ -16,6 +16,7 @@ import numpy as np
 import paddle
 
 from paddle_resnet.errors import CheckpointError
+from paddle_resnet.sparsity import MASK_SUFFIX
 
 PREFIX = "model"
 META = "meta.json"
@@ -132,10 +133,13 @@ def restore_state(program, state, scope=None):
 
 def load_pretrained(program, state, scope=None):
     """Copy the parameters whose names and shapes match; return the names skipped and why.
+    ASP masks are left alone: pruning sets them.
 
     Values are cast to the parameter's dtype (pure-fp16 checkpoints into fp32 programs)."""
     chosen, skipped = [], []
     for param in program.all_parameters():
+        if param.name.endswith(MASK_SUFFIX):
+            continue                    # ASP masks come from pruning, not from weights
         if param.name not in state:
             skipped.append(f"{param.name} (not in the file)")
         elif tuple(state[param.name].shape) != tuple(param.shape):

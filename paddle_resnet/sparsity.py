@@ -40,6 +40,12 @@ def density(weight):
     return float(np.count_nonzero(weight)) / weight.size
 
 
+def is_pruning_mask(mask):
+    """ASP creates a mask for every supported layer, but leaves it all ones where the
+    weight cannot hold 2:4 (fewer than 4 input channels)."""
+    return mask is not None and not np.all(np.asarray(mask) != 0)
+
+
 def _scope_array(name):
     import paddle
 
@@ -57,8 +63,7 @@ def layer_table(programs):
         if len(param.shape) < 2:
             continue
         weight = _scope_array(param.name)
-        has_mask = _scope_array(param.name + MASK_SUFFIX) is not None
-        if has_mask:
+        if is_pruning_mask(_scope_array(param.name + MASK_SUFFIX)):
             status = "pruned"
         elif not ASPHelper._is_supported_layer(programs.train, param.name):
             status = "excluded (kept dense by configuration)"
@@ -89,7 +94,7 @@ def verify(programs, report, where):
     checked = 0
     for param in programs.train.all_parameters():
         mask = _scope_array(param.name + MASK_SUFFIX)
-        if mask is None:
+        if not is_pruning_mask(mask):
             continue
         weight = _scope_array(param.name)
         if not is_2to4(weight) or np.any(weight[mask == 0] != 0):
@@ -99,8 +104,9 @@ def verify(programs, report, where):
 
 
 def sparse_parameters(state):
-    """Names of the weights a checkpoint marks as sparse (those saved with an ASP mask)."""
-    return sorted(name[: -len(MASK_SUFFIX)] for name in state if name.endswith(MASK_SUFFIX))
+    """Names of the weights a checkpoint marks as sparse (saved with a pruning ASP mask)."""
+    return sorted(name[: -len(MASK_SUFFIX)] for name, value in state.items()
+                  if name.endswith(MASK_SUFFIX) and is_pruning_mask(value))
 
 
 def read_inference_params(model_dir):
@@ -115,7 +121,8 @@ def read_inference_params(model_dir):
         program, _, _ = paddle.static.load_inference_model(
             os.path.join(model_dir, MODEL_FILE.rsplit(".", 1)[0]), exe)
         return {var.name: np.array(scope.find_var(var.name).get_tensor())
-                for var in program.list_vars() if var.persistable and scope.find_var(var.name)}
+                for var in program.list_vars()
+                if var.persistable and var.name not in ("feed", "fetch")}
 
 
 def check_inference_model(model_dir, names):

@@ -138,7 +138,7 @@ class DaliLoader:
     """Iterates one pass over the images a pipeline was built for.
 
     Yields feed dicts {"data", "label"}; the last batch is cut to the real
-    images (the readers pad it), so every image counts exactly once.
+    images (the readers fill it up), so every image counts exactly once.
     ``explain(step, error)`` turns a pipeline failure into a DataError.
     """
 
@@ -168,7 +168,7 @@ class DaliLoader:
         from nvidia.dali.plugin.base_iterator import LastBatchPolicy
         from nvidia.dali.plugin.paddle import DALIGenericIterator
 
-        iterator = DALIGenericIterator([self.pipe], ["data", "label"], reader_name="Reader",
+        iterator = DALIGenericIterator([self.pipe], ["data", "label"], size=self.num_images,
                                        last_batch_policy=LastBatchPolicy.PARTIAL)
         for batch in itertools.islice(iterator, len(self)):
             yield batch[0]
@@ -184,10 +184,15 @@ def make_loader(data_split, data_config, layout, training, rank=0, world_size=1,
         indices = (train_indices(len(image_list), batch, rank, world_size, data_config.seed, epoch)
                    if training else eval_indices(len(image_list), rank, world_size))
         files = [image_list.files[i] for i in indices]
+        # Whole batches, filled by wrapping around to the first images (cut again by the
+        # loader). DALI's own padding repeats the last image, and its CPU decoder
+        # crashes when dozens of samples of a batch fail, were that image broken.
+        padded = np.resize(indices, math.ceil(len(indices) / batch) * batch)
 
         def read(fn):
-            return fn.readers.file(files=files, labels=[image_list.labels[i] for i in indices],
-                                   random_shuffle=False, pad_last_batch=True, name="Reader")
+            return fn.readers.file(files=[image_list.files[i] for i in padded],
+                                   labels=[image_list.labels[i] for i in padded],
+                                   random_shuffle=False, name="Reader")
 
         def explain(step, err):
             # DALI names no file for a failed decode; the failing batch is this one or
