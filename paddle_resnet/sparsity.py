@@ -60,7 +60,7 @@ def layer_table(programs):
     layer_of = {param.name: path for path, param in programs.model.named_parameters()}
     rows = []
     for param in programs.train.all_parameters():
-        if len(param.shape) < 2:
+        if len(param.shape) < 2 or param.name.endswith(MASK_SUFFIX):
             continue
         weight = _scope_array(param.name)
         if is_pruning_mask(_scope_array(param.name + MASK_SUFFIX)):
@@ -83,9 +83,10 @@ def prepare(programs, asp_config, exe, place, report):
         asp.prune_model(programs.train, mask_algo=asp_config.mask_algo, with_mask=True)
     rows = layer_table(programs)
     report.log("ASP", {"layers": rows}, kind="PARAMETER", console=False)
+    report.print(f"asp: {'layer':34s} {'shape':20s} density  status")
     for row in rows:
-        report.print(f"  asp {row['status'][:8]:8s} {row['density']:.3f} {row['layer'] or row['param']} "
-                     f"{row['shape']}")
+        report.print(f"asp: {row['layer'] or row['param']:34s} {str(row['shape']):20s} "
+                     f"{row['density']:.3f}    {row['status']}")
     verify(programs, report, where="after pruning" if asp_config.prune_model else "at start")
 
 
@@ -133,12 +134,18 @@ def check_inference_model(model_dir, names):
         raise SparsityViolation(f"{model_dir}: exported weights not 2:4 sparse: {broken[:3]}")
 
 
+def _is_optimizer_state(name, names):
+    """Paddle names optimizer accumulators after their parameter: <param>_velocity_0."""
+    return any(name.startswith(other + "_") for other in names if other != name)
+
+
 def compliance_table(params, marked):
     """One row per weight of ``params``: shape, density, 2:4 or not, marked sparse or not."""
     rows = []
     for name in sorted(params):
         value = np.asarray(params[name])
-        if value.ndim not in (2, 4) or name.endswith(MASK_SUFFIX):
+        if (value.ndim not in (2, 4) or name.endswith(MASK_SUFFIX)
+                or _is_optimizer_state(name, params)):
             continue
         rows.append({"param": name, "shape": list(value.shape), "density": round(density(value), 4),
                      "is_2to4": is_2to4(value), "marked_sparse": name in marked})
