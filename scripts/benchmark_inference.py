@@ -113,6 +113,7 @@ def main():
                 by_name[f"paddle {precision}"] / by_name["onnxruntime fp32"])
     for name, ratio in ratios.items():
         print(f"{name}: {ratio:.2f}x")
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as handle:
         json.dump({"arch": args.arch, "size": args.size, "threads": threads,
                    "results": results, "ratios": ratios}, handle, indent=1)

@@ -98,3 +98,18 @@ def test_list_and_show_configs(capsys):
     assert train.main(["--config", "resnet18_demo", "--lr", "0.1", "--show-config"]) == 0
     shown = capsys.readouterr().out
     assert "base: 0.1" in shown and "arch: resnet18" in shown
+
+
+def test_paddle_distributed_launch_with_one_process(fmnist_root, tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path / "log"),
+               "train.py", *FAST, "--image-root", fmnist_root, "--output-dir", str(out)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (out / "resnet18" / "1" / "meta.json").exists()
+    assert "val.images 130" in result.stdout + open(tmp_path / "log" / "workerlog.0").read()
