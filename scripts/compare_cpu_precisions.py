@@ -1,0 +1,57 @@
+"""How often oneDNN bf16 picks the same top-1 class as fp32, over a whole validation tree.
+
+    .venv/bin/python scripts/compare_cpu_precisions.py inference/resnet18_demo demo_data/fashion_mnist_demo
+
+Prints the agreement, both top-1 accuracies and the largest fp32 / bf16 probability
+gap; writes them to --output (JSON).
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+os.environ.setdefault("FLAGS_enable_pir_api", "0")
+
+import numpy as np  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model_dir")
+    parser.add_argument("image_root")
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--output", default="compare_cpu_precisions.json")
+    args = parser.parse_args()
+
+    import inference
+    from paddle_resnet.config import build_config
+    from paddle_resnet.data.dali import make_loader, open_split
+
+    def classifier(precision):
+        config = build_config({"inference.model_dir": args.model_dir,
+                               "inference.cpu_precision": precision, "inference.backend": "cpu"})
+        return inference.build_classifier(config, args.batch_size)
+
+    (fp32, info, _), (bf16, _, _) = classifier("fp32"), classifier("bf16")
+    config = build_config({"data.image_root": args.image_root, "data.batch_size": args.batch_size})
+    data_cfg = inference.data_config_for_model(config, info)
+    labels, top_fp32, top_bf16, gap = [], [], [], 0.0
+    for batch in make_loader(open_split(data_cfg, "val"), data_cfg, info["layout"], False):
+        p32, p16 = fp32(batch["data"]), bf16(batch["data"])
+        labels.append(batch["label"].ravel())
+        top_fp32.append(p32.argmax(1))
+        top_bf16.append(p16.argmax(1))
+        gap = max(gap, float(np.abs(p32 - p16).max()))
+    labels, top_fp32, top_bf16 = map(np.concatenate, (labels, top_fp32, top_bf16))
+    result = {"images": int(len(labels)), "top1_agreement": float((top_fp32 == top_bf16).mean()),
+              "fp32_top1": float((top_fp32 == labels).mean()),
+              "bf16_top1": float((top_bf16 == labels).mean()), "max_probability_gap": gap}
+    print(json.dumps(result, indent=1))
+    with open(args.output, "w") as handle:
+        json.dump(dict(result, model_dir=args.model_dir, image_root=args.image_root), handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
