@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -27,8 +28,11 @@ def main():
     import train
     from paddle_resnet.config import build_parser, config_from_args
 
+    scratch = tempfile.mkdtemp(prefix="benchmark_asp_")   # keep benchmark logs out of real runs
+
     def config(*extra):
-        argv = train_args + ["--benchmark", "--run-scope", "train_only", *extra]
+        argv = (["--output-dir", scratch] + train_args
+                + ["--benchmark", "--run-scope", "train_only", *extra])
         return config_from_args(build_parser("benchmark").parse_args(argv))
 
     variants = {"dense": config(), "asp": config("--asp", "--prune-model")}

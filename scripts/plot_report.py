@@ -12,6 +12,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from paddle_resnet.report import read_report  # noqa: E402
 
 
+def last_run(records):
+    """The records of the last run that validated (runs append to one report, each
+    starting with its PARAMETER record); the last run if none did."""
+    runs, current = [], []
+    for record in records:
+        if record["type"] == "PARAMETER" and record["step"] == "PARAMETER" and current:
+            runs.append(current)
+            current = []
+        current.append(record)
+    runs.append(current)
+    validated = [run for run in runs if any(r["type"] == "VAL" for r in run)]
+    return (validated or runs)[-1]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report")
@@ -22,7 +36,7 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_report(args.report)
+    records = last_run(read_report(args.report))
     steps = [r for r in records if r["type"] == "LOG"]
     steps_per_epoch = max(int(r["data"]["progress"].split("/")[1]) for r in steps)
     x = [(r["step"][0] - 1) + r["step"][1] / steps_per_epoch for r in steps]
