@@ -175,3 +175,17 @@ def test_cpu_settings_apply_to_a_real_config(exported):
         call.apply(real)
     assert real.mkldnn_enabled() and not real.use_gpu()
     assert real.cpu_math_library_num_threads() == 2
+
+
+def test_nhwc_export_equals_nchw(exported, tmp_path):
+    """An NHWC model (same weights as the NCHW one) exports and predicts the same."""
+    config, _ = exported
+    nhwc = build_config(dict(flat(config), **{
+        "model.data_layout": "NHWC", "inference.model_dir": str(tmp_path / "nhwc"),
+        "inference.export_log_path": str(tmp_path / "nhwc.json")}))
+    report = export_model.export(nhwc)
+    assert report["layout"] == "NHWC" and report["input_shape"] == [32, 32, 3]
+    images = np.random.default_rng(0).standard_normal((4, 3, 32, 32)).astype("float32")
+    expected = build(config)(images)
+    actual = build(nhwc)(images.transpose(0, 2, 3, 1))
+    np.testing.assert_allclose(actual, expected, atol=1e-4)

@@ -129,3 +129,15 @@ def test_bad_asp_input(trained, fmnist_root, tmp_path):
         "run.from_pretrained_params": params})
     with pytest.raises(CheckpointError, match="does not fit resnet34"):
         train.run(other, report_stream=quiet())
+
+
+def test_amp_and_asp_combine_in_one_program(fmnist_root, tmp_path):
+    config = small_config(fmnist_root, tmp_path, **{"asp.enabled": True, "amp.enabled": True,
+                                                    "amp.use_dynamic_loss_scaling": True})
+    programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)
+    ops = programs.train.global_block().ops
+    types = [op.type for op in ops]
+    assert "check_finite_and_unscale" in types and "update_loss_scaling" in types
+    masked = {op.input("X")[0] for op in ops if op.type == "elementwise_mul"
+              and op.input("Y")[0].endswith(sparsity.MASK_SUFFIX)}
+    assert "conv2d_1.w_0" in masked and "linear_0.w_0" not in masked
