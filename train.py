@@ -42,18 +42,61 @@ def _all_reduce_sum(place):
     return reduce
 
 
+def open_data(config, training, evaluating):
+    """(train split, val split, class names), checked against each other and the model."""
+    from paddle_resnet.data.dali import open_split
+    from paddle_resnet.data.folder import check_num_classes, check_same_classes
+
+    train_split = open_split(config.data, "train") if training else None
+    val_split = open_split(config.data, "val") if evaluating else None
+    if train_split and val_split:
+        check_same_classes(train_split, val_split)
+    for split in (train_split, val_split):
+        if split:
+            check_num_classes(split, config.model.num_classes,
+                              f"{config.data.image_root}/{split.split}")
+    return train_split, val_split, (train_split or val_split).classes
+
+
+def load_start_weights(config, programs, training, report):
+    """Resume, or load pretrained weights, or keep the initialisation; returns the
+    number of epochs already done."""
+    from paddle_resnet import checkpoint as ckpt
+
+    run_cfg = config.run
+    if run_cfg.from_checkpoint and training:
+        meta, state = ckpt.read_checkpoint(run_cfg.from_checkpoint)
+        ckpt.restore_state(programs.train, state)
+        programs.lr_scheduler.step(meta["global_step"])
+        report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}")
+        return meta["epoch"]
+    source = run_cfg.from_checkpoint or run_cfg.from_pretrained_params
+    if source:
+        state = (ckpt.read_checkpoint(source)[1] if run_cfg.from_checkpoint
+                 else ckpt.read_state(source))
+        skipped = ckpt.load_pretrained(programs.train if training else programs.eval, state)
+        # Training may start with a new classifier; evaluation needs every weight.
+        check_pretrained_fits(skipped if not training else
+                              [s for s in skipped if not _is_classifier(s, programs.model)],
+                              config.model.arch, source)
+        for name in skipped:
+            report.print(f"warning: pretrained parameter skipped: {name}")
+        report.log("PRETRAINED", {"file": source, "skipped": skipped}, kind="PARAMETER",
+                   console=False)
+    return 0
+
+
 def run(config, report_stream=None):
     """Run ``config.run.run_scope``; returns the final metrics (rank 0's view)."""
     import paddle
     from paddle.distributed import fleet
 
     import program as program_builder
-    from paddle_resnet import checkpoint as ckpt
     from paddle_resnet import sparsity
-    from paddle_resnet.data.dali import make_loader, open_split
-    from paddle_resnet.data.folder import check_num_classes, check_same_classes, write_class_index
+    from paddle_resnet.data.dali import make_loader
+    from paddle_resnet.data.folder import write_class_index
     from paddle_resnet.report import Report
-    from paddle_resnet.trainer import evaluate, train_one_epoch
+    from paddle_resnet.trainer import evaluate
 
     run_cfg, data_cfg = config.run, config.data
     training = run_cfg.run_scope != "eval_only"
@@ -61,22 +104,9 @@ def run(config, report_stream=None):
     program_builder.init_fleet()
     rank, world_size = fleet.worker_index(), fleet.worker_num()
     place, device_id = _device()
+    train_split, val_split, classes = open_data(config, training, evaluating)
 
-    train_list = open_split(data_cfg, "train") if training else None
-    val_list = open_split(data_cfg, "val") if evaluating else None
-    if train_list and val_list:
-        check_same_classes(train_list, val_list)
-    for image_list, where in ((train_list, "train"), (val_list, "val")):
-        if image_list:
-            check_num_classes(image_list, config.model.num_classes, f"{data_cfg.image_root}/{where}")
-    classes = (train_list or val_list).classes
-
-    resume = None
-    if run_cfg.from_checkpoint:
-        resume = ckpt.read_checkpoint(run_cfg.from_checkpoint)
-    pretrained = ckpt.read_state(run_cfg.from_pretrained_params) if run_cfg.from_pretrained_params else None
-
-    steps_per_epoch = len(train_list) // world_size // data_cfg.batch_size if training else None
+    steps_per_epoch = len(train_split) // world_size // data_cfg.batch_size if training else None
     programs = program_builder.build_programs(
         config, steps_per_epoch, data_cfg.batch_size * world_size, training=training)
     exe = paddle.static.Executor(place)
@@ -86,86 +116,79 @@ def run(config, report_stream=None):
         programs.optimizer.amp_init(place, scope=paddle.static.global_scope(),
                                     test_program=programs.eval, use_fp16_test=True)
 
-    start_epoch = 0
     report = Report(config.report_file, enabled=rank == 0, stream=report_stream or sys.stdout)
     report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
     report.print(f"{config.model.arch}: {len(classes)} classes, rank {rank}/{world_size}, "
                  f"{'GPU ' + str(device_id) if device_id is not None else 'CPU'}")
-    state_program = programs.train if training else programs.eval
-    if resume:
-        meta, state = resume
-        if training:
-            ckpt.restore_state(programs.train, state)
-            start_epoch = meta["epoch"]
-            programs.lr_scheduler.step(meta["global_step"])
-        else:
-            ckpt.load_pretrained(programs.eval, state)
-        report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}")
-    elif pretrained is not None:
-        skipped = ckpt.load_pretrained(state_program, pretrained)
-        check_pretrained_fits(skipped, programs.model, config.model.arch,
-                              run_cfg.from_pretrained_params)
-        for name in skipped:
-            report.print(f"warning: pretrained parameter skipped: {name}")
-        report.log("PRETRAINED", {"file": run_cfg.from_pretrained_params, "skipped": skipped},
-                   kind="PARAMETER", console=False)
+    start_epoch = load_start_weights(config, programs, training, report)
     if config.asp.enabled and training:
         sparsity.prepare(programs, config.asp, exe, place, report)
-
     if rank == 0:
         write_class_index(os.path.join(run_cfg.output_dir, "classes.json"), classes)
     all_reduce = _all_reduce_sum(place) if world_size > 1 else None
-    layout = config.model.data_layout
-    metrics = {}
 
     def run_eval(epoch):
-        loader = make_loader(val_list, data_cfg, layout, False, rank, world_size, device_id=device_id)
+        loader = make_loader(val_split, data_cfg, config.model.data_layout, False, rank,
+                             world_size, device_id=device_id)
         return evaluate(exe, programs, loader, epoch, report, all_reduce)
 
-    if config.asp.prune_model and evaluating:
-        # Pruning's immediate cost, before retraining recovers it.
+    metrics = {}
+    if not training or (config.asp.prune_model and evaluating):
+        # Evaluation only; or pruning's immediate cost, before retraining recovers it.
         metrics.update(run_eval(start_epoch))
-    if not training:
-        metrics.update(run_eval(start_epoch))
-    elif run_cfg.benchmark:
-        metrics.update(_benchmark(exe, programs, train_list, config, report, rank, world_size,
+    if training and run_cfg.benchmark:
+        metrics.update(_benchmark(exe, programs, train_split, config, report, rank, world_size,
                                   device_id))
-    else:
-        global_step = start_epoch * steps_per_epoch
-        for epoch in range(start_epoch, run_cfg.epochs):
-            loader = make_loader(train_list, data_cfg, layout, True, rank, world_size, epoch,
-                                 device_id)
-            metrics = train_one_epoch(exe, programs, loader, epoch + 1, report,
-                                      run_cfg.print_interval, world_size,
-                                      config.loss.mixup_alpha, data_cfg.seed)
-            global_step += steps_per_epoch
-            last = epoch + 1 == run_cfg.epochs
-            if evaluating and ((epoch + 1) % run_cfg.eval_interval == 0 or last):
-                metrics.update(run_eval(epoch + 1))
-            report.log([epoch + 1], metrics, kind="EPOCH", console=False)
-            if config.asp.enabled:
-                sparsity.verify(programs, report, where=f"epoch {epoch + 1}")
-            if rank == 0 and ((epoch + 1) % run_cfg.save_interval == 0 or last):
-                directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch + 1)
-                ckpt.save_checkpoint(programs.train, directory, {
-                    "epoch": epoch + 1, "global_step": global_step, "arch": config.model.arch,
-                    "classes": list(classes), "config": config.to_dict()})
-                report.print(f"saved {directory}")
+    elif training:
+        metrics = train_epochs(config, exe, programs, train_split, classes, start_epoch,
+                               steps_per_epoch, report, rank, world_size, device_id,
+                               run_eval if evaluating else None)
     report.log("SUMMARY", metrics, kind="SUMMARY")
     report.close()
     return metrics
 
 
-def check_pretrained_fits(skipped, model, arch, path):
-    """Only the classifier may be skipped (another class count); anything else means
-    the file holds another architecture."""
+def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps_per_epoch,
+                 report, rank, world_size, device_id, run_eval):
+    """Epochs ``start_epoch + 1 .. run.epochs``: train, validate, verify sparsity, save."""
+    from paddle_resnet import checkpoint as ckpt
+    from paddle_resnet import sparsity
+    from paddle_resnet.data.dali import make_loader
+    from paddle_resnet.trainer import train_one_epoch
+
+    run_cfg = config.run
+    metrics = {}
+    for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
+        loader = make_loader(train_split, config.data, config.model.data_layout, True, rank,
+                             world_size, epoch - 1, device_id)
+        metrics = train_one_epoch(exe, programs, loader, epoch, report, run_cfg.print_interval,
+                                  world_size, config.loss.mixup_alpha, config.data.seed)
+        last = epoch == run_cfg.epochs
+        if run_eval and (epoch % run_cfg.eval_interval == 0 or last):
+            metrics.update(run_eval(epoch))
+        report.log([epoch], metrics, kind="EPOCH", console=False)
+        if config.asp.enabled:
+            sparsity.verify(programs, report, where=f"epoch {epoch}")
+        if rank == 0 and (epoch % run_cfg.save_interval == 0 or last):
+            directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
+            ckpt.save_checkpoint(programs.train, directory, {
+                "epoch": epoch, "global_step": epoch * steps_per_epoch,
+                "arch": config.model.arch, "classes": list(classes), "config": config.to_dict()})
+            report.print(f"saved {directory}")
+    return metrics
+
+
+def _is_classifier(skipped_entry, model):
+    return skipped_entry.split(" ")[0] in (model.fc.weight.name, model.fc.bias.name)
+
+
+def check_pretrained_fits(mismatched, arch, path):
+    """Mismatched parameters mean the file holds another architecture."""
     from paddle_resnet.errors import CheckpointError
 
-    classifier = {model.fc.weight.name, model.fc.bias.name}
-    others = [entry for entry in skipped if entry.split(" ")[0] not in classifier]
-    if others:
-        raise CheckpointError(f"{path}: does not fit {arch}: {len(others)} parameters do not "
-                              f"match, e.g. {others[0]}")
+    if mismatched:
+        raise CheckpointError(f"{path}: does not fit {arch}: {len(mismatched)} parameters do "
+                              f"not match, e.g. {mismatched[0]}")
 
 
 class _Steps:
@@ -181,7 +204,7 @@ class _Steps:
         return itertools.islice(self.stream, self.count)
 
 
-def _benchmark(exe, programs, train_list, config, report, rank, world_size, device_id):
+def _benchmark(exe, programs, train_split, config, report, rank, world_size, device_id):
     """Training throughput over ``benchmark_steps`` steps after ``benchmark_warmup_steps``."""
     from paddle_resnet.data.dali import make_loader
     from paddle_resnet.report import Report
@@ -189,7 +212,7 @@ def _benchmark(exe, programs, train_list, config, report, rank, world_size, devi
 
     def batches():
         for epoch in itertools.count():
-            yield from make_loader(train_list, config.data, config.model.data_layout, True,
+            yield from make_loader(train_split, config.data, config.model.data_layout, True,
                                    rank, world_size, epoch, device_id)
 
     stream, quiet = batches(), Report(None, enabled=False)

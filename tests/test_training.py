@@ -137,3 +137,11 @@ def test_pretrained_params_skip_mismatched_classifier(trained, fmnist_root, tmp_
     assert "pretrained parameter skipped: linear_0.w_0 (shape (512, 10) in the file, (512, 5) here)" in out
     assert "linear_0.b_0" in out and out.count("skipped") == 2
     assert state  # the file was read as a whole
+
+
+def test_evaluation_rejects_weights_of_another_model(trained):
+    config = build_config(dict(flat(trained), **{
+        "run.run_scope": "eval_only", "model.arch": "resnet34",
+        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18")}))
+    with pytest.raises(CheckpointError, match="does not fit resnet34"):
+        run(config)
