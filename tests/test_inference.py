@@ -111,8 +111,8 @@ def test_predict_names_classes(exported, fmnist_root, tmp_path):
                                                                          "classes.json"))).values()
 
 
-def fails_with(capsys, argv, message):
-    assert inference.main(argv) == 2
+def fails_with(capsys, argv, message, log):
+    assert inference.main(argv + ["--trt-log-path", str(log)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and message in err, err
 
@@ -120,21 +120,22 @@ def fails_with(capsys, argv, message):
 def test_bad_input(exported, capsys, tmp_path):
     config, _ = exported
     model_dir = config.inference.model_dir
-    fails_with(capsys, ["--trt-inference-dir", str(tmp_path / "none")], "does not exist")
+    log = tmp_path / "inference.json"
+    fails_with(capsys, ["--trt-inference-dir", str(tmp_path / "none")], "does not exist", log)
     partial = tmp_path / "partial"
     partial.mkdir()
     (partial / "inference.pdmodel").write_bytes(b"x")
-    fails_with(capsys, ["--trt-inference-dir", str(partial)], "inference.pdiparams is missing")
+    fails_with(capsys, ["--trt-inference-dir", str(partial)], "inference.pdiparams is missing", log)
     not_image = tmp_path / "notes.jpg"
     not_image.write_text("not an image")
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--mode", "predict", "--images",
-                        str(not_image)], "notes.jpg: cannot be decoded as an image")
+                        str(not_image)], "notes.jpg: cannot be decoded as an image", log)
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--batch-size", "0"],
-               "data.batch_size must be at least 1")
+               "data.batch_size must be at least 1", log)
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--backend", "trt"],
-               "--backend trt needs an NVIDIA GPU")
+               "--backend trt needs an NVIDIA GPU", log)
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--backend", "cpu", "--trt-precision",
-                        "INT8"], "--trt-precision INT8 needs --backend trt")
+                        "INT8"], "--trt-precision INT8 needs --backend trt", log)
     classifier = build(config)
     with pytest.raises(Exception, match=r"does not fit the model, which takes \[batch, 3, 32, 32\]"):
         classifier(np.zeros((2, 3, 224, 224), np.float32))

@@ -177,49 +177,60 @@ class DaliLoader:
             yield batch[0]
 
 
+def _folder_source(image_list, batch, training, rank, world_size, seed, epoch):
+    """(read, explain, number of images) for this rank's share of an image tree."""
+    indices = (train_indices(len(image_list), batch, rank, world_size, seed, epoch)
+               if training else eval_indices(len(image_list), rank, world_size))
+    files = [image_list.files[i] for i in indices]
+    # Whole batches, filled by wrapping around to the first images (cut again by the
+    # loader). DALI's own padding repeats the last image, and its CPU decoder
+    # crashes when dozens of samples of a batch fail, were that image broken.
+    padded = np.resize(indices, math.ceil(len(indices) / batch) * batch)
+
+    def read(fn):
+        return fn.readers.file(files=[image_list.files[i] for i in padded],
+                               labels=[image_list.labels[i] for i in padded],
+                               random_shuffle=False, name="Reader")
+
+    def explain(step, err):
+        # DALI names no file for a failed decode; the failing batch is this one or
+        # one of those already prefetched behind it.
+        broken = find_unreadable_image(files[step * batch:(step + PREFETCH_DEPTH + 1) * batch])
+        if broken:
+            return DataError(f"{broken}: cannot be decoded as an image")
+        return DataError(f"DALI failed on batch {step}: {str(err).splitlines()[0]}")
+
+    return read, explain, len(files)
+
+
+def _record_source(data_split, data_config, training, rank, world_size, seed):
+    """(read, explain, number of images) for this rank's shard of a record file."""
+    fmt, root, batch = data_config.format, data_config.image_root, data_config.batch_size
+    if training:
+        num_images = batch * train_steps(len(data_split), batch, world_size)
+    else:
+        num_images = len(records.shard_range(len(data_split), rank, world_size))
+
+    def read(fn):
+        return records.read_records(fn, root, data_split.split, fmt, rank, world_size,
+                                    random_shuffle=training, seed=seed)
+
+    def explain(step, err):
+        return records.describe_record_error(err, root, data_split.split, fmt)
+
+    return read, explain, num_images
+
+
 def make_loader(data_split, data_config, layout, training, rank=0, world_size=1, epoch=0,
                 device_id=None):
     """The loader of one epoch (training) or one full pass (evaluation) for this rank."""
     seed = data_config.seed + 1000 * epoch + rank
-    batch = data_config.batch_size
     if data_split.image_list is not None:
-        image_list = data_split.image_list
-        indices = (train_indices(len(image_list), batch, rank, world_size, data_config.seed, epoch)
-                   if training else eval_indices(len(image_list), rank, world_size))
-        files = [image_list.files[i] for i in indices]
-        # Whole batches, filled by wrapping around to the first images (cut again by the
-        # loader). DALI's own padding repeats the last image, and its CPU decoder
-        # crashes when dozens of samples of a batch fail, were that image broken.
-        padded = np.resize(indices, math.ceil(len(indices) / batch) * batch)
-
-        def read(fn):
-            return fn.readers.file(files=[image_list.files[i] for i in padded],
-                                   labels=[image_list.labels[i] for i in padded],
-                                   random_shuffle=False, name="Reader")
-
-        def explain(step, err):
-            # DALI names no file for a failed decode; the failing batch is this one or
-            # one of those already prefetched behind it.
-            window = files[step * batch:(step + PREFETCH_DEPTH + 1) * batch]
-            broken = find_unreadable_image(window)
-            if broken:
-                return DataError(f"{broken}: cannot be decoded as an image")
-            return DataError(f"DALI failed on batch {step}: {str(err).splitlines()[0]}")
-
-        num_images = len(files)
+        read, explain, num_images = _folder_source(data_split.image_list, data_config.batch_size,
+                                                   training, rank, world_size, data_config.seed,
+                                                   epoch)
     else:
-        fmt, root = data_config.format, data_config.image_root
-        if training:
-            num_images = batch * train_steps(len(data_split), batch, world_size)
-        else:
-            num_images = len(records.shard_range(len(data_split), rank, world_size))
-
-        def read(fn):
-            return records.read_records(fn, root, data_split.split, fmt, rank, world_size,
-                                        random_shuffle=training, seed=seed)
-
-        def explain(step, err):
-            return records.describe_record_error(err, root, data_split.split, fmt)
-
+        read, explain, num_images = _record_source(data_split, data_config, training, rank,
+                                                   world_size, seed)
     pipe = build_pipeline(read, data_config, layout, training, seed, device_id)
-    return DaliLoader(pipe, num_images, batch, device_id is not None, explain)
+    return DaliLoader(pipe, num_images, data_config.batch_size, device_id is not None, explain)
