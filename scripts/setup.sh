@@ -5,8 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PADDLE_VERSION=2.6.2
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+# PADDLE_VERSION and VENV select another Paddle in another environment (the 3.x smoke
+# test uses 3.3.1 in .venv-paddle3; PyPI has Paddle 3.x for the CPU only).
+PADDLE_VERSION=${PADDLE_VERSION:-2.6.2}
+VENV=${VENV:-.venv}
+if [[ "$PADDLE_VERSION" == 2.* ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   paddle_package="paddlepaddle-gpu==${PADDLE_VERSION}"
 else
   paddle_package="paddlepaddle==${PADDLE_VERSION}"
@@ -21,16 +24,16 @@ if [ ! -d /usr/share/datasets/fashion-mnist ]; then
 fi
 
 python=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$python" -m venv .venv
-stamp=.venv/.installed
+[ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
+stamp=$VENV/.installed
 wanted="$paddle_package $(cat requirements.txt requirements-test.txt | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-  echo "setup: installing $paddle_package and requirements into .venv"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q "$paddle_package" -r requirements.txt -r requirements-test.txt
+  echo "setup: installing $paddle_package and requirements into $VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q "$paddle_package" -r requirements.txt -r requirements-test.txt
   # foolbox ships 20 real ImageNet validation JPEGs (tests use them); its own
   # dependencies are not needed.
-  .venv/bin/python -m pip install -q --no-deps foolbox==3.3.4
+  "$VENV/bin/python" -m pip install -q --no-deps foolbox==3.3.4
   echo "$wanted" > "$stamp"
 fi
-echo "setup: $(.venv/bin/python -c 'import paddle, nvidia.dali as d; print("paddle", paddle.__version__, "dali", d.__version__)')"
+echo "setup: $("$VENV/bin/python" -c 'import paddle, nvidia.dali as d; print("paddle", paddle.__version__, "dali", d.__version__)')"
