@@ -470,9 +470,3 @@ def to_yaml(config):
             return {k: plain(v) for k, v in value.items()}
         return value
     return yaml.safe_dump(plain(config.to_dict()), sort_keys=False)
-
-
-def from_dict(document, source="checkpoint"):
-    """Rebuild a Config saved with ``Config.to_dict`` (e.g. in a checkpoint)."""
-    return build_config({f"{section}.{key}": value for section, entries in document.items()
-                         for key, value in entries.items()}, source)

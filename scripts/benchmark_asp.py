@@ -3,8 +3,8 @@
     .venv/bin/python scripts/benchmark_asp.py --config resnet18_demo --benchmark-steps 40
 
 Every argument goes to train.py; this adds --benchmark --run-scope train_only and,
-for the sparse runs, --asp --prune-model. Dense and sparse runs alternate
-(--repeats times each) so that drift in the machine's speed hits both alike.
+for the sparse runs, --asp --prune-model. Dense and sparse runs alternate in
+ABBA order (--repeats times each) so that drift in the machine's speed hits both alike.
 Writes the figures to benchmark_asp.json (--output).
 """
 import argparse
@@ -39,7 +39,8 @@ def main():
     runs = {name: [] for name in variants}
     with open(os.devnull, "w") as quiet:
         for repeat in range(args.repeats):
-            for name, variant in variants.items():
+            order = list(variants.items())
+            for name, variant in (order if repeat % 2 == 0 else order[::-1]):
                 ips = train.run(variant, report_stream=quiet)["train.ips"]
                 runs[name].append(ips)
                 print(f"repeat {repeat + 1}: {name:5s} {ips:8.2f} img/s", flush=True)
