@@ -3,7 +3,9 @@ import time
 
 import numpy as np
 
-MIXUP_FEED = "mixup_lambda"      # program.MIXUP_FEED; program.py imports Paddle, this module need not
+# The feed that carries the MixUp weight; program.py builds it (defined here, where
+# the weights are drawn, so this module needs no Paddle import).
+MIXUP_FEED = "mixup_lambda"
 
 
 class Meter:
