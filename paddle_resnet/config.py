@@ -245,12 +245,14 @@ INFERENCE_FLAGS = {
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 
 
-def _field(dotted):
-    section, key = dotted.split(".")
-    for f in dataclasses.fields(_SECTIONS[section]):
-        if f.name == key:
-            return f
-    raise KeyError(dotted)
+def _field(dotted, source="config"):
+    """The dataclass field of ``section.key``; ConfigError naming ``source`` if there is none."""
+    section, _, key = dotted.partition(".")
+    if section in _SECTIONS:
+        for f in dataclasses.fields(_SECTIONS[section]):
+            if f.name == key:
+                return f
+    raise ConfigError(f"{source}: unknown config key {dotted!r}")
 
 
 def _convert(dotted, value, source):
@@ -322,10 +324,7 @@ def _read_yaml(path):
             raise ConfigError(f"{path}: section {section!r} must be a mapping")
         for key, value in entries.items():
             dotted = f"{section}.{key}"
-            try:
-                _field(dotted)
-            except KeyError:
-                raise ConfigError(f"{path}: unknown config key {dotted!r}") from None
+            _field(dotted, path)
             values[dotted] = _convert(dotted, value, path)
     return values
 
@@ -333,10 +332,7 @@ def _read_yaml(path):
 def build_config(values, source="config"):
     """A Config from a flat {"section.key": value} mapping, converted and validated."""
     for dotted in values:
-        try:
-            _field(dotted)
-        except (KeyError, ValueError):
-            raise ConfigError(f"{source}: unknown config key {dotted!r}") from None
+        _field(dotted, source)
     values = {dotted: _convert(dotted, value, source) for dotted, value in values.items()}
     sections = {}
     for name, section_type in _SECTIONS.items():
@@ -412,10 +408,6 @@ def validate(config):
     _check(inf.cpu_threads >= 0, "inference.cpu_threads must be >= 0")
 
 
-def _flag_type(dotted):
-    return bool if _field(dotted).type is bool else str
-
-
 def build_parser(description, inference=False):
     """The command-line parser: every flag maps to one config key."""
     parser = argparse.ArgumentParser(description=description, argument_default=argparse.SUPPRESS)
@@ -430,9 +422,9 @@ def build_parser(description, inference=False):
     for group_name, flags in groups.items():
         group = parser.add_argument_group(group_name)
         for flag, dotted, help_text in flags:
-            default = _field(dotted).default
-            text = f"{help_text} [{dotted}, default {default}]"
-            if _flag_type(dotted) is bool:
+            field_ = _field(dotted)
+            text = f"{help_text} [{dotted}, default {field_.default}]"
+            if field_.type is bool:
                 group.add_argument(flag, dest=dotted, action=argparse.BooleanOptionalAction,
                                    help=text)
             else:
@@ -451,10 +443,7 @@ def config_from_args(namespace):
         dotted, sep, raw = assignment.partition("=")
         if not sep:
             raise ConfigError(f"--set {assignment!r}: expected SECTION.KEY=VALUE")
-        try:
-            _field(dotted)
-        except (KeyError, ValueError):
-            raise ConfigError(f"--set: unknown config key {dotted!r}") from None
+        _field(dotted, "--set")
         values[dotted] = _convert(dotted, yaml.safe_load(raw) if raw else None, "--set")
     for dotted, raw in given.items():
         if "." in dotted:
