@@ -18,20 +18,15 @@ from paddle_resnet.cli import main_with  # noqa: E402
 from paddle_resnet.errors import CheckpointError, ConfigError  # noqa: E402
 
 
-def _source_state(run_cfg):
-    """(state, classes or None) from --from-checkpoint or --from-pretrained-params."""
-    from paddle_resnet import checkpoint as ckpt
+def _classes(run_cfg, meta):
+    """Class names from the checkpoint, or from a classes.json beside the parameters."""
     from paddle_resnet.data.folder import read_class_index
 
-    if run_cfg.from_checkpoint:
-        meta, state = ckpt.read_checkpoint(run_cfg.from_checkpoint)
-        return state, meta.get("classes")
-    if run_cfg.from_pretrained_params:
-        state = ckpt.read_state(run_cfg.from_pretrained_params)
-        index = os.path.join(os.path.dirname(os.path.abspath(run_cfg.from_pretrained_params)),
-                             "classes.json")
-        return state, read_class_index(index) if os.path.exists(index) else None
-    raise ConfigError("export needs --from-checkpoint or --from-pretrained-params")
+    if meta is not None:
+        return meta.get("classes")
+    index = os.path.join(os.path.dirname(os.path.abspath(run_cfg.from_pretrained_params)),
+                         "classes.json")
+    return read_class_index(index) if os.path.exists(index) else None
 
 
 def export(config):
@@ -43,7 +38,10 @@ def export(config):
     from paddle_resnet import predictor, sparsity
     from paddle_resnet.data.folder import write_class_index
 
-    state, classes = _source_state(config.run)
+    meta, state = ckpt.read_weights(config.run)
+    if state is None:
+        raise ConfigError("export needs --from-checkpoint or --from-pretrained-params")
+    classes = _classes(config.run, meta)
     programs = program_builder.build_programs(config, training=False)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)

@@ -42,7 +42,7 @@ def build_classifier(config, max_batch):
     info = predictor.read_model_info(inf.model_dir)
     backend = predictor.resolve_backend(inf.backend)
     calls = predictor.predictor_settings(inf, backend, info["input_shape"], max_batch)
-    return predictor.Classifier(inf.model_dir, calls), info, backend
+    return predictor.Classifier(inf.model_dir, calls, info["input_shape"]), info, backend
 
 
 def val_batches(data_split, data_cfg, layout):

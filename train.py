@@ -64,25 +64,23 @@ def load_start_weights(config, programs, training, report):
     from paddle_resnet import checkpoint as ckpt
 
     run_cfg = config.run
-    if run_cfg.from_checkpoint and training:
-        meta, state = ckpt.read_checkpoint(run_cfg.from_checkpoint)
+    meta, state = ckpt.read_weights(run_cfg)
+    if state is None:
+        return 0
+    if meta is not None and training:
         ckpt.restore_state(programs.train, state)
         programs.lr_scheduler.step(meta["global_step"])
         report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}")
         return meta["epoch"]
     source = run_cfg.from_checkpoint or run_cfg.from_pretrained_params
-    if source:
-        state = (ckpt.read_checkpoint(source)[1] if run_cfg.from_checkpoint
-                 else ckpt.read_state(source))
-        skipped = ckpt.load_pretrained(programs.train if training else programs.eval, state)
-        # Training may start with a new classifier; evaluation needs every weight.
-        check_pretrained_fits(skipped if not training else
-                              [s for s in skipped if not _is_classifier(s, programs.model)],
-                              config.model.arch, source)
-        for name in skipped:
-            report.print(f"warning: pretrained parameter skipped: {name}")
-        report.log("PRETRAINED", {"file": source, "skipped": skipped}, kind="PARAMETER",
-                   console=False)
+    skipped = ckpt.load_pretrained(programs.train if training else programs.eval, state)
+    # Training may start with a new classifier; evaluation needs every weight.
+    check_pretrained_fits(skipped if not training else
+                          [s for s in skipped if not _is_classifier(s, programs.model)],
+                          config.model.arch, source)
+    for name in skipped:
+        report.print(f"warning: pretrained parameter skipped: {name}")
+    report.log("PRETRAINED", {"file": source, "skipped": skipped}, kind="PARAMETER", console=False)
     return 0
 
 

@@ -104,6 +104,16 @@ def read_checkpoint(path):
     return meta, read_state(os.path.join(directory, PREFIX))
 
 
+def read_weights(run_config):
+    """(meta, state) from --from-checkpoint, (None, state) from --from-pretrained-params,
+    (None, None) when neither is given."""
+    if run_config.from_checkpoint:
+        return read_checkpoint(run_config.from_checkpoint)
+    if run_config.from_pretrained_params:
+        return None, read_state(run_config.from_pretrained_params)
+    return None, None
+
+
 def read_state(prefix):
     """Variable name -> array from ``<prefix>.pdparams`` (and ``.pdopt`` if present)."""
     if prefix.endswith(".pdparams"):

@@ -114,12 +114,15 @@ def check_model_dir(model_dir):
 
 
 class Classifier:
-    """A Paddle Inference predictor: float images in, class probabilities out."""
+    """A Paddle Inference predictor: float images in, class probabilities out.
 
-    def __init__(self, model_dir, calls):
+    ``model_dir`` is assumed checked (``check_model_dir``); ``input_shape`` excludes
+    the batch, as model.json records it.
+    """
+
+    def __init__(self, model_dir, calls, input_shape):
         import paddle.inference as paddle_infer
 
-        check_model_dir(model_dir)
         config = paddle_infer.Config(os.path.join(model_dir, MODEL_FILE),
                                      os.path.join(model_dir, PARAMS_FILE))
         for call in calls:
@@ -132,7 +135,7 @@ class Classifier:
                             f"({str(err).strip().splitlines()[-1]})") from None
         self.input = self.predictor.get_input_handle(self.predictor.get_input_names()[0])
         self.output = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
-        self.input_shape = tuple(read_model_info(model_dir)["input_shape"])
+        self.input_shape = tuple(input_shape)
 
     def __call__(self, images):
         images = np.ascontiguousarray(images, dtype=np.float32)

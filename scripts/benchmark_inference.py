@@ -88,10 +88,11 @@ def main():
                                            options, providers=["CPUExecutionProvider"])
     input_name = session.get_inputs()[0].name
     runners = {"onnxruntime fp32": lambda x: session.run(None, {input_name: x})[0]}
+    input_shape = [3, args.size, args.size]
     for precision in ("fp32", "bf16"):
         calls = predictor.predictor_settings(InferenceConfig(cpu_precision=precision), "cpu",
-                                             [3, args.size, args.size], 64)
-        runners[f"paddle {precision}"] = predictor.Classifier(model_dir, calls)
+                                             input_shape, 64)
+        runners[f"paddle {precision}"] = predictor.Classifier(model_dir, calls, input_shape)
 
     rng = np.random.default_rng(0)
     results = []
