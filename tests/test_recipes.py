@@ -120,7 +120,7 @@ def test_mixup_targets_blend_the_reversed_batch_and_sum_to_one():
     np.testing.assert_allclose(target[0], 0.3 * smooth(0) + 0.7 * smooth(9), atol=1e-6)
 
 
-def test_color_jitter_changes_training_images_only_in_colour(fmnist_root):
+def test_color_jitter_changes_training_images_not_labels(fmnist_root):
     from paddle_resnet.config import DataConfig
     from paddle_resnet.data.dali import make_loader, open_split
 

@@ -139,7 +139,6 @@ def test_pretrained_params_skip_mismatched_classifier(trained, fmnist_root, tmp_
         "run.from_pretrained_params": params})
     train.run(config)
     assert "skipped" not in capsys.readouterr().out
-    state = ckpt.read_state(params)
     subset = tmp_path / "five"
     for split in ("train", "val"):
         for name in sorted(os.listdir(os.path.join(fmnist_root, split)))[:5]:
@@ -152,7 +151,6 @@ def test_pretrained_params_skip_mismatched_classifier(trained, fmnist_root, tmp_
     out = capsys.readouterr().out
     assert "pretrained parameter skipped: linear_0.w_0 (shape (512, 10) in the file, (512, 5) here)" in out
     assert "linear_0.b_0" in out and out.count("skipped") == 2
-    assert state  # the file was read as a whole
 
 
 def test_evaluation_rejects_weights_of_another_model(trained):
