@@ -35,8 +35,6 @@ def export(config):
 
     import program as program_builder
     from paddle_resnet import checkpoint as ckpt
-    from paddle_resnet import predictor, sparsity
-    from paddle_resnet.data.folder import write_class_index
 
     meta, state = ckpt.read_weights(config.run)
     if state is None:
@@ -51,7 +49,24 @@ def export(config):
                               f"{config.model.num_classes} classes: {len(skipped)} parameters "
                               f"skipped, e.g. {skipped[0]}")
     out_dir = config.inference.model_dir
-    os.makedirs(out_dir, exist_ok=True)
+    with ckpt.staged_directory(out_dir) as staging:    # an earlier export survives a crash
+        info = _write_inference_model(config, programs, exe, state, classes, staging)
+    files = {name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))}
+    report = dict(info, directory=out_dir, files=files,
+                  source=config.run.from_checkpoint or config.run.from_pretrained_params)
+    with open(config.inference.export_log_path, "w") as handle:
+        json.dump(report, handle, indent=1)
+    return report
+
+
+def _write_inference_model(config, programs, exe, state, classes, out_dir):
+    """The model, classes.json and model.json into ``out_dir``; returns model.json's content."""
+    import paddle
+
+    import program as program_builder
+    from paddle_resnet import predictor, sparsity
+    from paddle_resnet.data.folder import write_class_index
+
     prefix = os.path.join(out_dir, predictor.MODEL_FILE.rsplit(".", 1)[0])
     image = programs.eval.global_block().var("data")
     paddle.static.save_inference_model(prefix, [image], [programs.eval_fetches["probs"]], exe,
@@ -72,12 +87,7 @@ def export(config):
         json.dump(info, handle, indent=1)
     if sparse:
         sparsity.check_inference_model(out_dir, sparse)
-    files = {name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))}
-    report = dict(info, directory=out_dir, files=files,
-                  source=config.run.from_checkpoint or config.run.from_pretrained_params)
-    with open(config.inference.export_log_path, "w") as handle:
-        json.dump(report, handle, indent=1)
-    return report
+    return info
 
 
 def export_and_describe(config):

@@ -5,8 +5,10 @@ A checkpoint is a folder <output-dir>/<arch>/<epochs done>/ holding
 loss scaling, ASP masks, learning-rate variable), ``model.pdmodel`` and
 ``meta.json`` (epoch, global step, config, classes, and the size and SHA-256 of
 each file). The folder is assembled under a temporary name and renamed into
-place, so a crash mid-save leaves the previous checkpoints as they were.
+place (``staged_directory``), so a crash mid-save leaves the previous checkpoints
+as they were.
 """
+import contextlib
 import hashlib
 import json
 import os
@@ -42,25 +44,23 @@ def checkpoint_dir(output_dir, arch, epoch):
     return os.path.join(output_dir, arch, str(epoch))
 
 
-def save_checkpoint(program, directory, meta):
-    """Write ``program``'s persistable variables and ``meta`` to ``directory``, atomically."""
+@contextlib.contextmanager
+def staged_directory(directory):
+    """Yield a hidden sibling folder to fill; on success it replaces ``directory`` by
+    renames, on failure it is removed. Either way ``directory`` is never half-written."""
     parent = os.path.dirname(os.path.abspath(directory))
     os.makedirs(parent, exist_ok=True)
     staging = os.path.join(parent, f".{os.path.basename(directory)}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
-    paddle.static.save(program, os.path.join(staging, PREFIX))
-    files = {}
-    for name in sorted(os.listdir(staging)):
-        path = os.path.join(staging, name)
-        with open(path, "rb+") as handle:
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for name in os.listdir(staging):
+        with open(os.path.join(staging, name), "rb+") as handle:
             os.fsync(handle.fileno())
-        files[name] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
-    meta_path = os.path.join(staging, META)
-    with open(meta_path, "w") as handle:
-        json.dump(dict(meta, files=files), handle, indent=1)
-        handle.flush()
-        os.fsync(handle.fileno())
     _fsync_dir(staging)
     if os.path.exists(directory):
         retired = staging + ".old"
@@ -70,6 +70,18 @@ def save_checkpoint(program, directory, meta):
     else:
         os.replace(staging, directory)
     _fsync_dir(parent)
+
+
+def save_checkpoint(program, directory, meta):
+    """Write ``program``'s persistable variables and ``meta`` to ``directory``, atomically."""
+    with staged_directory(directory) as staging:
+        paddle.static.save(program, os.path.join(staging, PREFIX))
+        files = {}
+        for name in sorted(os.listdir(staging)):
+            path = os.path.join(staging, name)
+            files[name] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
+        with open(os.path.join(staging, META), "w") as handle:
+            json.dump(dict(meta, files=files), handle, indent=1)
 
 
 def resolve_checkpoint(path):

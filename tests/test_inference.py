@@ -192,3 +192,21 @@ def test_nhwc_export_equals_nchw(exported, tmp_path):
     expected = build(config)(images)
     actual = build(nhwc)(images.transpose(0, 2, 3, 1))
     np.testing.assert_allclose(actual, expected, atol=1e-4)
+
+
+def test_failed_export_keeps_the_previous_one(exported, monkeypatch):
+    import paddle
+
+    config, _ = exported
+    model_dir = config.inference.model_dir
+    before = {name: open(os.path.join(model_dir, name), "rb").read() for name in os.listdir(model_dir)}
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("killed during export")
+
+    monkeypatch.setattr(paddle.static, "save_inference_model", crash)
+    with pytest.raises(KeyboardInterrupt):
+        export_model.export(config)
+    after = {name: open(os.path.join(model_dir, name), "rb").read() for name in os.listdir(model_dir)}
+    assert after == before
+    assert not [n for n in os.listdir(os.path.dirname(model_dir)) if ".partial-" in n]
