@@ -35,6 +35,7 @@ def export(config):
 
     import program as program_builder
     from paddle_resnet import checkpoint as ckpt
+    from paddle_resnet.atomic import staged_directory
 
     meta, state = ckpt.read_weights(config.run)
     if state is None:
@@ -49,7 +50,7 @@ def export(config):
                               f"{config.model.num_classes} classes: {len(skipped)} parameters "
                               f"skipped, e.g. {skipped[0]}")
     out_dir = config.inference.model_dir
-    with ckpt.staged_directory(out_dir) as staging:    # an earlier export survives a crash
+    with staged_directory(out_dir) as staging:    # an earlier export survives a crash
         info = _write_inference_model(config, programs, exe, state, classes, staging)
     files = {name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))}
     report = dict(info, directory=out_dir, files=files,

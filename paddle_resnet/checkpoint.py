@@ -8,15 +8,14 @@ each file). The folder is assembled under a temporary name and renamed into
 place (``staged_directory``), so a crash mid-save leaves the previous checkpoints
 as they were.
 """
-import contextlib
 import hashlib
 import json
 import os
-import shutil
 
 import numpy as np
 import paddle
 
+from paddle_resnet.atomic import staged_directory
 from paddle_resnet.errors import CheckpointError
 from paddle_resnet.sparsity import MASK_SUFFIX
 
@@ -32,44 +31,8 @@ def _sha256(path):
     return digest.hexdigest()
 
 
-def _fsync_dir(path):
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def checkpoint_dir(output_dir, arch, epoch):
     return os.path.join(output_dir, arch, str(epoch))
-
-
-@contextlib.contextmanager
-def staged_directory(directory):
-    """Yield a hidden sibling folder to fill; on success it replaces ``directory`` by
-    renames, on failure it is removed. Either way ``directory`` is never half-written."""
-    parent = os.path.dirname(os.path.abspath(directory))
-    os.makedirs(parent, exist_ok=True)
-    staging = os.path.join(parent, f".{os.path.basename(directory)}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    os.makedirs(staging)
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    for name in os.listdir(staging):
-        with open(os.path.join(staging, name), "rb+") as handle:
-            os.fsync(handle.fileno())
-    _fsync_dir(staging)
-    if os.path.exists(directory):
-        retired = staging + ".old"
-        os.replace(directory, retired)
-        os.replace(staging, directory)
-        shutil.rmtree(retired)
-    else:
-        os.replace(staging, directory)
-    _fsync_dir(parent)
 
 
 def save_checkpoint(program, directory, meta):

@@ -4,6 +4,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Tuple
 
+from paddle_resnet.atomic import atomic_files
 from paddle_resnet.errors import DataError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -63,11 +64,8 @@ def check_num_classes(image_list: ImageList, num_classes, where):
 
 def write_class_index(path, classes):
     """{label: folder name} as JSON, so predictions can be named later."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    temporary = path + ".tmp"
-    with open(temporary, "w") as handle:
-        json.dump({str(i): name for i, name in enumerate(classes)}, handle, indent=1)
-    os.replace(temporary, path)
+    with atomic_files(path) as (handle,):
+        handle.write(json.dumps({str(i): name for i, name in enumerate(classes)}, indent=1).encode())
 
 
 def read_class_index(path):

@@ -10,7 +10,6 @@ training records are written in a fixed shuffled order (see ``shuffled``).
 
 Both formats are written in plain Python, without MXNet or TensorFlow.
 """
-import contextlib
 import os
 import struct
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from paddle_resnet.data.folder import (ImageList, check_same_classes, scan_split,
                                        write_class_index)
+from paddle_resnet.atomic import atomic_files
 from paddle_resnet.errors import DataError
 
 FORMATS = ("recordio", "tfrecord")
@@ -114,24 +114,6 @@ def shuffled(image_list, seed=0):
                      tuple(image_list.labels[i] for i in order), image_list.classes)
 
 
-@contextlib.contextmanager
-def atomic_outputs(*paths):
-    """Binary handles on temporaries that replace ``paths`` only if the block succeeds,
-    so a failed or interrupted run never leaves a half-written record file in place."""
-    os.makedirs(os.path.dirname(os.path.abspath(paths[0])), exist_ok=True)
-    temporaries = [path + ".tmp" for path in paths]
-    try:
-        with contextlib.ExitStack() as stack:
-            yield [stack.enter_context(open(temporary, "wb")) for temporary in temporaries]
-    except BaseException:
-        for temporary in temporaries:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(temporary)
-        raise
-    for temporary, path in zip(temporaries, paths):
-        os.replace(temporary, path)
-
-
 def read_bytes(path):
     with open(path, "rb") as handle:
         return handle.read()
@@ -139,7 +121,7 @@ def read_bytes(path):
 
 def write_recordio(image_list, prefix):
     """``<prefix>.rec`` and ``<prefix>.idx``: one record per image, key = its index."""
-    with atomic_outputs(prefix + ".rec", prefix + ".idx") as (data, index):
+    with atomic_files(prefix + ".rec", prefix + ".idx") as (data, index):
         for key, (path, label) in enumerate(zip(image_list.files, image_list.labels)):
             index.write(f"{key}\t{data.tell()}\n".encode())
             data.write(recordio_record(key, label, read_bytes(path)))
@@ -169,7 +151,7 @@ def image_example(image_list, position):
 
 def write_tfrecord_examples(examples, prefix):
     """Frame serialized Examples into ``<prefix>.tfrecord``, indexed as DALI's tfrecord2idx does."""
-    with atomic_outputs(prefix + ".tfrecord", prefix + ".tfrecord.idx") as (data, index):
+    with atomic_files(prefix + ".tfrecord", prefix + ".tfrecord.idx") as (data, index):
         for example in examples:
             frame = tfrecord_frame(example)
             index.write(f"{data.tell()} {len(frame)}\n".encode())
