@@ -11,6 +11,7 @@ as they were.
 import hashlib
 import json
 import os
+import pickle
 
 import numpy as np
 import paddle
@@ -62,6 +63,12 @@ def resolve_checkpoint(path):
 
 def read_checkpoint(path):
     """(meta, state) of a verified checkpoint; state maps variable names to arrays."""
+    directory, meta = verify_checkpoint(path)
+    return meta, read_state(os.path.join(directory, PREFIX))
+
+
+def verify_checkpoint(path):
+    """(folder, meta) of a checkpoint whose files match their recorded sizes and SHA-256."""
     directory = resolve_checkpoint(path)
     meta_path = os.path.join(directory, META)
     try:
@@ -76,7 +83,7 @@ def read_checkpoint(path):
         if os.path.getsize(file_path) != expected["bytes"] or _sha256(file_path) != expected["sha256"]:
             raise CheckpointError(f"{file_path}: truncated or modified "
                                   f"(expected {expected['bytes']} bytes, sha256 {expected['sha256'][:12]}...)")
-    return meta, read_state(os.path.join(directory, PREFIX))
+    return directory, meta
 
 
 def read_weights(run_config):
@@ -89,14 +96,18 @@ def read_weights(run_config):
     return None, None
 
 
-def read_state(prefix):
-    """Variable name -> array from ``<prefix>.pdparams`` (and ``.pdopt`` if present)."""
+def read_state(prefix, optimizer=True):
+    """Variable name -> array from ``<prefix>.pdparams``, and with ``optimizer`` also
+    from ``<prefix>.pdopt`` if present (momentum, loss scaling, ASP masks)."""
     if prefix.endswith(".pdparams"):
         prefix = prefix[: -len(".pdparams")]
     if not os.path.exists(prefix + ".pdparams"):
         raise CheckpointError(f"{prefix}.pdparams does not exist")
     try:
-        return dict(paddle.static.load_program_state(prefix))
+        if optimizer:
+            return dict(paddle.static.load_program_state(prefix))
+        with open(prefix + ".pdparams", "rb") as handle:   # the format load_program_state reads
+            return dict(pickle.load(handle, encoding="latin1"))
     except Exception as err:  # pickle and Paddle raise several types for broken files
         raise CheckpointError(f"{prefix}.pdparams: cannot be read ({type(err).__name__}: "
                               f"{str(err).splitlines()[0] if str(err) else ''})") from None

@@ -134,18 +134,12 @@ def check_inference_model(model_dir, names):
         raise SparsityViolation(f"{model_dir}: exported weights not 2:4 sparse: {broken[:3]}")
 
 
-def _is_optimizer_state(name, names):
-    """Paddle names optimizer accumulators after their parameter: <param>_velocity_0."""
-    return any(name.startswith(other + "_") for other in names if other != name)
-
-
 def compliance_table(params, marked):
     """One row per weight of ``params``: shape, density, 2:4 or not, marked sparse or not."""
     rows = []
     for name in sorted(params):
         value = np.asarray(params[name])
-        if (value.ndim not in (2, 4) or name.endswith(MASK_SUFFIX)
-                or _is_optimizer_state(name, params)):
+        if value.ndim not in (2, 4) or name.endswith(MASK_SUFFIX):
             continue
         rows.append({"param": name, "shape": list(value.shape), "density": round(density(value), 4),
                      "is_2to4": is_2to4(value), "marked_sparse": name in marked})
@@ -159,8 +153,11 @@ def _load_for_check(path):
 
     if os.path.isdir(path) and os.path.exists(os.path.join(path, INFO_FILE)):
         return read_inference_params(path), set(read_model_info(path).get("sparse_2to4", []))
-    state = ckpt.read_checkpoint(path)[1] if os.path.isdir(path) else ckpt.read_state(path)
-    return state, set(sparse_parameters(state))
+    if os.path.isdir(path):
+        path = os.path.join(ckpt.verify_checkpoint(path)[0], ckpt.PREFIX)
+    # The weights and their ASP masks; not the optimizer state of the .pdopt file.
+    params = ckpt.read_state(path, optimizer=False)
+    return params, set(sparse_parameters(params))
 
 
 def main(argv=None):
