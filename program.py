@@ -1,24 +1,23 @@
 """Static train and eval programs for a ResNet, with Fleet AMP / ASP / data parallelism.
 
 Programs are built in the legacy static IR: Fleet's static meta-optimizers do
-not work under Paddle 3.x's PIR (see README, "Paddle versions").
+not work under Paddle 3.x's PIR (``paddle_resnet.bootstrap`` selects it).
 """
-import os
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-os.environ.setdefault("FLAGS_enable_pir_api", "0")
+import paddle
+import paddle.nn.functional as F
+from paddle.distributed import fleet
+from paddle.incubate import asp
 
-import paddle  # noqa: E402
-import paddle.nn.functional as F  # noqa: E402
-from paddle.distributed import fleet  # noqa: E402
+from paddle_resnet import distributed
+from paddle_resnet.metrics import top_k
+from paddle_resnet.models import build_model
+from paddle_resnet.optim import StepwiseLR, build_optimizer, set_weight_decay
+from paddle_resnet.sparsity.training import excluded_parameters
 
-from paddle_resnet.errors import ConfigError  # noqa: E402
-from paddle_resnet.models import build_model  # noqa: E402
-from paddle_resnet.optim import StepwiseLR, build_optimizer, set_weight_decay  # noqa: E402
-from paddle_resnet.trainer import MIXUP_FEED  # noqa: E402
-
-TOP_K = 5
+IMAGE_FEED, LABEL_FEED, MIXUP_FEED = "data", "label", "mixup_lambda"
 
 
 @dataclass
@@ -33,18 +32,13 @@ class Programs:
     eval_fetches: Dict[str, paddle.static.Variable] = field(default_factory=dict)
     lr_scheduler: Optional[StepwiseLR] = None
     optimizer: object = None
+    mixup_feed: Optional[str] = None                       # the MixUp weight's feed, if any
     soft_target: Optional[paddle.static.Variable] = None   # the training target, for tests
 
 
 def input_shape(config):
     size = config.data.crop_size
     return [3, size, size] if config.model.data_layout == "NCHW" else [size, size, 3]
-
-
-def init_fleet():
-    """Fleet in collective mode: one process per device, whether launched or not."""
-    if not fleet.fleet._role_maker:
-        fleet.init(is_collective=True)
 
 
 def distributed_strategy(config):
@@ -79,7 +73,7 @@ def _train_head(logits, label, num_classes, label_smoothing, mixup_lambda=None):
         loss = F.cross_entropy(logits, target, soft_label=True)
     else:
         loss = F.cross_entropy(logits, label)
-    k = min(TOP_K, num_classes)
+    k = top_k(num_classes)
     fetches = {
         "loss": paddle.mean(loss),
         "top1": paddle.metric.accuracy(input=logits, label=label, k=1),
@@ -91,7 +85,7 @@ def _train_head(logits, label, num_classes, label_smoothing, mixup_lambda=None):
 def _eval_head(logits, label, num_classes):
     """Per-image loss and top-k classes, so the caller counts only real images;
     probabilities for the exported inference model."""
-    _, top_classes = paddle.topk(logits, k=min(TOP_K, num_classes))
+    _, top_classes = paddle.topk(logits, k=top_k(num_classes))
     return {"loss": F.cross_entropy(logits, label, reduction="none"), "topk": top_classes,
             "probs": F.softmax(logits)}
 
@@ -99,8 +93,8 @@ def _eval_head(logits, label, num_classes):
 def _forward(config, mixup):
     """Feeds, model and logits. With ``mixup`` the images are blended with the batch
     reversed, by a weight fed as ``mixup_lambda`` (Zhang et al. 2018)."""
-    image = paddle.static.data("data", [None] + input_shape(config), "float32")
-    label = paddle.static.data("label", [None, 1], "int64")
+    image = paddle.static.data(IMAGE_FEED, [None] + input_shape(config), "float32")
+    label = paddle.static.data(LABEL_FEED, [None, 1], "int64")
     model = build_model(config.model)
     mixup_lambda = None
     if mixup:
@@ -127,8 +121,6 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     if not training:
         return programs
 
-    from paddle.incubate import asp
-
     main, startup = paddle.static.Program(), paddle.static.Program()
     main.random_seed = startup.random_seed = config.run.seed
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
@@ -141,26 +133,11 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
                                     multi_precision=config.amp.enabled and config.amp.use_pure_fp16)
         if config.asp.enabled:
             asp.set_excluded_layers(main_program=main,
-                                    param_names=asp_excluded_parameters(model, config.asp.exclude))
-        init_fleet()
+                                    param_names=excluded_parameters(model, config.asp.exclude))
+        distributed.init_fleet()
         optimizer = fleet.distributed_optimizer(optimizer, strategy=distributed_strategy(config))
         optimizer.minimize(programs.train_fetches["loss"], startup)
     programs.startup, programs.train, programs.model = startup, main, model
     programs.lr_scheduler, programs.optimizer = scheduler, optimizer
+    programs.mixup_feed = MIXUP_FEED if mixup_lambda is not None else None
     return programs
-
-
-def asp_excluded_parameters(model, exclude):
-    """Parameter names of the layers ``exclude`` names (model paths such as ``fc`` or
-    ``layer4.2.conv3``, or parameter names); each name must match something."""
-    named = list(model.named_parameters())
-    chosen = []
-    for wanted in exclude:
-        matches = [param.name for path, param in named
-                   if path == wanted or path.startswith(wanted + ".") or param.name == wanted]
-        if not matches:
-            raise ConfigError(f"asp.exclude (--asp-exclude): {wanted!r} matches no layer of "
-                              f"{type(model).__name__}; layer paths look like 'fc' or "
-                              "'layer4.2.conv3'")
-        chosen.extend(matches)
-    return chosen

@@ -1,52 +1,31 @@
 """Train and evaluate a ResNet-family classifier with Paddle static graphs and DALI.
 
-    python train.py --config resnet50_demo --image-root demo_data/fashion_mnist
+    python train.py --config resnet18_demo --image-root demo_data/fashion_mnist_demo
     python -m paddle.distributed.launch --gpus 0,1,2,3,4,5,6,7 train.py \\
         --config resnet50_paddle_90e --amp --image-root /data/imagenet
 """
+import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+
 import itertools
 import os
 import sys
 
-# Threads and the static IR must be chosen before Paddle is imported.
-os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
-os.environ.setdefault("FLAGS_enable_pir_api", "0")
+import paddle
 
-from paddle_resnet.cli import main_with  # noqa: E402
-
-
-def _device():
-    """(place, DALI device id or None) for this process."""
-    import paddle
-
-    if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
-        device_id = int(os.environ.get("FLAGS_selected_gpus", "0").split(",")[0])
-        return paddle.CUDAPlace(device_id), device_id
-    return paddle.CPUPlace(), None
-
-
-def _all_reduce_sum(place):
-    """A function summing a small float64 vector over all ranks (static collective op)."""
-    import numpy as np
-    import paddle
-
-    main, startup = paddle.static.Program(), paddle.static.Program()
-    with paddle.static.program_guard(main, startup):
-        counts = paddle.static.data("counts", [4], "float64")
-        paddle.distributed.all_reduce(counts)
-    exe = paddle.static.Executor(place)
-
-    def reduce(values):
-        return np.asarray(exe.run(main, feed={"counts": values}, fetch_list=[counts])[0])
-
-    return reduce
+import program as program_builder
+from paddle_resnet import checkpoint as ckpt
+from paddle_resnet import distributed
+from paddle_resnet.cli import main_with
+from paddle_resnet.data.dali import make_loader, open_split, train_steps
+from paddle_resnet.data.folder import check_num_classes, check_same_classes, write_class_index
+from paddle_resnet.metrics import latency_summary, time_steps
+from paddle_resnet.report import Report
+from paddle_resnet.sparsity import training as sparse_training
+from paddle_resnet.trainer import evaluate, mixup_weights, train_one_epoch, train_step
 
 
 def open_data(config, training, evaluating):
     """(train split, val split, class names), checked against each other and the model."""
-    from paddle_resnet.data.dali import open_split
-    from paddle_resnet.data.folder import check_num_classes, check_same_classes
-
     train_split = open_split(config.data, "train") if training else None
     val_split = open_split(config.data, "val") if evaluating else None
     if train_split and val_split:
@@ -61,8 +40,6 @@ def open_data(config, training, evaluating):
 def load_start_weights(config, programs, training, report):
     """Resume, or load pretrained weights, or keep the initialisation; returns the
     number of epochs already done."""
-    from paddle_resnet import checkpoint as ckpt
-
     run_cfg = config.run
     meta, state = ckpt.read_weights(run_cfg)
     if state is None:
@@ -73,11 +50,10 @@ def load_start_weights(config, programs, training, report):
         report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}")
         return meta["epoch"]
     source = run_cfg.from_checkpoint or run_cfg.from_pretrained_params
-    skipped = ckpt.load_pretrained(programs.train if training else programs.eval, state)
     # Training may start with a new classifier; evaluation needs every weight.
-    check_pretrained_fits(skipped if not training else
-                          [s for s in skipped if not _is_classifier(s, programs.model)],
-                          config.model.arch, source)
+    classifier = (programs.model.fc.weight.name, programs.model.fc.bias.name) if training else ()
+    skipped = ckpt.load_pretrained(programs.train if training else programs.eval, state, source,
+                                   config.model.arch, may_skip=classifier)
     for name in skipped:
         report.print(f"warning: pretrained parameter skipped: {name}")
     report.log("PRETRAINED", {"file": source, "skipped": skipped}, kind="PARAMETER", console=False)
@@ -86,25 +62,15 @@ def load_start_weights(config, programs, training, report):
 
 def run(config, report_stream=None):
     """Run ``config.run.run_scope``; returns the final metrics (rank 0's view)."""
-    import paddle
-    from paddle.distributed import fleet
-
-    import program as program_builder
-    from paddle_resnet import sparsity
-    from paddle_resnet.data.dali import make_loader
-    from paddle_resnet.data.folder import write_class_index
-    from paddle_resnet.report import Report
-    from paddle_resnet.trainer import evaluate
-
     run_cfg, data_cfg = config.run, config.data
     training = run_cfg.run_scope != "eval_only"
     evaluating = run_cfg.run_scope != "train_only" and not run_cfg.benchmark
-    program_builder.init_fleet()
-    rank, world_size = fleet.worker_index(), fleet.worker_num()
-    place, device_id = _device()
+    rank, world_size = distributed.init_fleet()
+    place, device_id = distributed.device()
     train_split, val_split, classes = open_data(config, training, evaluating)
 
-    steps_per_epoch = len(train_split) // world_size // data_cfg.batch_size if training else None
+    steps_per_epoch = (train_steps(len(train_split), data_cfg.batch_size, world_size)
+                       if training else None)
     programs = program_builder.build_programs(
         config, steps_per_epoch, data_cfg.batch_size * world_size, training=training)
     exe = paddle.static.Executor(place)
@@ -120,10 +86,10 @@ def run(config, report_stream=None):
                  f"{'GPU ' + str(device_id) if device_id is not None else 'CPU'}")
     start_epoch = load_start_weights(config, programs, training, report)
     if config.asp.enabled and training:
-        sparsity.prepare(programs, config.asp, exe, place, report)
+        sparse_training.prepare(programs, config.asp, report)
     if rank == 0:
         write_class_index(os.path.join(run_cfg.output_dir, "classes.json"), classes)
-    all_reduce = _all_reduce_sum(place) if world_size > 1 else None
+    all_reduce = distributed.all_reduce_sum(place) if world_size > 1 else None
 
     def run_eval(epoch):
         loader = make_loader(val_split, data_cfg, config.model.data_layout, False, rank,
@@ -135,8 +101,8 @@ def run(config, report_stream=None):
         # Evaluation only; or pruning's immediate cost, before retraining recovers it.
         metrics.update(run_eval(start_epoch))
     if training and run_cfg.benchmark:
-        metrics.update(_benchmark(exe, programs, train_split, config, report, rank, world_size,
-                                  device_id))
+        metrics.update(benchmark(exe, programs, train_split, config, report, rank, world_size,
+                                 device_id))
     elif training:
         metrics = train_epochs(config, exe, programs, train_split, classes, start_epoch,
                                steps_per_epoch, report, rank, world_size, device_id,
@@ -149,11 +115,6 @@ def run(config, report_stream=None):
 def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps_per_epoch,
                  report, rank, world_size, device_id, run_eval):
     """Epochs ``start_epoch + 1 .. run.epochs``: train, validate, verify sparsity, save."""
-    from paddle_resnet import checkpoint as ckpt
-    from paddle_resnet import sparsity
-    from paddle_resnet.data.dali import make_loader
-    from paddle_resnet.trainer import train_one_epoch
-
     run_cfg = config.run
     metrics = {}
     for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
@@ -166,7 +127,7 @@ def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps
             metrics.update(run_eval(epoch))
         report.log([epoch], metrics, kind="EPOCH", console=False)
         if config.asp.enabled:
-            sparsity.verify(programs, report, where=f"epoch {epoch}")
+            sparse_training.verify(programs, report, where=f"epoch {epoch}")
         if rank == 0 and (epoch % run_cfg.save_interval == 0 or last):
             directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
             ckpt.save_checkpoint(programs.train, directory, {
@@ -176,52 +137,21 @@ def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps
     return metrics
 
 
-def _is_classifier(skipped_entry, model):
-    return skipped_entry.split(" ")[0] in (model.fc.weight.name, model.fc.bias.name)
-
-
-def check_pretrained_fits(mismatched, arch, path):
-    """Mismatched parameters mean the file holds another architecture."""
-    from paddle_resnet.errors import CheckpointError
-
-    if mismatched:
-        raise CheckpointError(f"{path}: does not fit {arch}: {len(mismatched)} parameters do "
-                              f"not match, e.g. {mismatched[0]}")
-
-
-class _Steps:
-    """The next ``count`` batches of an endless batch stream, as a sized iterable."""
-
-    def __init__(self, stream, count):
-        self.stream, self.count = stream, count
-
-    def __len__(self):
-        return self.count
-
-    def __iter__(self):
-        return itertools.islice(self.stream, self.count)
-
-
-def _benchmark(exe, programs, train_split, config, report, rank, world_size, device_id):
-    """Training throughput over ``benchmark_steps`` steps after ``benchmark_warmup_steps``."""
-    from paddle_resnet.data.dali import make_loader
-    from paddle_resnet.report import Report
-    from paddle_resnet.trainer import train_one_epoch
-
-    def batches():
-        for epoch in itertools.count():
-            yield from make_loader(train_split, config.data, config.model.data_layout, True,
-                                   rank, world_size, epoch, device_id)
-
-    stream, quiet = batches(), Report(None, enabled=False)
+def benchmark(exe, programs, train_split, config, report, rank, world_size, device_id):
+    """Training throughput and step-time percentiles over ``benchmark_steps`` steps after
+    ``benchmark_warmup_steps``; data loading counts in the step time."""
+    batches = itertools.chain.from_iterable(
+        make_loader(train_split, config.data, config.model.data_layout, True, rank, world_size,
+                    epoch, device_id) for epoch in itertools.count())
+    weights = mixup_weights(config.loss.mixup_alpha, config.data.seed, 0)
     run_cfg = config.run
-    if run_cfg.benchmark_warmup_steps:
-        train_one_epoch(exe, programs, _Steps(stream, run_cfg.benchmark_warmup_steps), 0, quiet,
-                        run_cfg.print_interval, world_size, config.loss.mixup_alpha)
-    summary = train_one_epoch(exe, programs, _Steps(stream, run_cfg.benchmark_steps), 1, report,
-                              run_cfg.print_interval, world_size, config.loss.mixup_alpha)
-    result = {"train.ips": summary["train.ips"], "train.batch_size": config.data.batch_size,
-              "world_size": world_size, "benchmark_steps": run_cfg.benchmark_steps,
+    seconds = time_steps(lambda: train_step(exe, programs, next(batches), next(weights)),
+                         run_cfg.benchmark_warmup_steps, run_cfg.benchmark_steps)
+    summary = latency_summary(config.data.batch_size * world_size, seconds)
+    result = {"train.ips": summary["ips"], "train.batch_size": config.data.batch_size,
+              "train.step_ms_p50": summary["latency_p50"],
+              "train.step_ms_p90": summary["latency_p90"], "world_size": world_size,
+              "benchmark_steps": run_cfg.benchmark_steps,
               "benchmark_warmup_steps": run_cfg.benchmark_warmup_steps}
     report.log("BENCHMARK", result, kind="SUMMARY")
     return result

@@ -15,10 +15,11 @@ import pickle
 
 import numpy as np
 import paddle
+from paddle.base.data_feeder import convert_dtype
 
 from paddle_resnet.atomic import staged_directory
 from paddle_resnet.errors import CheckpointError
-from paddle_resnet.sparsity import MASK_SUFFIX
+from paddle_resnet.sparsity.pattern import MASK_SUFFIX
 
 PREFIX = "model"
 META = "meta.json"
@@ -117,40 +118,47 @@ def persistable_variables(program):
     return [v for v in program.list_vars() if v.persistable and v.name not in ("feed", "fetch")]
 
 
-def restore_state(program, state, scope=None):
+def restore_state(program, state):
     """Put every persistable variable of ``program`` back from ``state`` (strict)."""
     variables = persistable_variables(program)
     missing = [v.name for v in variables if v.name not in state]
     if missing:
         raise CheckpointError(f"checkpoint lacks {len(missing)} variables of this program, "
                               f"e.g. {missing[:3]}; was it written by another configuration?")
-    _assign(variables, state, scope)
+    _assign(variables, state)
 
 
-def load_pretrained(program, state, scope=None):
-    """Copy the parameters whose names and shapes match; return the names skipped and why.
-    ASP masks are left alone: pruning sets them.
+def load_pretrained(program, state, source, arch, may_skip=()):
+    """Copy the parameters whose names and shapes match; return the ones skipped, each as
+    "name (why)". ASP masks are left alone: pruning sets them.
 
-    Values are cast to the parameter's dtype (pure-fp16 checkpoints into fp32 programs)."""
-    chosen, skipped = [], []
+    Only parameters named in ``may_skip`` (a new classifier) may be skipped: any other
+    mismatch means ``source`` holds another architecture, a CheckpointError. Values are
+    cast to the parameter's dtype (pure-fp16 checkpoints into fp32 programs).
+    """
+    chosen, skipped, unexpected = [], [], []
     for param in program.all_parameters():
         if param.name.endswith(MASK_SUFFIX):
             continue                    # ASP masks come from pruning, not from weights
         if param.name not in state:
-            skipped.append(f"{param.name} (not in the file)")
+            reason = "not in the file"
         elif tuple(state[param.name].shape) != tuple(param.shape):
-            skipped.append(f"{param.name} (shape {tuple(state[param.name].shape)} in the file, "
-                           f"{tuple(param.shape)} here)")
+            reason = f"shape {tuple(state[param.name].shape)} in the file, {tuple(param.shape)} here"
         else:
             chosen.append(param)
-    _assign(chosen, state, scope, cast=True)
+            continue
+        skipped.append(f"{param.name} ({reason})")
+        if param.name not in may_skip:
+            unexpected.append(skipped[-1])
+    if unexpected:
+        raise CheckpointError(f"{source}: does not fit {arch}: {len(unexpected)} parameters "
+                              f"do not match, e.g. {unexpected[0]}")
+    _assign(chosen, state, cast=True)
     return skipped
 
 
-def _assign(variables, state, scope, cast=False):
-    from paddle.base.data_feeder import convert_dtype
-
-    scope = scope or paddle.static.global_scope()
+def _assign(variables, state, cast=False):
+    scope = paddle.static.global_scope()
     place = paddle.framework._current_expected_place()
     for var in variables:
         tensor = scope.var(var.name).get_tensor()

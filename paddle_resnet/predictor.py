@@ -5,23 +5,24 @@
 TensorRT set-up be checked on machines whose Paddle build has no TensorRT (it
 raises as soon as TensorRT is switched on).
 """
-import json
 import os
 from dataclasses import dataclass
 from typing import List, Tuple
 
 import numpy as np
+import paddle.inference as paddle_infer
+from paddle.base import core
+from paddle.inference import PrecisionType
 
+from paddle_resnet import exported
+from paddle_resnet.distributed import gpu_available
 from paddle_resnet.errors import ConfigError, UserError
-
-MODEL_FILE = "inference.pdmodel"
-PARAMS_FILE = "inference.pdiparams"
-CLASSES_FILE = "classes.json"
-INFO_FILE = "model.json"
 
 
 @dataclass(frozen=True)
-class Call:
+class ConfigCall:
+    """One method call on a ``paddle.inference.Config``."""
+
     method: str
     args: Tuple = ()
     kwargs: Tuple = ()            # sorted (name, value) pairs, so the call stays hashable
@@ -31,18 +32,10 @@ class Call:
 
 
 def _call(method, *args, **kwargs):
-    return Call(method, args, tuple(sorted(kwargs.items())))
-
-
-def gpu_available():
-    import paddle
-
-    return paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+    return ConfigCall(method, args, tuple(sorted(kwargs.items())))
 
 
 def cpu_supports_bf16():
-    from paddle.base import core
-
     return core.supports_bfloat16()
 
 
@@ -59,8 +52,6 @@ def resolve_backend(requested):
 
 def predictor_settings(inference_config, backend, input_shape, max_batch, device_id=0):
     """The ``paddle.inference.Config`` calls for ``backend``; ``input_shape`` excludes the batch."""
-    from paddle.inference import PrecisionType
-
     inf = inference_config
     if backend != "trt" and inf.trt_precision != "FP32":
         raise ConfigError(f"--trt-precision {inf.trt_precision} needs --backend trt, not {backend}")
@@ -68,7 +59,7 @@ def predictor_settings(inference_config, backend, input_shape, max_batch, device
         raise ConfigError(f"--cpu-precision {inf.cpu_precision} needs --backend cpu, not {backend}")
     if inf.cpu_precision == "bf16" and not cpu_supports_bf16():
         raise ConfigError("--cpu-precision bf16: this CPU has no bfloat16 support (avx512_bf16 / AMX)")
-    calls: List[Call] = [_call("switch_ir_optim", True), _call("enable_memory_optim")]
+    calls: List[ConfigCall] = [_call("switch_ir_optim", True), _call("enable_memory_optim")]
     if backend == "cpu":
         calls.append(_call("disable_gpu"))
         threads = inf.cpu_threads or len(os.sched_getaffinity(0))
@@ -93,38 +84,15 @@ def predictor_settings(inference_config, backend, input_shape, max_batch, device
     return calls
 
 
-def read_model_info(model_dir):
-    """What export_model.py recorded: architecture, input shape, layout, preprocessing."""
-    path = os.path.join(model_dir, INFO_FILE)
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError) as err:
-        raise UserError(f"{path}: unreadable ({err}); export the model again") from None
-
-
-def check_model_dir(model_dir):
-    if not os.path.isdir(model_dir):
-        raise UserError(f"inference model folder {model_dir!r} does not exist")
-    for name in (MODEL_FILE, PARAMS_FILE, INFO_FILE):
-        path = os.path.join(model_dir, name)
-        if not os.path.isfile(path):
-            raise UserError(f"{path} is missing: export a model with export_model.py "
-                            f"--trt-inference-dir {model_dir}")
-
-
 class Classifier:
     """A Paddle Inference predictor: float images in, class probabilities out.
 
-    ``model_dir`` is assumed checked (``check_model_dir``); ``input_shape`` excludes
+    ``model_dir`` is assumed checked (``exported.check_dir``); ``input_shape`` excludes
     the batch, as model.json records it.
     """
 
     def __init__(self, model_dir, calls, input_shape):
-        import paddle.inference as paddle_infer
-
-        config = paddle_infer.Config(os.path.join(model_dir, MODEL_FILE),
-                                     os.path.join(model_dir, PARAMS_FILE))
+        config = paddle_infer.Config(*exported.model_paths(model_dir))
         for call in calls:
             call.apply(config)
         config.disable_glog_info()

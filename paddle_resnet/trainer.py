@@ -1,26 +1,9 @@
-"""The training loop: plain functions over programs built by ``program.py``."""
+"""The training loop: plain functions over the programs that ``program.py`` builds."""
 import time
 
 import numpy as np
 
-# The feed that carries the MixUp weight; program.py builds it (defined here, where
-# the weights are drawn, so this module needs no Paddle import).
-MIXUP_FEED = "mixup_lambda"
-
-
-class Meter:
-    """Image-weighted running averages of named values."""
-
-    def __init__(self):
-        self.sums, self.count = {}, 0
-
-    def update(self, values, images):
-        for key, value in values.items():
-            self.sums[key] = self.sums.get(key, 0.0) + float(value) * images
-        self.count += images
-
-    def averages(self):
-        return {key: total / max(self.count, 1) for key, total in self.sums.items()}
+from paddle_resnet.metrics import Meter, accuracy_from_counts, eval_counts
 
 
 def _num_images(feed):
@@ -28,55 +11,53 @@ def _num_images(feed):
     return len(label) if isinstance(label, np.ndarray) else label.shape()[0]
 
 
+def mixup_weights(alpha, seed, epoch):
+    """Endless MixUp weights drawn from Beta(alpha, alpha), seeded by (seed, epoch) so that
+    a resumed run draws the same ones; None each step when ``alpha`` is 0 (no MixUp)."""
+    rng = np.random.RandomState(seed + epoch)
+    while True:
+        yield np.array([rng.beta(alpha, alpha)], dtype=np.float32) if alpha > 0 else None
+
+
+def train_step(exe, programs, feed, mixup_weight=None):
+    """One batch through the train program, then the LR scheduler's step; the fetched
+    values (loss, top1, top-k, lr) as floats."""
+    if programs.mixup_feed:
+        feed = dict(feed, **{programs.mixup_feed: mixup_weight})
+    lr = programs.lr_scheduler.get_lr()
+    results = exe.run(programs.train, feed=feed, fetch_list=list(programs.train_fetches.values()))
+    programs.lr_scheduler.step()
+    values = {name: float(np.mean(value)) for name, value in zip(programs.train_fetches, results)}
+    return dict(values, lr=lr)
+
+
 def train_one_epoch(exe, programs, loader, epoch, report, print_interval, world_size=1,
                     mixup_alpha=0.0, seed=0):
-    """One pass of ``loader`` through the train program; returns the epoch's averages.
-
-    Steps the LR scheduler after every batch. With ``mixup_alpha`` each step's MixUp
-    weight is drawn from Beta(alpha, alpha), seeded by (seed, epoch) so that a
-    resumed run draws the same weights.
-    """
-    rng = np.random.RandomState(seed + epoch)
-    names = list(programs.train_fetches)
-    fetch_list = list(programs.train_fetches.values())
-    meter = Meter()
-    timing = Meter()
+    """One pass of ``loader`` through the train program; returns the epoch's averages."""
+    weights = mixup_weights(mixup_alpha, seed, epoch)
+    meter, timing = Meter(), Meter()
     total = len(loader)
     epoch_start = tic = time.perf_counter()
     for step, feed in enumerate(loader):
         fed = time.perf_counter()
-        if mixup_alpha > 0:
-            feed = dict(feed, **{MIXUP_FEED: np.array([rng.beta(mixup_alpha, mixup_alpha)],
-                                                      dtype=np.float32)})
-        lr = programs.lr_scheduler.get_lr()
-        results = exe.run(programs.train, feed=feed, fetch_list=fetch_list)
-        programs.lr_scheduler.step()
+        values = train_step(exe, programs, feed, next(weights))
         done = time.perf_counter()
         images = _num_images(feed)
-        values = {name: float(np.mean(value)) for name, value in zip(names, results)}
         meter.update(values, images)
         times = {"data_time": fed - tic, "compute_time": done - fed, "batch_time": done - tic}
         timing.update(times, 1)
         if (step + 1) % print_interval == 0 or step + 1 == total:
             report.log([epoch, step + 1], dict(
-                values, lr=lr, ips=images * world_size / times["batch_time"],
+                values, ips=images * world_size / times["batch_time"],
                 progress=f"{step + 1}/{total}", **times))
         tic = time.perf_counter()
     elapsed = time.perf_counter() - epoch_start
-    summary = {f"train.{k}": v for k, v in meter.averages().items()}
+    summary = {f"train.{k}": v for k, v in meter.averages().items() if k != "lr"}
     summary.update({f"train.{k}": v for k, v in timing.averages().items()})
     summary["train.ips"] = meter.count * world_size / elapsed
     summary["train.images"] = meter.count * world_size
     summary["train.seconds"] = elapsed
     return summary
-
-
-def count_eval_batch(top_classes, losses, labels):
-    """(images, top-1 hits, top-k hits, loss sum) of one evaluated batch."""
-    labels = np.asarray(labels).reshape(-1, 1)
-    hits = np.asarray(top_classes) == labels
-    return np.array([len(labels), hits[:, :1].any(axis=1).sum(), hits.any(axis=1).sum(),
-                     np.asarray(losses, dtype=np.float64).sum()], dtype=np.float64)
 
 
 def evaluate(exe, programs, loader, epoch, report, all_reduce=None):
@@ -90,12 +71,10 @@ def evaluate(exe, programs, loader, epoch, report, all_reduce=None):
     start = time.perf_counter()
     for feed in loader:
         top_classes, losses = exe.run(programs.eval, feed=feed, fetch_list=fetch_list)
-        totals += count_eval_batch(top_classes, losses, np.array(feed["label"]))
+        totals += eval_counts(top_classes, losses, np.array(feed["label"]))
     if all_reduce is not None:
         totals = all_reduce(totals)
-    images, top1, topk, loss = totals
-    k = programs.eval_fetches["topk"].shape[-1]
-    result = {"val.loss": loss / images, "val.top1": top1 / images, f"val.top{k}": topk / images,
-              "val.images": int(images), "val.seconds": time.perf_counter() - start}
+    result = accuracy_from_counts(totals, programs.eval_fetches["topk"].shape[-1], prefix="val.")
+    result["val.seconds"] = time.perf_counter() - start
     report.log([epoch], result, kind="VAL")
     return result

@@ -8,29 +8,28 @@ with export_model.py, converted to ONNX with paddle2onnx, and all three run on t
 same input in the same process, one after the other. Prints a table and writes the
 figures and the ratios to --output (JSON).
 """
+import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
-os.environ.setdefault("FLAGS_enable_pir_api", "0")
+import numpy as np
+import paddle
 
-import numpy as np  # noqa: E402
+import export_model
+import program
+from paddle_resnet import exported, predictor
+from paddle_resnet.bootstrap import available_cores
+from paddle_resnet.config import InferenceConfig, build_config
+from paddle_resnet.metrics import latency_summary, time_steps
+from paddle_resnet.optional import require
 
 
 def export_random_model(arch, size, workdir):
     """An inference model of ``arch`` with its initial weights; returns its folder."""
-    import paddle
-
-    import export_model
-    import program
-    from paddle_resnet.config import build_config
-
     values = {"model.arch": arch, "data.crop_size": size, "data.resize_short": size,
               "inference.model_dir": os.path.join(workdir, "paddle"),
               "inference.export_log_path": os.path.join(workdir, "export.json")}
@@ -45,22 +44,9 @@ def export_random_model(arch, size, workdir):
 
 
 def to_onnx(model_dir, path):
-    import paddle2onnx
-
-    paddle2onnx.export(os.path.join(model_dir, "inference.pdmodel"),
-                       os.path.join(model_dir, "inference.pdiparams"), path, opset_version=13)
+    paddle2onnx = require("paddle2onnx", "the ONNX peer of this benchmark")
+    paddle2onnx.export(*exported.model_paths(model_dir), path, opset_version=13)
     return path
-
-
-def time_runs(run, batch, warmup, steps):
-    for _ in range(warmup):
-        run(batch)
-    seconds = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        run(batch)
-        seconds.append(time.perf_counter() - start)
-    return seconds
 
 
 def main():
@@ -73,13 +59,8 @@ def main():
     parser.add_argument("--output", default="benchmark_inference.json")
     args = parser.parse_args()
 
-    import onnxruntime
-
-    import inference
-    from paddle_resnet import predictor
-    from paddle_resnet.config import InferenceConfig
-
-    threads = len(os.sched_getaffinity(0))
+    onnxruntime = require("onnxruntime", "the ONNX peer of this benchmark")
+    threads = available_cores()
     workdir = tempfile.mkdtemp(prefix="bench_inference_")
     model_dir = export_random_model(args.arch, args.size, workdir)
     options = onnxruntime.SessionOptions()
@@ -102,7 +83,7 @@ def main():
             first = time.perf_counter()
             run(batch)
             steps = args.steps or max(3, int(8 / max(time.perf_counter() - first, 1e-3)))
-            row = inference.latency_summary(batch_size, time_runs(run, batch, args.warmup, steps))
+            row = latency_summary(batch_size, time_steps(lambda: run(batch), args.warmup, steps))
             results.append(dict(row, runtime=name, steps=steps))
             print(f"{name:18s} batch {batch_size:3d}: {row['ips']:7.1f} img/s, "
                   f"p50 {row['latency_p50']:.1f} ms, p99 {row['latency_p99']:.1f} ms", flush=True)

@@ -5,16 +5,16 @@
 Prints the agreement, both top-1 accuracies and the largest fp32 / bf16 probability
 gap; writes them to --output (JSON).
 """
+import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+
 import argparse
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
-os.environ.setdefault("FLAGS_enable_pir_api", "0")
+import numpy as np
 
-import numpy as np  # noqa: E402
+import inference
+from paddle_resnet.config import build_config
+from paddle_resnet.data.dali import open_split
 
 
 def main():
@@ -25,10 +25,6 @@ def main():
     parser.add_argument("--output", default="compare_cpu_precisions.json")
     args = parser.parse_args()
 
-    import inference
-    from paddle_resnet.config import build_config
-    from paddle_resnet.data.dali import make_loader, open_split
-
     def classifier(precision):
         config = build_config({"inference.model_dir": args.model_dir,
                                "inference.cpu_precision": precision, "inference.backend": "cpu"})
@@ -36,9 +32,8 @@ def main():
 
     (fp32, info, _), (bf16, _, _) = classifier("fp32"), classifier("bf16")
     config = build_config({"data.image_root": args.image_root, "data.batch_size": args.batch_size})
-    data_cfg = inference.data_config_for_model(config, info)
     labels, top_fp32, top_bf16, gap = [], [], [], 0.0
-    for batch in make_loader(open_split(data_cfg, "val"), data_cfg, info["layout"], False):
+    for batch in inference.val_batches(open_split(config.data, "val"), config, info):
         p32, p16 = fp32(batch["data"]), bf16(batch["data"])
         labels.append(batch["label"].ravel())
         top_fp32.append(p32.argmax(1))

@@ -4,12 +4,11 @@
     .venv/bin/python scripts/plot_report.py output/demo/report.json --output demo.png
 """
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from paddle_resnet.report import read_report  # noqa: E402
+from paddle_resnet.errors import UserError
+from paddle_resnet.optional import require
+from paddle_resnet.report import read_report
 
 
 def last_run(records):
@@ -32,9 +31,11 @@ def main():
     parser.add_argument("--output", default="report.png")
     args = parser.parse_args()
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    try:
+        require("matplotlib", "plotting a report").use("Agg")   # files only: no display needed
+        plt = require("matplotlib.pyplot", "plotting a report")
+    except UserError as err:
+        sys.exit(f"error: {err}")
 
     records = last_run(read_report(args.report))
     steps = [r for r in records if r["type"] == "LOG"]

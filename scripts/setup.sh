@@ -26,11 +26,13 @@ fi
 python=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
 stamp=$VENV/.installed
-wanted="$paddle_package $(cat requirements.txt requirements-test.txt | sha256sum | cut -c1-16)"
+wanted="$paddle_package $(cat requirements.txt requirements-test.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   echo "setup: installing $paddle_package and requirements into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q "$paddle_package" -r requirements.txt -r requirements-test.txt
+  # The project itself is installed editable: the library, and the entry points as
+  # modules, importable from scripts/ and tests/ without touching sys.path.
+  "$VENV/bin/python" -m pip install -q "$paddle_package" -r requirements-test.txt -e .
   # foolbox ships 20 real ImageNet validation JPEGs (tests use them); its own
   # dependencies are not needed.
   "$VENV/bin/python" -m pip install -q --no-deps foolbox==3.3.4

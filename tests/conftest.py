@@ -1,18 +1,17 @@
+import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+
 import glob
 import importlib.util
 import os
 import shutil
-import sys
 
-os.environ.setdefault("FLAGS_enable_pir_api", "0")
-os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+import pytest
+
+import train
+from paddle_resnet.config import build_config
+from paddle_resnet.data.fashion_mnist import write_tree
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import pytest  # noqa: E402
-
-from paddle_resnet.config import build_config  # noqa: E402
-from paddle_resnet.data.fashion_mnist import write_tree  # noqa: E402
 
 TRAIN_PER_CLASS = 16     # 160 training images: 10 steps of 16
 VAL_PER_CLASS = 13       # 130 validation images: not a multiple of the batch size
@@ -57,8 +56,6 @@ def small_config(image_root, output_dir, **values):
 @pytest.fixture(scope="session")
 def trained(fmnist_root, tmp_path_factory):
     """Three epochs of ResNet-18 on 160 real images; its checkpoints serve many tests."""
-    import train
-
     config = small_config(fmnist_root, tmp_path_factory.mktemp("trained"), **{"run.epochs": 3})
     train.run(config, report_stream=open(os.devnull, "w"))
     return config

@@ -3,15 +3,23 @@ import json
 import os
 
 import numpy as np
+import paddle
+import paddle.inference as paddle_infer
 import pytest
+from paddle.inference import PrecisionType
 
 import export_model
 import inference
 import program
 from conftest import flat
+from paddle_resnet import checkpoint as ckpt
+from paddle_resnet import exported as exported_model
 from paddle_resnet import predictor
 from paddle_resnet.config import InferenceConfig, build_config
+from paddle_resnet.data.dali import DataSplit, make_loader
+from paddle_resnet.data.folder import scan_split
 from paddle_resnet.errors import ConfigError
+from paddle_resnet.report import read_report
 
 
 @pytest.fixture(scope="module")
@@ -43,18 +51,13 @@ def test_export_writes_model_classes_and_report(exported):
 
 
 def test_predictor_agrees_with_eval_program(exported, fmnist_root):
-    import paddle
-
-    from paddle_resnet import checkpoint as ckpt
-    from paddle_resnet.data.dali import DataSplit, make_loader
-    from paddle_resnet.data.folder import scan_split
-
     config, _ = exported
     batch = next(iter(make_loader(DataSplit.of_images("val", scan_split(fmnist_root, "val")), config.data, "NCHW", False)))
     programs = program.build_programs(config, training=False)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)
-    ckpt.load_pretrained(programs.eval, ckpt.read_checkpoint(config.run.from_checkpoint)[1])
+    ckpt.load_pretrained(programs.eval, ckpt.read_checkpoint(config.run.from_checkpoint)[1],
+                         config.run.from_checkpoint, config.model.arch)
     expected = exe.run(programs.eval, feed=batch, fetch_list=[programs.eval_fetches["probs"]])[0]
     fp32 = build(config, cpu_precision="fp32")(batch["data"])
     np.testing.assert_allclose(fp32, expected, atol=1e-4)
@@ -74,7 +77,6 @@ def test_accuracy_mode_matches_training_evaluation(exported, trained, tmp_path):
                                    "inference.log_path": str(tmp_path / "inf.json"),
                                    "data.batch_size": 32})
     result = inference.run(build_config(values), quiet())
-    from paddle_resnet.report import read_report
     val = [r for r in read_report(trained.report_file) if r["type"] == "VAL"][-1]["data"]
     assert result["images"] == 130
     assert result["top1"] == pytest.approx(val["val.top1"])
@@ -85,30 +87,39 @@ def test_accuracy_mode_matches_training_evaluation(exported, trained, tmp_path):
 
 def test_benchmark_mode_reports_latency_percentiles(exported, tmp_path):
     config, _ = exported
+    log = tmp_path / "bench.json"
     values = dict(flat(config), **{"inference.mode": "benchmark", "inference.batch_sizes": (1, 4),
-                                   "inference.trt_use_synthetic": True,
-                                   "inference.log_path": str(tmp_path / "bench.json"),
-                                   "run.benchmark_steps": 3, "run.benchmark_warmup_steps": 1})
+                                   "inference.use_synthetic": True, "inference.log_path": str(log),
+                                   "run.benchmark_steps": 5, "run.benchmark_warmup_steps": 1})
     rows = inference.run(build_config(values), quiet())
     assert [r["batch_size"] for r in rows] == [1, 4]
     for row in rows:
-        assert row["ips"] > 0
-        assert row["latency_p50"] <= row["latency_p99"]
+        percentiles = [row[f"latency_p{p}"] for p in (50, 90, 95, 99)]
+        assert 0 < percentiles[0] and percentiles == sorted(percentiles)
+        # Throughput is the batch over the mean step time, in the same run.
+        assert row["ips"] == pytest.approx(row["batch_size"] * 1000.0 / row["latency_avg"])
+        assert row["input"] == "synthetic" and row["backend"] == "cpu"
+    saved = [r["data"] for r in read_report(str(log)) if r["step"] == "BENCHMARK"]
+    assert saved == rows
 
 
-def test_predict_names_classes(exported, fmnist_root, tmp_path):
+def test_predict_ranks_classes_and_agrees_with_accuracy_mode(exported, fmnist_root, tmp_path):
+    """Predicting every validation image by folder gives the accuracy mode's top-1."""
     config, _ = exported
-    coat_dir = os.path.join(fmnist_root, "val", "coat")
-    values = dict(flat(config), **{"inference.mode": "predict",
-                                   "inference.images": (coat_dir,),
+    classes = exported_model.read_classes(config.inference.model_dir)
+    folders = tuple(os.path.join(fmnist_root, "val", name) for name in classes)
+    values = dict(flat(config), **{"inference.mode": "predict", "inference.images": folders,
                                    "inference.log_path": str(tmp_path / "pred.json")})
     predictions = inference.run(build_config(values), quiet())
-    assert len(predictions) == 13
+    assert len(predictions) == 130
     for entry in predictions:
-        assert len(entry["top5"]) == 5
-        assert sum(p["probability"] for p in entry["top5"]) <= 1.0 + 1e-5
-        assert entry["top5"][0]["class"] in json.load(open(os.path.join(config.inference.model_dir,
-                                                                         "classes.json"))).values()
+        probabilities = [p["probability"] for p in entry["top"]]
+        assert len(entry["top"]) == 5 and probabilities == sorted(probabilities, reverse=True)
+        assert sum(probabilities) <= 1.0 + 1e-5
+    hits = [entry["top"][0]["class"] == os.path.basename(os.path.dirname(entry["image"]))
+            for entry in predictions]
+    accuracy = inference.run(build_config(dict(values, **{"inference.mode": "accuracy"})), quiet())
+    assert sum(hits) == round(accuracy["top1"] * 130)
 
 
 def fails_with(capsys, argv, message, log):
@@ -123,7 +134,7 @@ def test_bad_input(exported, capsys, tmp_path):
     config, _ = exported
     model_dir = config.inference.model_dir
     log = tmp_path / "inference.json"
-    fails_with(capsys, ["--trt-inference-dir", str(tmp_path / "none")], "does not exist", log)
+    fails_with(capsys, ["--inference-dir", str(tmp_path / "none")], "does not exist", log)
     partial = tmp_path / "partial"
     partial.mkdir()
     (partial / "inference.pdmodel").write_bytes(b"x")
@@ -145,8 +156,6 @@ def test_bad_input(exported, capsys, tmp_path):
 
 def test_tensorrt_settings_without_a_gpu():
     """The TensorRT path cannot run here: check the Config calls it would make."""
-    from paddle.inference import PrecisionType
-
     settings = InferenceConfig(trt_precision="INT8", trt_use_calib_mode=True,
                                trt_workspace_size=2048, trt_min_subgraph_size=5,
                                trt_use_static=True)
@@ -168,11 +177,8 @@ def test_tensorrt_settings_without_a_gpu():
 
 
 def test_cpu_settings_apply_to_a_real_config(exported):
-    import paddle.inference as paddle_infer
-
     config, _ = exported
-    real = paddle_infer.Config(os.path.join(config.inference.model_dir, "inference.pdmodel"),
-                               os.path.join(config.inference.model_dir, "inference.pdiparams"))
+    real = paddle_infer.Config(*exported_model.model_paths(config.inference.model_dir))
     for call in predictor.predictor_settings(InferenceConfig(cpu_precision="bf16", cpu_threads=2),
                                              "cpu", [3, 32, 32], 8):
         call.apply(real)
@@ -195,8 +201,6 @@ def test_nhwc_export_equals_nchw(exported, tmp_path):
 
 
 def test_failed_export_keeps_the_previous_one(exported, monkeypatch):
-    import paddle
-
     config, _ = exported
     model_dir = config.inference.model_dir
     before = {name: open(os.path.join(model_dir, name), "rb").read() for name in os.listdir(model_dir)}

@@ -4,7 +4,9 @@ import paddle
 import pytest
 
 import program
-from paddle_resnet.config import ConfigError, build_parser, config_from_args, list_recipes
+from paddle_resnet.config import (ConfigError, DataConfig, build_parser, config_from_args,
+                                  list_recipes)
+from paddle_resnet.data.dali import make_loader, open_split
 from paddle_resnet.optim import lr_at_step
 
 RECIPES = {
@@ -121,9 +123,6 @@ def test_mixup_targets_blend_the_reversed_batch_and_sum_to_one():
 
 
 def test_color_jitter_changes_training_images_not_labels(fmnist_root):
-    from paddle_resnet.config import DataConfig
-    from paddle_resnet.data.dali import make_loader, open_split
-
     base = dict(image_root=fmnist_root, batch_size=16, crop_size=28, resize_short=28,
                 num_threads=1, rand_crop_scale=(1.0, 1.0), rand_crop_ratio=(1.0, 1.0))
     plain_cfg = DataConfig(**base)

@@ -7,11 +7,13 @@ import pytest
 from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
+from conftest import ROOT
+from paddle_resnet.config import DataConfig
 from paddle_resnet.data import records
+from paddle_resnet.data.dali import make_loader, open_split
 from paddle_resnet.data.folder import read_class_index, scan_split
 from paddle_resnet.errors import DataError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = 16
 
 
@@ -27,11 +29,11 @@ def record_root(fmnist_root, tmp_path_factory):
 def decoded_epoch(read, num_images):
     """Decoded images and labels of one pass of a CPU pipeline, the padded tail cut.
 
-    ``read(fn)`` builds the reader inside the pipeline and returns (encoded, labels).
+    ``read()`` builds the reader inside the pipeline and returns (encoded, labels).
     """
     pipe = Pipeline(batch_size=BATCH, num_threads=1, device_id=None, seed=7)
     with pipe:
-        encoded, labels = read(fn)
+        encoded, labels = read()
         pipe.set_outputs(fn.decoders.image(encoded, device="cpu", output_type=types.RGB), labels)
     pipe.build()
     outputs = [pipe.run() for _ in range(-(-num_images // BATCH))]
@@ -41,12 +43,12 @@ def decoded_epoch(read, num_images):
 
 
 def read_in_order(root, split, fmt, shard_id=0, num_shards=1):
-    return lambda fn: records.read_records(fn, root, split, fmt, shard_id, num_shards,
-                                           random_shuffle=False, seed=0)
+    return lambda: records.read_records(root, split, fmt, shard_id, num_shards,
+                                        random_shuffle=False, seed=0)
 
 
 def read_files(image_list):
-    def read(fn):
+    def read():
         encoded, labels = fn.readers.file(files=list(image_list.files),
                                           labels=list(image_list.labels),
                                           random_shuffle=False, pad_last_batch=True)
@@ -176,9 +178,6 @@ def test_make_records_script(fmnist_root, tmp_path):
 
 def test_loaders_give_identical_validation_batches_for_every_format(fmnist_root, tmp_path):
     """The same images through the folder, RecordIO and TFRecord loaders: same batches."""
-    from paddle_resnet.config import DataConfig
-    from paddle_resnet.data.dali import make_loader, open_split
-
     passes = {}
     for fmt in ("folder", "recordio", "tfrecord"):
         root = fmnist_root

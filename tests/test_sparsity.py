@@ -1,19 +1,22 @@
 """2:4 sparsity: masks on real weights, kept through training, checkpoints and export."""
 import os
+import subprocess
+import sys
 
 import numpy as np
 import paddle
 import pytest
+from paddle.incubate import asp
 
 import export_model
 import program
 import train
 from conftest import flat, small_config
 from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import sparsity
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError, ConfigError
 from paddle_resnet.report import read_report
+from paddle_resnet.sparsity import pattern as sparsity
 
 
 def quiet():
@@ -26,8 +29,6 @@ def weights_of(config, epoch):
 
 @pytest.mark.parametrize("algo", ["mask_1d", "mask_2d_greedy", "mask_2d_best"])
 def test_mask_algorithms_give_2to4_on_real_weights(trained, algo):
-    from paddle.incubate import asp
-
     state = weights_of(trained, 3)
     conv = state["conv2d_5.w_0"]                       # layer1: [64, 64, 3, 3]
     fc = state["linear_0.w_0"]                         # [512, 10]
@@ -90,7 +91,7 @@ def test_resume_keeps_the_masks(sparse_run, tmp_path):
         assert sparsity.is_2to4(after[name])
 
 
-def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, tmp_path, capsys):
+def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, tmp_path):
     model_dir = str(tmp_path / "model")
     config = build_config(dict(flat(sparse_run), **{
         "run.from_pretrained_params": None, "inference.model_dir": model_dir,
@@ -98,10 +99,11 @@ def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, t
         "run.from_checkpoint": ckpt.checkpoint_dir(sparse_run.run.output_dir, "resnet18", 2)}))
     report = export_model.export(config)
     assert len(report["sparse_2to4"]) == 18
-    assert sparsity.main([model_dir]) == 0
-    assert "18 weights marked sparse, 0 violate 2:4" in capsys.readouterr().out
+    result = check(model_dir)
+    assert result.returncode == 0, result.stderr
+    assert "18 weights marked sparse, 0 violate 2:4" in result.stdout
     checkpoint = ckpt.checkpoint_dir(sparse_run.run.output_dir, "resnet18", 2)
-    assert sparsity.main([checkpoint]) == 0
+    assert check(checkpoint).returncode == 0
     # De-sparsify one pruned weight in a copy of the checkpoint's parameters (which
     # hold the ASP masks too).
     params = ckpt.read_state(os.path.join(checkpoint, "model"), optimizer=False)
@@ -110,9 +112,16 @@ def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, t
     params[victim] = np.ones_like(params[victim])
     broken = str(tmp_path / "broken")
     paddle.save(params, broken + ".pdparams")
-    capsys.readouterr()
-    assert sparsity.main([broken + ".pdparams"]) == 1
-    assert f"{victim}" in capsys.readouterr().out
+    result = check(broken + ".pdparams")
+    assert result.returncode == 1 and f"{victim}" in result.stdout
+    missing = check(str(tmp_path / "nothing"))
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def check(path):
+    """The checker as users run it: a fresh process."""
+    return subprocess.run([sys.executable, "-m", "paddle_resnet.sparsity", path],
+                          capture_output=True, text=True)
 
 
 def test_bad_asp_input(trained, fmnist_root, tmp_path):

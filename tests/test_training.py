@@ -2,13 +2,16 @@
 import glob
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import paddle
 import pytest
 
 import train
-from conftest import flat, small_config
+from conftest import ROOT, flat, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError
@@ -71,11 +74,6 @@ def test_resume_continues_exactly(fmnist_root, tmp_path):
     Both runs are fresh processes: earlier oneDNN inference in this process could
     change which CPU kernels later training picks.
     """
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
     common = [sys.executable, "train.py", "--model-arch-name", "resnet18", "--num-of-class", "10",
               "--image-root", fmnist_root, "--crop-size", "32", "--resize-short", "32",
               "--batch-size", "16", "--epochs", "3", "--warmup-epochs", "0.5", "--lr", "0.4",
@@ -99,7 +97,6 @@ def test_crash_while_saving_keeps_previous_checkpoint(trained, tmp_path, monkeyp
     source = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 2)
     programs_dir = tmp_path / "resnet18"
     target = str(programs_dir / "2")
-    import shutil
     shutil.copytree(source, target)
     before = ckpt.read_checkpoint(target)[1]
 
@@ -118,7 +115,6 @@ def test_crash_while_saving_keeps_previous_checkpoint(trained, tmp_path, monkeyp
 
 
 def test_truncated_checkpoint_is_named(trained, tmp_path):
-    import shutil
     copy = str(tmp_path / "3")
     shutil.copytree(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), copy)
     params = os.path.join(copy, "model.pdparams")

@@ -5,9 +5,11 @@ batches stay on the device (DALI's Paddle iterator). On CPU machines the same
 pipeline runs on the CPU and yields NumPy arrays, because DALI's Paddle iterator
 needs a GPU.
 
-Shuffling is done here, not by the DALI reader: each epoch gets its own
+Image trees are shuffled here, not by the DALI reader: each epoch gets its own
 permutation and augmentation seed from (seed, epoch), so an epoch produces the
-same batches whether the run started at epoch 0 or resumed before it.
+same batches whether the run started at epoch 0 or resumed before it. Record
+files are shuffled by DALI's reader within a buffer of 1,024 records, over
+training records written in a fixed shuffled order (see records.py).
 """
 import itertools
 import math
@@ -16,16 +18,17 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
+from nvidia.dali import fn, types
+from nvidia.dali.pipeline import Pipeline
+from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+from nvidia.dali.plugin.paddle import DALIGenericIterator
 
+from paddle_resnet.bootstrap import available_cores
 from paddle_resnet.data import records
 from paddle_resnet.data.folder import ImageList, find_unreadable_image, read_class_index, scan_split
 from paddle_resnet.errors import DataError
 
 PREFETCH_DEPTH = 2
-
-
-def default_num_threads():
-    return len(os.sched_getaffinity(0))
 
 
 def train_steps(num_images, batch_size, world_size):
@@ -85,22 +88,19 @@ def open_split(data_config, split):
     return DataSplit(split, tuple(classes), count)
 
 
-def build_pipeline(read, data_config, layout, training, seed, device_id=None):
-    """A DALI pipeline over the (encoded image, label) pairs ``read(fn)`` produces.
+def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=None):
+    """A DALI pipeline over the (encoded image, label) nodes ``read_encoded()`` returns.
 
     ``device_id=None`` builds a CPU-only pipeline. Output: (images, labels), images
     float32 normalised in ``layout`` ("NCHW" or "NHWC"), labels int64 of shape [N, 1].
     """
-    from nvidia.dali import fn, types
-    from nvidia.dali.pipeline import Pipeline
-
     cfg = data_config
     pipe = Pipeline(batch_size=cfg.batch_size,
-                    num_threads=cfg.num_threads or default_num_threads(),
+                    num_threads=cfg.num_threads or available_cores(),
                     device_id=device_id, seed=seed, prefetch_queue_depth=PREFETCH_DEPTH)
     decoder = "cpu" if device_id is None else "mixed"
     with pipe:
-        encoded, labels = read(fn)
+        encoded, labels = read_encoded()
         if training:
             images = fn.decoders.image_random_crop(
                 encoded, device=decoder, output_type=types.RGB,
@@ -108,7 +108,7 @@ def build_pipeline(read, data_config, layout, training, seed, device_id=None):
                 random_aspect_ratio=list(cfg.rand_crop_ratio), num_attempts=100)
             images = fn.resize(images, resize_x=cfg.crop_size, resize_y=cfg.crop_size)
             if any(cfg.color_jitter):
-                images = _color_jitter(fn, images, *cfg.color_jitter)
+                images = _color_jitter(images, *cfg.color_jitter)
             mirror = fn.random.coin_flip(probability=0.5)
         else:
             images = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
@@ -127,7 +127,7 @@ def build_pipeline(read, data_config, layout, training, seed, device_id=None):
     return pipe
 
 
-def _color_jitter(fn, images, brightness, contrast, saturation):
+def _color_jitter(images, brightness, contrast, saturation):
     """torchvision's ColorJitter(brightness, contrast, saturation): each factor drawn
     uniformly from [1 - s, 1 + s] per image."""
     def factor(strength):
@@ -142,15 +142,15 @@ class DaliLoader:
 
     Yields feed dicts {"data", "label"}; the last batch is cut to the real
     images (the readers fill it up), so every image counts exactly once.
-    ``explain(step, error)`` turns a pipeline failure into a DataError.
+    ``describe_failure(step, error)`` turns a pipeline failure into a DataError.
     """
 
-    def __init__(self, pipe, num_images, batch_size, on_gpu, explain):
+    def __init__(self, pipe, num_images, batch_size, on_gpu, describe_failure):
         self.pipe = pipe
         self.num_images = num_images
         self.batch_size = batch_size
         self.on_gpu = on_gpu
-        self.explain = explain
+        self.describe_failure = describe_failure
 
     def __len__(self):
         return math.ceil(self.num_images / self.batch_size)
@@ -163,14 +163,11 @@ class DaliLoader:
             try:
                 images, labels = self.pipe.run()
             except RuntimeError as err:
-                raise self.explain(step, err) from None
+                raise self.describe_failure(step, err) from None
             valid = min(self.batch_size, self.num_images - step * self.batch_size)
             yield {"data": images.as_array()[:valid], "label": labels.as_array()[:valid]}
 
     def _iterate_gpu(self):
-        from nvidia.dali.plugin.base_iterator import LastBatchPolicy
-        from nvidia.dali.plugin.paddle import DALIGenericIterator
-
         iterator = DALIGenericIterator([self.pipe], ["data", "label"], size=self.num_images,
                                        last_batch_policy=LastBatchPolicy.PARTIAL)
         for batch in itertools.islice(iterator, len(self)):
@@ -178,7 +175,7 @@ class DaliLoader:
 
 
 def _folder_source(image_list, batch, training, rank, world_size, seed, epoch):
-    """(read, explain, number of images) for this rank's share of an image tree."""
+    """(read_encoded, describe_failure, number of images) for this rank's share of an image tree."""
     indices = (train_indices(len(image_list), batch, rank, world_size, seed, epoch)
                if training else eval_indices(len(image_list), rank, world_size))
     files = [image_list.files[i] for i in indices]
@@ -187,12 +184,12 @@ def _folder_source(image_list, batch, training, rank, world_size, seed, epoch):
     # crashes when dozens of samples of a batch fail, were that image broken.
     padded = np.resize(indices, math.ceil(len(indices) / batch) * batch)
 
-    def read(fn):
+    def read_encoded():
         return fn.readers.file(files=[image_list.files[i] for i in padded],
                                labels=[image_list.labels[i] for i in padded],
                                random_shuffle=False, name="Reader")
 
-    def explain(step, err):
+    def describe_failure(step, err):
         # DALI names no file for a failed decode; the failing batch is this one or
         # one of those already prefetched behind it.
         broken = find_unreadable_image(files[step * batch:(step + PREFETCH_DEPTH + 1) * batch])
@@ -200,25 +197,25 @@ def _folder_source(image_list, batch, training, rank, world_size, seed, epoch):
             return DataError(f"{broken}: cannot be decoded as an image")
         return DataError(f"DALI failed on batch {step}: {str(err).splitlines()[0]}")
 
-    return read, explain, len(files)
+    return read_encoded, describe_failure, len(files)
 
 
 def _record_source(data_split, data_config, training, rank, world_size, seed):
-    """(read, explain, number of images) for this rank's shard of a record file."""
+    """(read_encoded, describe_failure, number of images) for this rank's shard of a record file."""
     fmt, root, batch = data_config.format, data_config.image_root, data_config.batch_size
     if training:
         num_images = batch * train_steps(len(data_split), batch, world_size)
     else:
         num_images = len(records.shard_range(len(data_split), rank, world_size))
 
-    def read(fn):
-        return records.read_records(fn, root, data_split.split, fmt, rank, world_size,
+    def read_encoded():
+        return records.read_records(root, data_split.split, fmt, rank, world_size,
                                     random_shuffle=training, seed=seed)
 
-    def explain(step, err):
+    def describe_failure(step, err):
         return records.describe_record_error(err, root, data_split.split, fmt)
 
-    return read, explain, num_images
+    return read_encoded, describe_failure, num_images
 
 
 def make_loader(data_split, data_config, layout, training, rank=0, world_size=1, epoch=0,
@@ -226,11 +223,12 @@ def make_loader(data_split, data_config, layout, training, rank=0, world_size=1,
     """The loader of one epoch (training) or one full pass (evaluation) for this rank."""
     seed = data_config.seed + 1000 * epoch + rank
     if data_split.image_list is not None:
-        read, explain, num_images = _folder_source(data_split.image_list, data_config.batch_size,
+        read_encoded, describe_failure, num_images = _folder_source(data_split.image_list, data_config.batch_size,
                                                    training, rank, world_size, data_config.seed,
                                                    epoch)
     else:
-        read, explain, num_images = _record_source(data_split, data_config, training, rank,
+        read_encoded, describe_failure, num_images = _record_source(data_split, data_config, training, rank,
                                                    world_size, seed)
-    pipe = build_pipeline(read, data_config, layout, training, seed, device_id)
-    return DaliLoader(pipe, num_images, data_config.batch_size, device_id is not None, explain)
+    pipe = build_pipeline(read_encoded, data_config, layout, training, seed, device_id)
+    return DaliLoader(pipe, num_images, data_config.batch_size, device_id is not None,
+                      describe_failure)

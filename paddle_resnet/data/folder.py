@@ -4,6 +4,8 @@ import os
 from dataclasses import dataclass
 from typing import List, Tuple
 
+from PIL import Image
+
 from paddle_resnet.atomic import atomic_files
 from paddle_resnet.errors import DataError
 
@@ -22,6 +24,12 @@ class ImageList:
         return len(self.files)
 
 
+def list_images(folder):
+    """The image files directly inside ``folder``, sorted by name."""
+    return [os.path.join(folder, name) for name in sorted(os.listdir(folder))
+            if name.lower().endswith(IMAGE_EXTENSIONS)]
+
+
 def scan_split(image_root, split) -> ImageList:
     """List <image_root>/<split>/<class>/* in a fixed (sorted) order."""
     if not image_root:
@@ -38,12 +46,11 @@ def scan_split(image_root, split) -> ImageList:
     labels: List[int] = []
     for label, name in enumerate(classes):
         class_dir = os.path.join(split_dir, name)
-        images = sorted(f for f in os.listdir(class_dir)
-                        if f.lower().endswith(IMAGE_EXTENSIONS))
+        images = list_images(class_dir)
         if not images:
             raise DataError(f"{class_dir}: class folder holds no images "
                             f"({', '.join(IMAGE_EXTENSIONS)})")
-        files.extend(os.path.join(class_dir, f) for f in images)
+        files.extend(images)
         labels.extend([label] * len(images))
     return ImageList(tuple(files), tuple(labels), tuple(classes))
 
@@ -79,8 +86,6 @@ def read_class_index(path):
 
 def find_unreadable_image(files):
     """The first file of ``files`` that Pillow cannot decode, or None."""
-    from PIL import Image
-
     for path in files:
         try:
             with Image.open(path) as image:

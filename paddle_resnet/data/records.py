@@ -14,6 +14,8 @@ import os
 import struct
 
 import numpy as np
+import nvidia.dali.tfrecord as tfrec
+from nvidia.dali import fn, types
 
 from paddle_resnet.data.folder import (ImageList, check_same_classes, scan_split,
                                        write_class_index)
@@ -358,7 +360,7 @@ def masked_crc32c(data):
 
 # ---------------------------------------------------------------- DALI
 
-def read_records(fn, root, split, fmt, shard_id, num_shards, random_shuffle, seed):
+def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
     """(encoded images, int64 labels of shape [1]) DALI nodes over the records of ``split``.
 
     Call inside ``with pipe:``. Each shard is padded to whole batches by repeating its
@@ -367,8 +369,6 @@ def read_records(fn, root, split, fmt, shard_id, num_shards, random_shuffle, see
     ``random_shuffle`` is DALI's: it draws from a buffer of 1024 records read in stored
     order (by class). It follows ``seed`` only, not the pipeline's seed.
     """
-    from nvidia.dali import types
-
     data_path, index_path = record_files(root, split, fmt)
     reader_args = dict(path=[data_path], index_path=[index_path], shard_id=shard_id,
                        num_shards=num_shards, random_shuffle=random_shuffle, seed=seed,
@@ -382,8 +382,6 @@ def read_records(fn, root, split, fmt, shard_id, num_shards, random_shuffle, see
 
 
 def tfrecord_features():
-    import nvidia.dali.tfrecord as tfrec
-
     return {ENCODED: tfrec.FixedLenFeature((), tfrec.string, ""),
             LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1)}
 

@@ -4,11 +4,22 @@
 of Paddle 3.x alike, which ``paddle.static.nn`` does not.
 """
 import math
+from dataclasses import dataclass
+from typing import Tuple
 
 import paddle
 from paddle import nn
 
-from paddle_resnet.models import Arch
+
+@dataclass(frozen=True)
+class Arch:
+    """What distinguishes one member of the ResNet family from another."""
+
+    block: str                      # "basic" or "bottleneck"
+    layers: Tuple[int, int, int, int]
+    groups: int = 1                 # ResNeXt cardinality
+    width_per_group: int = 64       # ResNeXt bottleneck width
+    stride_in_1x1: bool = False     # True: ResNet v1; False: v1.5
 
 
 def _conv(in_channels, out_channels, kernel, stride=1, groups=1, data_format="NCHW"):

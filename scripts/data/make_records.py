@@ -5,13 +5,10 @@
 See paddle_resnet/data/records.py for the files it writes.
 """
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-
-from paddle_resnet.data.records import FORMATS, write_records  # noqa: E402
-from paddle_resnet.errors import DataError  # noqa: E402
+from paddle_resnet.data.records import FORMATS, write_records
+from paddle_resnet.errors import DataError
 
 
 def main():

@@ -1,0 +1,101 @@
+"""The exported inference model folder: written by export_model.py, read by inference.py,
+the predictor and the sparsity checker. This module is its only owner.
+
+    <dir>/inference.pdmodel, inference.pdiparams   program and weights (paddle.static.save_inference_model)
+    <dir>/classes.json                             label index -> class name
+    <dir>/model.json                               architecture, input, preprocessing, sparse weights
+"""
+import dataclasses
+import json
+import os
+
+import numpy as np
+import paddle
+
+from paddle_resnet.data.folder import read_class_index, write_class_index
+from paddle_resnet.errors import UserError
+
+MODEL_FILE = "inference.pdmodel"
+PARAMS_FILE = "inference.pdiparams"
+CLASSES_FILE = "classes.json"
+INFO_FILE = "model.json"
+_PREFIX = MODEL_FILE.rsplit(".", 1)[0]
+INPUT_NAME = "data"
+
+
+def describe(config, input_shape, sparse):
+    """model.json's content for a model exported from ``config``."""
+    data = config.data
+    return {
+        "arch": config.model.arch, "num_classes": config.model.num_classes,
+        "layout": config.model.data_layout, "input_shape": list(input_shape),
+        "input": INPUT_NAME, "output": "probabilities (softmax)",
+        "preprocess": {"resize_short": data.resize_short, "crop_size": data.crop_size,
+                       "normalize_mean": list(data.normalize_mean),
+                       "normalize_std": list(data.normalize_std)},
+        "sparse_2to4": list(sparse),
+    }
+
+
+def write(out_dir, exe, program, image, output, info, classes):
+    """The model (``image`` in, ``output`` out), classes.json and model.json into ``out_dir``."""
+    paddle.static.save_inference_model(os.path.join(out_dir, _PREFIX), [image], [output], exe,
+                                       program=program)
+    write_class_index(os.path.join(out_dir, CLASSES_FILE), classes)
+    with open(os.path.join(out_dir, INFO_FILE), "w") as handle:
+        json.dump(info, handle, indent=1)
+
+
+def check_dir(model_dir):
+    """UserError naming the first missing file of an exported model."""
+    if not os.path.isdir(model_dir):
+        raise UserError(f"inference model folder {model_dir!r} does not exist")
+    for name in (MODEL_FILE, PARAMS_FILE, INFO_FILE):
+        path = os.path.join(model_dir, name)
+        if not os.path.isfile(path):
+            raise UserError(f"{path} is missing: export a model with export_model.py "
+                            f"--inference-dir {model_dir}")
+
+
+def is_exported_model(path):
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, INFO_FILE))
+
+
+def model_paths(model_dir):
+    """(program file, parameters file), as paddle.inference.Config takes them."""
+    return os.path.join(model_dir, MODEL_FILE), os.path.join(model_dir, PARAMS_FILE)
+
+
+def read_info(model_dir):
+    """What the export recorded: architecture, input shape, layout, preprocessing."""
+    path = os.path.join(model_dir, INFO_FILE)
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path}: unreadable ({err}); export the model again") from None
+
+
+def read_classes(model_dir):
+    return read_class_index(os.path.join(model_dir, CLASSES_FILE))
+
+
+def read_params(model_dir):
+    """Parameter name -> array of an exported model."""
+    paddle.enable_static()              # load_inference_model works in static mode only
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        program, _, _ = paddle.static.load_inference_model(os.path.join(model_dir, _PREFIX), exe)
+        return {var.name: np.array(scope.find_var(var.name).get_tensor())
+                for var in program.list_vars()
+                if var.persistable and var.name not in ("feed", "fetch")}
+
+
+def preprocessing(data_config, info):
+    """``data_config`` with the validation preprocessing the model was exported with."""
+    pre = info["preprocess"]
+    return dataclasses.replace(data_config, crop_size=pre["crop_size"],
+                               resize_short=pre["resize_short"],
+                               normalize_mean=tuple(pre["normalize_mean"]),
+                               normalize_std=tuple(pre["normalize_std"]))
