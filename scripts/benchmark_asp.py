@@ -7,16 +7,15 @@ for the sparse runs, --asp --prune-model. Dense and sparse runs alternate in
 ABBA order (--repeats times each) so that drift in the machine's speed hits both alike.
 Writes the figures to benchmark_asp.json (--output).
 """
+import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+
 import argparse
 import json
 import os
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
-os.environ.setdefault("FLAGS_enable_pir_api", "0")
+import train
+from paddle_resnet.config import build_parser, config_from_args
 
 
 def main():
@@ -24,9 +23,6 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--output", default="benchmark_asp.json")
     args, train_args = parser.parse_known_args()
-
-    import train
-    from paddle_resnet.config import build_parser, config_from_args
 
     scratch = tempfile.mkdtemp(prefix="benchmark_asp_")   # keep benchmark logs out of real runs
 
