@@ -149,6 +149,7 @@ def benchmark(exe, programs, train_split, config, report, rank, world_size, devi
                          run_cfg.benchmark_warmup_steps, run_cfg.benchmark_steps)
     summary = latency_summary(config.data.batch_size * world_size, seconds)
     result = {"train.ips": summary["ips"], "train.batch_size": config.data.batch_size,
+              "train.step_ms_mean": summary["latency_avg"],
               "train.step_ms_p50": summary["latency_p50"],
               "train.step_ms_p90": summary["latency_p90"], "world_size": world_size,
               "benchmark_steps": run_cfg.benchmark_steps,

@@ -155,3 +155,30 @@ def test_evaluation_rejects_weights_of_another_model(trained):
         "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18")}))
     with pytest.raises(CheckpointError, match="does not fit resnet34"):
         run(config)
+
+
+def test_benchmark_mode_times_the_requested_steps_and_saves_nothing(fmnist_root, tmp_path):
+    config = small_config(fmnist_root, tmp_path, **{
+        "run.benchmark": True, "run.benchmark_steps": 4, "run.benchmark_warmup_steps": 12,
+        "run.run_scope": "train_only"})
+    result = run(config)
+    # 12 warm-up + 4 timed steps cross the 10-step epoch: the loader restarts unnoticed.
+    assert result["benchmark_steps"] == 4 and result["world_size"] == 1
+    assert result["train.ips"] == pytest.approx(16 * 1000.0 / result["train.step_ms_mean"])
+    assert 0 < result["train.step_ms_p50"] <= result["train.step_ms_p90"]
+    assert [r["data"] for r in records(config, "SUMMARY") if r["step"] == "BENCHMARK"] == [result]
+    assert not records(config, "EPOCH") and not records(config, "VAL")
+    assert not os.path.exists(os.path.join(config.run.output_dir, "resnet18"))
+
+
+def test_plot_report_draws_the_last_run(trained, tmp_path):
+    image = tmp_path / "curves.png"
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "plot_report.py"),
+                             trained.report_file, "--output", str(image)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    with open(image, "rb") as handle:
+        header = handle.read(24)
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+    assert (width, height) == (1500, 400)          # three panels, figsize 15x4 at 100 dpi
