@@ -1,7 +1,21 @@
-"""Writing files so that a crash never leaves a half-written one where a good one was."""
+"""Writing files so that a crash never leaves a half-written one where a good one was.
+
+A folder is replaced in three steps (``staged_directory``): the new content is
+written and synced in a hidden sibling ``.<name>.partial-<host>-<pid>``; the old
+folder is renamed to ``.<name>.retired-<host>-<pid>``; the new one is renamed into
+place and the retired one removed. A process killed at any point leaves hidden
+folders that ``recover_staged`` (run before every save and every read) resolves:
+a retired folder means the new one was complete, so the replacement is finished;
+a partial folder alone is an interrupted write and is removed. Folders of a
+process that is still alive are left alone.
+"""
 import contextlib
 import os
+import re
 import shutil
+import socket
+
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|retired)-(?P<host>.+)-(?P<pid>\d+)$")
 
 
 @contextlib.contextmanager
@@ -30,26 +44,77 @@ def _fsync_dir(path):
         os.close(descriptor)
 
 
+def _owner():
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _hidden(directory, kind, owner):
+    parent, name = os.path.split(os.path.abspath(directory))
+    return os.path.join(parent, f".{name}.{kind}-{owner}")
+
+
+def _owner_alive(host, pid):
+    if host != socket.gethostname():
+        return True                       # another machine's process: cannot tell, keep it
+    if pid == os.getpid():
+        return False                      # our own leftovers from an earlier failure
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_staged(parent):
+    """Finish or undo the folder replacements that dead processes left in ``parent``;
+    returns a line per folder acted on."""
+    if not os.path.isdir(parent):
+        return []
+    actions = []
+    for entry in sorted(os.listdir(parent)):
+        match = _LEFTOVER.match(entry)
+        if not match or match["kind"] != "retired":
+            continue
+        if _owner_alive(match["host"], int(match["pid"])):
+            continue
+        owner = f"{match['host']}-{match['pid']}"
+        target = os.path.join(parent, match["name"])
+        retired, staged = os.path.join(parent, entry), _hidden(target, "partial", owner)
+        if not os.path.exists(target):
+            # Killed between the two renames: the staged folder was complete.
+            os.replace(staged if os.path.isdir(staged) else retired, target)
+            actions.append(f"{target}: completed an interrupted replacement")
+        shutil.rmtree(retired, ignore_errors=True)
+    for entry in sorted(os.listdir(parent)):
+        match = _LEFTOVER.match(entry)
+        if match and not _owner_alive(match["host"], int(match["pid"])):
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+            actions.append(f"{os.path.join(parent, entry)}: removed an interrupted write")
+    return actions
+
+
 @contextlib.contextmanager
 def staged_directory(directory):
     """Yield a hidden sibling folder to fill; on success it replaces ``directory`` by
     renames, on failure it is removed. Either way ``directory`` is never half-written."""
     parent = os.path.dirname(os.path.abspath(directory))
     os.makedirs(parent, exist_ok=True)
-    staging = os.path.join(parent, f".{os.path.basename(directory)}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
+    recover_staged(parent)
+    staging = _hidden(directory, "partial", _owner())
     os.makedirs(staging)
     try:
         yield staging
+        for name in os.listdir(staging):
+            with open(os.path.join(staging, name), "rb+") as handle:
+                os.fsync(handle.fileno())
+        _fsync_dir(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    for name in os.listdir(staging):
-        with open(os.path.join(staging, name), "rb+") as handle:
-            os.fsync(handle.fileno())
-    _fsync_dir(staging)
     if os.path.exists(directory):
-        retired = staging + ".old"
+        retired = _hidden(directory, "retired", _owner())
         os.replace(directory, retired)
         os.replace(staging, directory)
         shutil.rmtree(retired)

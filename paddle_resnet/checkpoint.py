@@ -17,7 +17,7 @@ import numpy as np
 import paddle
 from paddle.base.data_feeder import convert_dtype
 
-from paddle_resnet.atomic import staged_directory
+from paddle_resnet.atomic import recover_staged, staged_directory
 from paddle_resnet.errors import CheckpointError
 from paddle_resnet.sparsity.pattern import MASK_SUFFIX
 
@@ -50,16 +50,24 @@ def save_checkpoint(program, directory, meta):
 
 
 def resolve_checkpoint(path):
-    """A checkpoint folder, or an <output-dir>/<arch> folder (its newest checkpoint)."""
+    """A checkpoint folder, or an <output-dir>/<arch> folder (its newest checkpoint).
+    Folder replacements that a crash interrupted are finished first (``recover_staged``)."""
+    path = os.path.abspath(path)
+    recover_staged(os.path.dirname(path))
     if not os.path.isdir(path):
         raise CheckpointError(f"checkpoint {path!r} does not exist")
     if os.path.exists(os.path.join(path, META)):
         return path
-    epochs = sorted((int(name) for name in os.listdir(path) if name.isdigit()
-                     and os.path.exists(os.path.join(path, name, META))), reverse=True)
+    recover_staged(path)
+    epochs = sorted(int(name) for name in os.listdir(path) if name.isdigit())
     if not epochs:
         raise CheckpointError(f"{path}: no {META}; not a checkpoint folder")
-    return os.path.join(path, str(epochs[0]))
+    newest = os.path.join(path, str(epochs[-1]))
+    if not os.path.exists(os.path.join(newest, META)):
+        raise CheckpointError(f"{newest}: the newest checkpoint folder has no {META} (damaged, "
+                              "or not written by this toolkit); remove it or name an epoch "
+                              "folder explicitly")
+    return newest
 
 
 def read_checkpoint(path):

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import paddle
 
+from paddle_resnet.atomic import recover_staged
 from paddle_resnet.data.folder import read_class_index, write_class_index
 from paddle_resnet.errors import UserError
 
@@ -47,7 +48,9 @@ def write(out_dir, exe, program, image, output, info, classes):
 
 
 def check_dir(model_dir):
-    """UserError naming the first missing file of an exported model."""
+    """UserError naming the first missing file of an exported model. An export that a
+    crash interrupted while replacing this folder is finished first."""
+    recover_staged(os.path.dirname(os.path.abspath(model_dir)))
     if not os.path.isdir(model_dir):
         raise UserError(f"inference model folder {model_dir!r} does not exist")
     for name in (MODEL_FILE, PARAMS_FILE, INFO_FILE):

@@ -1,0 +1,71 @@
+"""Crash-safe folder replacement: a process SIGKILLed at any step leaves either the old
+or the new folder in place once the next run has looked (``recover_staged``)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from paddle_resnet import atomic
+
+# A child process that replaces ``target`` and SIGKILLs itself after the ``kill_after``-th
+# os.replace (0: while the new content is still being written).
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from paddle_resnet import atomic
+    target, kill_after = sys.argv[1], int(sys.argv[2])
+    real_replace, done = os.replace, []
+
+    def replace(source, destination):
+        real_replace(source, destination)
+        done.append(destination)
+        if len(done) == kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    os.replace = replace
+    with atomic.staged_directory(target) as staging:
+        with open(os.path.join(staging, "value"), "w") as handle:
+            handle.write("new")
+        if kill_after == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def replace_and_die(target, kill_after):
+    result = subprocess.run([sys.executable, "-c", CHILD, str(target), str(kill_after)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == -9, result.stderr
+
+
+def content(path):
+    with open(os.path.join(path, "value")) as handle:
+        return handle.read()
+
+
+@pytest.mark.parametrize("kill_after, survivor", [(0, "old"), (1, "new"), (2, "new")])
+def test_a_killed_replacement_is_finished_or_undone(tmp_path, kill_after, survivor):
+    target = tmp_path / "3"
+    target.mkdir()
+    (target / "value").write_text("old")
+    replace_and_die(target, kill_after)
+    if kill_after == 1:                   # between the two renames: nothing at the path
+        assert not target.exists()
+    actions = atomic.recover_staged(str(tmp_path))
+    assert content(target) == survivor
+    assert os.listdir(tmp_path) == ["3"]                 # no hidden leftovers
+    assert actions or kill_after == 2
+
+
+def test_a_killed_first_write_leaves_nothing(tmp_path):
+    replace_and_die(tmp_path / "1", 0)
+    assert atomic.recover_staged(str(tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_live_writers_folder_is_left_alone(tmp_path):
+    # The parent of this test process is alive: its staging folder must survive.
+    live = tmp_path / f".5.partial-{os.uname().nodename}-{os.getppid()}"
+    live.mkdir()
+    assert atomic.recover_staged(str(tmp_path)) == []
+    assert live.exists()
