@@ -21,7 +21,7 @@ import numpy as np
 from paddle_resnet import exported, predictor
 from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
-from paddle_resnet.data.folder import ImageList, check_num_classes, find_unreadable_image, list_images
+from paddle_resnet.data.folder import ImageList, check_num_classes, list_images, unreadable_images
 from paddle_resnet.errors import DataError
 from paddle_resnet.metrics import (accuracy_from_counts, eval_counts, format_latency_table,
                                    latency_summary, time_steps, top_k)
@@ -110,13 +110,26 @@ def _predict_files(paths):
 
 
 def predict(config, report):
-    """Top-k class names with probabilities for each given image (files or folders)."""
-    files = _predict_files(config.inference.images)
+    """Top-k class names with probabilities for each given image (files or folders).
+
+    Images that cannot be decoded are named and left out; the others are predicted,
+    and then a DataError (exit code 2) says how many failed.
+    """
+    given = _predict_files(config.inference.images)
     # Checked before DALI sees them: DALI 2.4's CPU decoder crashes (SIGSEGV) when
     # dozens of samples of one batch fail, as when a broken file pads the last batch.
-    broken = find_unreadable_image(files)
+    broken = list(unreadable_images(given))
+    for path in broken:
+        report.print(f"{path}: cannot be decoded as an image; skipped")
+    files = [path for path in given if path not in frozenset(broken)]
+    predictions = _predict(config, report, files) if files else []
     if broken:
-        raise DataError(f"{broken}: cannot be decoded as an image")
+        raise DataError(f"{len(broken)} of {len(given)} images cannot be decoded as images, "
+                        f"e.g. {broken[0]}")
+    return predictions
+
+
+def _predict(config, report, files):
     classifier, info, _ = build_classifier(config, config.data.batch_size)
     classes = exported.read_classes(config.inference.model_dir)
     images = DataSplit.of_images("predict", ImageList(tuple(files), (0,) * len(files),

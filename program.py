@@ -11,7 +11,8 @@ import paddle.nn.functional as F
 from paddle.distributed import fleet
 from paddle.incubate import asp
 
-from paddle_resnet import distributed
+from paddle_resnet import VERBOSE, distributed
+from paddle_resnet.bootstrap import paddle_chatter
 from paddle_resnet.metrics import top_k
 from paddle_resnet.models import build_model
 from paddle_resnet.optim import StepwiseLR, build_optimizer, set_weight_decay
@@ -136,7 +137,8 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
                                     param_names=excluded_parameters(model, config.asp.exclude))
         distributed.init_fleet()
         optimizer = fleet.distributed_optimizer(optimizer, strategy=distributed_strategy(config))
-        optimizer.minimize(programs.train_fetches["loss"], startup)
+        with paddle_chatter(VERBOSE):                   # fleet prints its optimizer choice
+            optimizer.minimize(programs.train_fetches["loss"], startup)
     programs.startup, programs.train, programs.model = startup, main, model
     programs.lr_scheduler, programs.optimizer = scheduler, optimizer
     programs.mixup_feed = MIXUP_FEED if mixup_lambda is not None else None

@@ -123,17 +123,18 @@ def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps
         metrics = train_one_epoch(exe, programs, loader, epoch, report, run_cfg.print_interval,
                                   world_size, config.loss.mixup_alpha, config.data.seed)
         last = epoch == run_cfg.epochs
-        if run_eval and (epoch % run_cfg.eval_interval == 0 or last):
-            metrics.update(run_eval(epoch))
-        report.log([epoch], metrics, kind="EPOCH", console=False)
         if config.asp.enabled:
             sparse_training.verify(programs, report, where=f"epoch {epoch}")
+        # Saved before validating, so that a broken validation image never costs the epoch.
         if rank == 0 and (epoch % run_cfg.save_interval == 0 or last):
             directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
             ckpt.save_checkpoint(programs.train, directory, {
                 "epoch": epoch, "global_step": epoch * steps_per_epoch,
                 "arch": config.model.arch, "classes": list(classes), "config": config.to_dict()})
             report.print(f"saved {directory}")
+        if run_eval and (epoch % run_cfg.eval_interval == 0 or last):
+            metrics.update(run_eval(epoch))
+        report.log([epoch], metrics, kind="EPOCH", console=False)
     return metrics
 
 

@@ -1,10 +1,18 @@
 """paddle-resnet: ResNet-family classifiers with Paddle static graphs, DALI and Fleet.
 
-Importing the package prepares the process for Paddle (``bootstrap.py``): every
-module that imports Paddle lives in this package, so this is the one place where
-the environment is set, and it is set before Paddle is loaded. See
-docs/architecture.md for the layers and the import rule.
+Importing the package prepares the process (``bootstrap.py``): the environment that
+Paddle reads at import is set, then Paddle is imported with its chatter hidden.
+Every module that imports Paddle lives in this package, so this is the one place,
+and it runs first. See docs/architecture.md for the layers and the import rule.
 """
-from paddle_resnet.bootstrap import prepare_environment
+import logging
 
-prepare_environment()
+from paddle_resnet import bootstrap
+
+VERBOSE = bootstrap.is_verbose()
+bootstrap.prepare_environment(verbose=VERBOSE)
+with bootstrap.paddle_chatter(VERBOSE):
+    import paddle  # noqa: E402,F401  (after the environment is set: it is read at import)
+    from paddle.distributed.fleet.utils import log_util  # noqa: E402
+if not VERBOSE:
+    log_util.logger.setLevel(logging.ERROR)        # fleet's topology and strategy INFO lines

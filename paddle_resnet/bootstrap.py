@@ -1,18 +1,56 @@
-"""The process environment Paddle reads once, when it is first imported.
+"""The process environment Paddle reads once, when it is first imported, and the
+console's quiet: Paddle's own chatter (glog lines, fleet prints, topology INFO
+lines, deprecation warnings, the OMP_NUM_THREADS banner) is hidden unless the
+command line has ``--verbose`` or the environment PADDLE_RESNET_VERBOSE=1.
 
-``paddle_resnet/__init__.py`` calls ``prepare_environment`` so that it runs before
-any module of the package imports Paddle. Values the user set are kept.
+``paddle_resnet/__init__.py`` uses it to prepare the process before it imports Paddle,
+which is before any module of the package can. Values the user set are kept.
 """
+import contextlib
+import io
 import os
+import sys
+import warnings
+
+VERBOSE_FLAG = "--verbose"
 
 
 def available_cores():
     return len(os.sched_getaffinity(0))
 
 
-def prepare_environment(environ=os.environ):
+def is_verbose(argv=None, environ=os.environ):
+    argv = sys.argv[1:] if argv is None else argv
+    return VERBOSE_FLAG in argv or environ.get("PADDLE_RESNET_VERBOSE") == "1"
+
+
+def threads_per_process(environ=os.environ):
+    """The cores shared by the ranks that ``paddle.distributed.launch`` starts on this
+    machine (PADDLE_LOCAL_SIZE), at least one each."""
+    ranks_here = int(environ.get("PADDLE_LOCAL_SIZE", "1") or 1)
+    return max(1, available_cores() // max(1, ranks_here))
+
+
+def prepare_environment(environ=os.environ, verbose=False):
     # Fleet's static meta-optimizers (AMP, ASP, QAT) need the legacy static IR;
     # Paddle 3.x builds PIR programs unless told otherwise (2.6 ignores the flag).
     environ.setdefault("FLAGS_enable_pir_api", "0")
     # Paddle's static executor uses one math thread unless told otherwise.
-    environ.setdefault("OMP_NUM_THREADS", str(available_cores()))
+    environ.setdefault("OMP_NUM_THREADS", str(threads_per_process(environ)))
+    if not verbose:
+        environ.setdefault("GLOG_minloglevel", "2")      # Paddle's C++ log: errors only
+        # Python-side warnings from inside Paddle say nothing the user can act on.
+        warnings.filterwarnings("ignore", module=r"paddle(\..*)?$")
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+@contextlib.contextmanager
+def paddle_chatter(verbose):
+    """Swallow what Paddle prints to Python's stdout/stderr inside the block (fleet's
+    optimizer lists, the import banner) unless ``verbose``."""
+    if verbose:
+        yield
+        return
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        yield

@@ -8,11 +8,15 @@ import numpy as np
 import paddle
 from paddle.distributed import fleet
 
+from paddle_resnet import VERBOSE
+from paddle_resnet.bootstrap import paddle_chatter
+
 
 def init_fleet():
     """Fleet in collective mode (once per process); returns (rank, world size)."""
     if not fleet.fleet._role_maker:
-        fleet.init(is_collective=True)
+        with paddle_chatter(VERBOSE):
+            fleet.init(is_collective=True)
     return fleet.worker_index(), fleet.worker_num()
 
 

@@ -1,6 +1,7 @@
 """Export to Paddle Inference and run it: agreement with the eval program, modes, bad input."""
 import json
 import os
+import shutil
 
 import numpy as np
 import paddle
@@ -142,7 +143,7 @@ def test_bad_input(exported, capsys, tmp_path):
     not_image = tmp_path / "notes.jpg"
     not_image.write_text("not an image")
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--mode", "predict", "--images",
-                        str(not_image)], "notes.jpg: cannot be decoded as an image", log)
+                        str(not_image)], "1 of 1 images cannot be decoded as images", log)
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--batch-size", "0"],
                "data.batch_size must be at least 1", log)
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--backend", "trt"],
@@ -152,6 +153,21 @@ def test_bad_input(exported, capsys, tmp_path):
     classifier = build(config)
     with pytest.raises(Exception, match=r"does not fit the model, which takes \[batch, 3, 32, 32\]"):
         classifier(np.zeros((2, 3, 224, 224), np.float32))
+
+
+def test_predict_keeps_the_good_images_and_names_the_bad(exported, fmnist_root, tmp_path, capsys):
+    config, _ = exported
+    folder = tmp_path / "mixed"
+    shutil.copytree(os.path.join(fmnist_root, "val", "bag"), folder)
+    (folder / "broken.jpg").write_bytes(b"\xff\xd8 truncated")
+    assert inference.main(["--inference-dir", config.inference.model_dir, "--mode", "predict",
+                           "--images", str(folder), "--inference-log-path",
+                           str(tmp_path / "log.json")]) == 2
+    captured = capsys.readouterr()
+    predicted = [line for line in captured.out.splitlines() if line.startswith(str(folder))]
+    assert len(predicted) == 14 and "broken.jpg: cannot be decoded as an image; skipped" in predicted[0]
+    assert captured.err.strip().splitlines()[-1] == (
+        f"error: 1 of 14 images cannot be decoded as images, e.g. {folder / 'broken.jpg'}")
 
 
 def test_tensorrt_settings_without_a_gpu():

@@ -25,7 +25,7 @@ from nvidia.dali.plugin.paddle import DALIGenericIterator
 
 from paddle_resnet.bootstrap import available_cores
 from paddle_resnet.data import records
-from paddle_resnet.data.folder import ImageList, find_unreadable_image, read_class_index, scan_split
+from paddle_resnet.data.folder import ImageList, read_class_index, scan_split, unreadable_images
 from paddle_resnet.errors import DataError
 
 PREFETCH_DEPTH = 2
@@ -192,7 +192,7 @@ def _folder_source(image_list, batch, training, rank, world_size, seed, epoch):
     def describe_failure(step, err):
         # DALI names no file for a failed decode; the failing batch is this one or
         # one of those already prefetched behind it.
-        broken = find_unreadable_image(files[step * batch:(step + PREFETCH_DEPTH + 1) * batch])
+        broken = next(unreadable_images(files[step * batch:(step + PREFETCH_DEPTH + 1) * batch]), None)
         if broken:
             return DataError(f"{broken}: cannot be decoded as an image")
         return DataError(f"DALI failed on batch {step}: {str(err).splitlines()[0]}")

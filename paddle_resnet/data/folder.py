@@ -84,12 +84,11 @@ def read_class_index(path):
         raise DataError(f"{path}: not a readable class index ({err})") from None
 
 
-def find_unreadable_image(files):
-    """The first file of ``files`` that Pillow cannot decode, or None."""
+def unreadable_images(files):
+    """The files of ``files`` that Pillow cannot decode, one by one (a generator)."""
     for path in files:
         try:
             with Image.open(path) as image:
                 image.load()
         except Exception:  # Pillow raises many types for broken files
-            return path
-    return None
+            yield path
