@@ -107,7 +107,8 @@ def run(config, report_stream=None):
         metrics = train_epochs(config, exe, programs, train_split, classes, start_epoch,
                                steps_per_epoch, report, rank, world_size, device_id,
                                run_eval if evaluating else None)
-    report.log("SUMMARY", metrics, kind="SUMMARY")
+    report.log("SUMMARY", metrics, kind="SUMMARY", console=False)
+    report.table("summary", summary_rows(config, metrics, world_size, device_id))
     report.close()
     return metrics
 
@@ -116,7 +117,7 @@ def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps
                  report, rank, world_size, device_id, run_eval):
     """Epochs ``start_epoch + 1 .. run.epochs``: train, validate, verify sparsity, save."""
     run_cfg = config.run
-    metrics = {}
+    metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
     for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
         loader = make_loader(train_split, config.data, config.model.data_layout, True, rank,
                              world_size, epoch - 1, device_id)
@@ -134,8 +135,12 @@ def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps
             report.print(f"saved {directory}")
         if run_eval and (epoch % run_cfg.eval_interval == 0 or last):
             metrics.update(run_eval(epoch))
+            if metrics["val.top1"] > history.get("val.best_top1", -1.0):
+                history.update({"val.best_top1": metrics["val.top1"], "val.best_epoch": epoch})
         report.log([epoch], metrics, kind="EPOCH", console=False)
-    return metrics
+        history["train.seconds"] += metrics["train.seconds"]
+        history["train.images"] += metrics["train.images"]
+    return dict(metrics, **{f"run.{key}": value for key, value in history.items()})
 
 
 def benchmark(exe, programs, train_split, config, report, rank, world_size, device_id):
@@ -157,6 +162,28 @@ def benchmark(exe, programs, train_split, config, report, rank, world_size, devi
               "benchmark_warmup_steps": run_cfg.benchmark_warmup_steps}
     report.log("BENCHMARK", result, kind="SUMMARY")
     return result
+
+
+def summary_rows(config, metrics, world_size, device_id):
+    """The final table: what ran, the best and last accuracy, speed, where the files are."""
+    device = "CPU" if device_id is None else "GPU"
+    rows = [("model", f"{config.model.arch}, {world_size} {device} process(es)")]
+    if "run.val.best_top1" in metrics:
+        rows.append(("best val top-1", f"{100 * metrics['run.val.best_top1']:.2f} % "
+                                       f"(epoch {metrics['run.val.best_epoch']})"))
+    if "val.top1" in metrics:
+        rows.append(("last val top-1", f"{100 * metrics['val.top1']:.2f} % of "
+                                       f"{metrics['val.images']} images"))
+    if metrics.get("run.train.seconds"):
+        seconds = metrics["run.train.seconds"]
+        rows.append(("training", f"{int(seconds // 60)} min {seconds % 60:.0f} s, "
+                                 f"{metrics['run.train.images'] / seconds:.1f} img/s"))
+    if "train.ips" in metrics and "run.train.seconds" not in metrics:
+        rows.append(("throughput", f"{metrics['train.ips']:.1f} img/s"))
+    if metrics.get("run.train.images"):
+        rows.append(("checkpoints", os.path.join(config.run.output_dir, config.model.arch)))
+    rows.append(("report", config.report_file))
+    return rows
 
 
 def main(argv=None):

@@ -7,6 +7,10 @@ and it runs first. See docs/architecture.md for the layers and the import rule.
 """
 import logging
 
+# Pillow before Paddle: Paddle's library exports zlib symbols that Pillow's PNG encoder
+# would otherwise bind to, and crash on (SIGSEGV in deflateReset, Pillow 13 / Paddle 2.6).
+from PIL import Image  # noqa: F401,I001
+
 from paddle_resnet import bootstrap
 
 VERBOSE = bootstrap.is_verbose()

@@ -1,4 +1,5 @@
-"""Run reports: DLLogger-style JSON lines on disk, short progress lines on the console.
+"""Run reports: DLLogger-style JSON lines on disk; on the console, a progress bar with
+ETA and img/s when it is a terminal, plain DLLogger-style lines when it is not.
 
 Each line of the report file is one JSON object:
     {"timestamp": ..., "elapsedtime": ..., "type": "LOG", "step": [epoch, step] | "PARAMETER"
@@ -9,6 +10,8 @@ import json
 import os
 import sys
 import time
+
+from tqdm import tqdm
 
 
 def _format_value(value):
@@ -25,6 +28,8 @@ class Report:
         self.path = path
         self.enabled = enabled
         self.stream = stream
+        # A person watching: progress bars instead of a line every few steps.
+        self.interactive = enabled and stream.isatty()
         self.start = time.time()
         self._handle = None
         if enabled and path:
@@ -43,6 +48,16 @@ class Report:
     def print(self, text):
         if self.enabled:
             print(text, file=self.stream, flush=True)
+
+    def progress(self, total, description):
+        """A progress bar (ETA, rate) on a terminal; elsewhere a bar that draws nothing."""
+        return tqdm(total=total, desc=description, file=self.stream, leave=True,
+                    disable=not self.interactive, dynamic_ncols=True, unit="batch")
+
+    def table(self, title, rows):
+        """``rows`` of (name, value) as an aligned block under ``title``."""
+        width = max(len(name) for name, _ in rows)
+        self.print("\n".join([title] + [f"  {name:<{width}}  {value}" for name, value in rows]))
 
     @staticmethod
     def _console_line(step, data, kind):

@@ -37,6 +37,7 @@ def train_one_epoch(exe, programs, loader, epoch, report, print_interval, world_
     weights = mixup_weights(mixup_alpha, seed, epoch)
     meter, timing = Meter(), Meter()
     total = len(loader)
+    bar = report.progress(total, f"epoch {epoch}")
     epoch_start = tic = time.perf_counter()
     for step, feed in enumerate(loader):
         fed = time.perf_counter()
@@ -46,11 +47,14 @@ def train_one_epoch(exe, programs, loader, epoch, report, print_interval, world_
         meter.update(values, images)
         times = {"data_time": fed - tic, "compute_time": done - fed, "batch_time": done - tic}
         timing.update(times, 1)
+        ips = images * world_size / times["batch_time"]
+        bar.set_postfix_str(f"loss {values['loss']:.3f}, {ips:.0f} img/s", refresh=False)
+        bar.update()
         if (step + 1) % print_interval == 0 or step + 1 == total:
-            report.log([epoch, step + 1], dict(
-                values, ips=images * world_size / times["batch_time"],
-                progress=f"{step + 1}/{total}", **times))
+            report.log([epoch, step + 1], dict(values, ips=ips, progress=f"{step + 1}/{total}",
+                                               **times), console=not report.interactive)
         tic = time.perf_counter()
+    bar.close()
     elapsed = time.perf_counter() - epoch_start
     summary = {f"train.{k}": v for k, v in meter.averages().items() if k != "lr"}
     summary.update({f"train.{k}": v for k, v in timing.averages().items()})
@@ -69,9 +73,12 @@ def evaluate(exe, programs, loader, epoch, report, all_reduce=None):
     fetch_list = [programs.eval_fetches["topk"], programs.eval_fetches["loss"]]
     totals = np.zeros(4)
     start = time.perf_counter()
+    bar = report.progress(len(loader), f"validation {epoch}")
     for feed in loader:
         top_classes, losses = exe.run(programs.eval, feed=feed, fetch_list=fetch_list)
         totals += eval_counts(top_classes, losses, np.array(feed["label"]))
+        bar.update()
+    bar.close()
     if all_reduce is not None:
         totals = all_reduce(totals)
     result = accuracy_from_counts(totals, programs.eval_fetches["topk"].shape[-1], prefix="val.")
