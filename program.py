@@ -137,7 +137,8 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
                                     param_names=excluded_parameters(model, config.asp.exclude))
         distributed.init_fleet()
         optimizer = fleet.distributed_optimizer(optimizer, strategy=distributed_strategy(config))
-        with paddle_chatter(VERBOSE):                   # fleet prints its optimizer choice
+        # fleet prints its optimizer choice; CPU ranks talk through gloo
+        with paddle_chatter(VERBOSE), distributed.collective_rewrite(main, startup):
             optimizer.minimize(programs.train_fetches["loss"], startup)
     programs.startup, programs.train, programs.model = startup, main, model
     programs.lr_scheduler, programs.optimizer = scheduler, optimizer

@@ -37,7 +37,7 @@ def open_data(config, training, evaluating):
     return train_split, val_split, (train_split or val_split).classes
 
 
-def load_start_weights(config, programs, training, report):
+def load_start_weights(config, programs, training, report, world_size, steps_per_epoch):
     """Resume, or load pretrained weights, or keep the initialisation; returns the
     number of epochs already done."""
     run_cfg = config.run
@@ -46,8 +46,16 @@ def load_start_weights(config, programs, training, report):
         return 0
     if meta is not None and training:
         ckpt.restore_state(programs.train, state)
-        programs.lr_scheduler.step(meta["global_step"])
+        # The LR schedule runs over epochs: continue at the same epoch, whatever the
+        # number of steps an epoch now has (it changes with the world size).
+        programs.lr_scheduler.step(meta["epoch"] * steps_per_epoch)
         report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}")
+        saved_world = meta.get("world_size", 1)
+        if saved_world != world_size:
+            report.print(f"the checkpoint was trained by {saved_world} rank(s), this run has "
+                         f"{world_size}: {steps_per_epoch} steps per epoch, global batch "
+                         f"{config.data.batch_size * world_size} instead of "
+                         f"{config.data.batch_size * saved_world} (the LR follows linear scaling)")
         return meta["epoch"]
     source = run_cfg.from_checkpoint or run_cfg.from_pretrained_params
     # Training may start with a new classifier; evaluation needs every weight.
@@ -84,7 +92,8 @@ def run(config, report_stream=None):
     report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
     report.print(f"{config.model.arch}: {len(classes)} classes, rank {rank}/{world_size}, "
                  f"{'GPU ' + str(device_id) if device_id is not None else 'CPU'}")
-    start_epoch = load_start_weights(config, programs, training, report)
+    start_epoch = load_start_weights(config, programs, training, report, world_size,
+                                     steps_per_epoch)
     if config.asp.enabled and training:
         sparse_training.prepare(programs, config.asp, report)
     if rank == 0:
@@ -97,16 +106,18 @@ def run(config, report_stream=None):
         return evaluate(exe, programs, loader, epoch, report, all_reduce)
 
     metrics = {}
-    if not training or (config.asp.prune_model and evaluating):
-        # Evaluation only; or pruning's immediate cost, before retraining recovers it.
-        metrics.update(run_eval(start_epoch))
-    if training and run_cfg.benchmark:
-        metrics.update(benchmark(exe, programs, train_split, config, report, rank, world_size,
-                                 device_id))
-    elif training:
-        metrics = train_epochs(config, exe, programs, train_split, classes, start_epoch,
-                               steps_per_epoch, report, rank, world_size, device_id,
-                               run_eval if evaluating else None)
+    with distributed.peers_watched(rank, world_size, os.path.join(run_cfg.output_dir,
+                                                                 config.model.arch)):
+        if not training or (config.asp.prune_model and evaluating):
+            # Evaluation only; or pruning's immediate cost, before retraining recovers it.
+            metrics.update(run_eval(start_epoch))
+        if training and run_cfg.benchmark:
+            metrics.update(benchmark(exe, programs, train_split, config, report, rank,
+                                     world_size, device_id))
+        elif training:
+            metrics = train_epochs(config, exe, programs, train_split, classes, start_epoch,
+                                   steps_per_epoch, report, rank, world_size, device_id,
+                                   run_eval if evaluating else None)
     report.log("SUMMARY", metrics, kind="SUMMARY", console=False)
     report.table("summary", summary_rows(config, metrics, world_size, device_id))
     report.close()
@@ -130,7 +141,7 @@ def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps
         if rank == 0 and (epoch % run_cfg.save_interval == 0 or last):
             directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
             ckpt.save_checkpoint(programs.train, directory, {
-                "epoch": epoch, "global_step": epoch * steps_per_epoch,
+                "epoch": epoch, "global_step": epoch * steps_per_epoch, "world_size": world_size,
                 "arch": config.model.arch, "classes": list(classes), "config": config.to_dict()})
             report.print(f"saved {directory}")
         if run_eval and (epoch % run_cfg.eval_interval == 0 or last):

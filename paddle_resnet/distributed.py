@@ -1,27 +1,123 @@
 """Processes and devices: Fleet's collective mode, this process's device, sums over ranks.
 
 One process per device, whether started by ``paddle.distributed.launch`` or plainly.
+On GPUs the ranks talk through NCCL, set up by Fleet itself. Where there is no GPU
+they talk through gloo, which needs two adaptations of Fleet's collective path,
+both here and nowhere else (``collective_rewrite``): gloo creates the ring Fleet's
+NCCL/BKCL communicator set-up would, and the stream-sync ops, which have no CPU
+kernel and mean nothing without streams, are removed.
 """
+import contextlib
 import os
+from unittest import mock
 
 import numpy as np
 import paddle
 from paddle.distributed import fleet
+from paddle.distributed.fleet.meta_optimizers.common import CollectiveHelper
 
 from paddle_resnet import VERBOSE
 from paddle_resnet.bootstrap import paddle_chatter
+from paddle_resnet.errors import UserError
 
-
-def init_fleet():
-    """Fleet in collective mode (once per process); returns (rank, world size)."""
-    if not fleet.fleet._role_maker:
-        with paddle_chatter(VERBOSE):
-            fleet.init(is_collective=True)
-    return fleet.worker_index(), fleet.worker_num()
+STREAM_SYNC_OPS = ("c_sync_comm_stream", "c_sync_calc_stream")
 
 
 def gpu_available():
     return paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+
+
+def launcher_ranks(environ=os.environ):
+    """(rank, endpoints) that ``paddle.distributed.launch`` gave this process; UserError
+    naming the variable when its environment is incomplete or inconsistent."""
+    endpoints = [e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]
+    if len(endpoints) <= 1:
+        return 0, endpoints
+    where = f"PADDLE_TRAINER_ENDPOINTS names {len(endpoints)} ranks"
+    if environ.get("PADDLE_TRAINERS_NUM", str(len(endpoints))) != str(len(endpoints)):
+        raise UserError(f"{where} but PADDLE_TRAINERS_NUM is {environ['PADDLE_TRAINERS_NUM']}; "
+                        "start the ranks with python -m paddle.distributed.launch")
+    rank = environ.get("PADDLE_TRAINER_ID", "")
+    if not rank.isdigit() or int(rank) >= len(endpoints):
+        raise UserError(f"{where} but PADDLE_TRAINER_ID is {rank or 'not set'}; "
+                        "start the ranks with python -m paddle.distributed.launch")
+    if environ.get("PADDLE_CURRENT_ENDPOINT") != endpoints[int(rank)]:
+        raise UserError(f"{where} but PADDLE_CURRENT_ENDPOINT "
+                        f"({environ.get('PADDLE_CURRENT_ENDPOINT', 'not set')}) is not rank "
+                        f"{rank}'s; start the ranks with python -m paddle.distributed.launch")
+    return int(rank), endpoints
+
+
+def uses_gloo():
+    """True for a multi-rank job without GPUs (after ``init_fleet``)."""
+    return fleet.worker_num() > 1 and not gpu_available()
+
+
+def init_fleet():
+    """Fleet in collective mode (once per process), with gloo between CPU ranks;
+    returns (rank, world size)."""
+    if fleet.fleet._role_maker:
+        return fleet.worker_index(), fleet.worker_num()
+    rank, endpoints = launcher_ranks()
+    if len(endpoints) > 1 and not gpu_available():
+        if int(paddle.__version__.split(".")[0]) >= 3:
+            raise UserError(f"{len(endpoints)} ranks without GPUs need Paddle 2.6: Paddle "
+                            f"{paddle.__version__}'s legacy static collective ops do not run "
+                            "over gloo (use .venv with Paddle 2.6.2, or GPUs)")
+        # Rank 0's endpoint carries NCCL's id exchange on GPUs; on CPUs it is free for
+        # gloo's rendezvous store.
+        with paddle_chatter(VERBOSE):            # "server not ready, wait 3 sec" lines
+            paddle.distributed.gloo_init_parallel_env(rank, len(endpoints), endpoints[0])
+    with paddle_chatter(VERBOSE):
+        fleet.init(is_collective=True)
+    return fleet.worker_index(), fleet.worker_num()
+
+
+def _ring_made_by_gloo(*args, **kwargs):
+    """Stands in for CollectiveHelper._init_communicator on CPUs: ring 0 already exists."""
+
+
+def remove_stream_syncs(program):
+    block = program.global_block()
+    for index in reversed(range(len(block.ops))):
+        if block.ops[index].type in STREAM_SYNC_OPS:
+            block._remove_op(index)
+
+
+@contextlib.contextmanager
+def collective_rewrite(main, startup):
+    """Around Fleet's ``minimize``: on CPU ranks, gloo's ring instead of NCCL's set-up
+    and no stream-sync ops in ``main`` and ``startup``. Changes nothing on GPUs or with
+    one rank."""
+    if not uses_gloo():
+        yield
+        return
+    with mock.patch.object(CollectiveHelper, "_init_communicator", _ring_made_by_gloo):
+        yield
+    for program in (main, startup):
+        remove_stream_syncs(program)
+
+
+@contextlib.contextmanager
+def peers_watched(rank, world_size, checkpoints):
+    """Turn a collective op failing because another rank died into one line naming it.
+
+    When a rank dies (killed, out of memory, a data error), the survivors' next
+    all-reduce fails at once (gloo: the connection closes; the launcher then stops
+    the job), and Paddle's own error says only "std::exception".
+    """
+    try:
+        yield
+    except RuntimeError as err:
+        if world_size == 1:
+            raise
+        others = [r for r in range(world_size) if r != rank]
+        who = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {others}"
+        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise UserError(f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
+                        f"launcher's --log_dir); a collective operation failed ({reason}). "
+                        f"The checkpoints in {checkpoints} are intact: resume with "
+                        f"--from-checkpoint {checkpoints}") from None
 
 
 def device():
@@ -38,6 +134,8 @@ def all_reduce_sum(place):
     with paddle.static.program_guard(main, startup):
         counts = paddle.static.data("counts", [4], "float64")
         paddle.distributed.all_reduce(counts)
+    if uses_gloo():
+        remove_stream_syncs(main)
     exe = paddle.static.Executor(place)
 
     def reduce(values):

@@ -156,6 +156,8 @@ class DaliLoader:
         return math.ceil(self.num_images / self.batch_size)
 
     def __iter__(self):
+        if self.num_images == 0:              # a rank with no validation image left
+            return
         if self.on_gpu:
             yield from self._iterate_gpu()
             return
@@ -229,6 +231,7 @@ def make_loader(data_split, data_config, layout, training, rank=0, world_size=1,
     else:
         read_encoded, describe_failure, num_images = _record_source(data_split, data_config, training, rank,
                                                    world_size, seed)
-    pipe = build_pipeline(read_encoded, data_config, layout, training, seed, device_id)
+    pipe = (build_pipeline(read_encoded, data_config, layout, training, seed, device_id)
+            if num_images else None)
     return DaliLoader(pipe, num_images, data_config.batch_size, device_id is not None,
                       describe_failure)
