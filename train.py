@@ -117,7 +117,7 @@ def run(config, report_stream=None):
         elif training:
             metrics = train_epochs(config, exe, programs, train_split, classes, start_epoch,
                                    steps_per_epoch, report, rank, world_size, device_id,
-                                   run_eval if evaluating else None)
+                                   run_eval if evaluating else None, all_reduce)
     report.log("SUMMARY", metrics, kind="SUMMARY", console=False)
     report.table("summary", summary_rows(config, metrics, world_size, device_id))
     report.close()
@@ -125,8 +125,9 @@ def run(config, report_stream=None):
 
 
 def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps_per_epoch,
-                 report, rank, world_size, device_id, run_eval):
-    """Epochs ``start_epoch + 1 .. run.epochs``: train, validate, verify sparsity, save."""
+                 report, rank, world_size, device_id, run_eval, all_reduce):
+    """Epochs ``start_epoch + 1 .. run.epochs``: train, check that the ranks agree,
+    verify sparsity, save, validate."""
     run_cfg = config.run
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
     for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
@@ -135,6 +136,11 @@ def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps
         metrics = train_one_epoch(exe, programs, loader, epoch, report, run_cfg.print_interval,
                                   world_size, config.loss.mixup_alpha, config.data.seed)
         last = epoch == run_cfg.epochs
+        if all_reduce:
+            checksum = distributed.check_ranks_agree(programs.train, all_reduce,
+                                                     f"after epoch {epoch}")
+            report.log([epoch], {"parameter_checksum": checksum, "world_size": world_size},
+                       kind="RANKS", console=False)
         if config.asp.enabled:
             sparse_training.verify(programs, report, where=f"epoch {epoch}")
         # Saved before validating, so that a broken validation image never costs the epoch.

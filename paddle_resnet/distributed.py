@@ -120,6 +120,26 @@ def peers_watched(rank, world_size, checkpoints):
                         f"--from-checkpoint {checkpoints}") from None
 
 
+def parameter_checksum(program):
+    """The sum of every trained parameter of ``program``, in float64. (BN running
+    statistics are parameters too, but each rank keeps its own, from its own batches.)"""
+    scope = paddle.static.global_scope()
+    return float(sum(np.asarray(scope.find_var(p.name).get_tensor(), dtype=np.float64).sum()
+                     for p in program.all_parameters() if p.trainable))
+
+
+def check_ranks_agree(program, all_reduce, where):
+    """UserError unless every rank holds the same parameters (compared by checksum):
+    data parallelism that lets ranks drift apart trains N different models."""
+    checksum = parameter_checksum(program)
+    total, squares, ranks, _ = all_reduce(np.array([checksum, checksum ** 2, 1.0, 0.0]))
+    spread = squares / ranks - (total / ranks) ** 2
+    if spread > 1e-12 * max(1.0, (total / ranks) ** 2):
+        raise UserError(f"the {int(ranks)} ranks hold different parameters {where} (checksum "
+                        f"spread {spread:.3g}): gradients were not reduced alike")
+    return checksum
+
+
 def device():
     """(place, DALI device id or None) for this process: its GPU, or the CPU."""
     if gpu_available():

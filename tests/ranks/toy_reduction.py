@@ -1,0 +1,62 @@
+"""A BN-free toy program trained through the toolkit's Fleet collective path, to check
+the gradient reduction itself: each rank gets its own slice of every global batch.
+
+    python tests/ranks/toy_reduction.py OUT [--amp]                       # one process
+    python -m paddle.distributed.launch --nproc_per_node 2 tests/ranks/toy_reduction.py OUT
+
+Writes OUT.<rank>.npz with the parameters after 3 SGD steps and the op types of the
+train program. Averaged gradients make every rank equal the one-process run on the
+whole batch; summed ones would double its steps; none would leave the ranks apart.
+With --amp (dynamic loss scaling) the second step's last image is infinite: it lands
+on the last rank only, and every rank must skip that step, as the one process does.
+"""
+import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+
+import sys
+
+import numpy as np
+import paddle
+from paddle.distributed import fleet
+
+import program
+from paddle_resnet import distributed
+from paddle_resnet.config import build_config
+
+GLOBAL_BATCH, STEPS = 8, 3
+
+
+def main(out, amp):
+    rank, world_size = distributed.init_fleet()
+    paddle.enable_static()
+    main_program, startup = paddle.static.Program(), paddle.static.Program()
+    main_program.random_seed = startup.random_seed = 7
+    with paddle.static.program_guard(main_program, startup):
+        x = paddle.static.data("x", [None, 6], "float32")
+        y = paddle.static.data("y", [None, 1], "float32")
+        prediction = paddle.nn.Linear(6, 1)(x)
+        loss = paddle.mean(paddle.square(prediction - y))
+        strategy = program.distributed_strategy(build_config({
+            "amp.enabled": amp, "amp.scale_loss": 128.0, "amp.use_dynamic_loss_scaling": amp}))
+        optimizer = fleet.distributed_optimizer(paddle.optimizer.SGD(0.05), strategy=strategy)
+        with distributed.collective_rewrite(main_program, startup):
+            optimizer.minimize(loss, startup)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    rng = np.random.RandomState(0)
+    share = GLOBAL_BATCH // world_size
+    for step in range(STEPS):
+        xs = rng.standard_normal((GLOBAL_BATCH, 6)).astype("float32")
+        ys = rng.standard_normal((GLOBAL_BATCH, 1)).astype("float32")
+        if amp and step == 1:
+            xs[-1] = np.inf
+        mine = slice(rank * share, (rank + 1) * share)
+        exe.run(main_program, feed={"x": xs[mine], "y": ys[mine]}, fetch_list=[loss])
+    scope = paddle.static.global_scope()
+    params = {p.name: np.array(scope.find_var(p.name).get_tensor())
+              for p in main_program.all_parameters()}
+    np.savez(f"{out}.{rank}.npz", ops=np.array([op.type for op in main_program.global_block().ops]),
+             **params)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], "--amp" in sys.argv[2:])

@@ -1,0 +1,221 @@
+"""Data parallelism with real processes: ``paddle.distributed.launch`` starts CPU ranks that
+talk through gloo, along Fleet's own collective path (Paddle 2.6; refused on 3.x)."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import paddle
+import pytest
+
+from conftest import ROOT
+from paddle_resnet import checkpoint as ckpt
+from paddle_resnet.optim import lr_at_step
+from paddle_resnet.config import build_config
+from paddle_resnet.report import read_report
+
+PADDLE3 = int(paddle.__version__.split(".")[0]) >= 3
+needs_paddle26 = pytest.mark.skipif(
+    PADDLE3, reason="multi-rank CPU training is refused on Paddle 3.x "
+                    "(test_paddle3_refuses_cpu_ranks checks the refusal)")
+TOY = os.path.join(ROOT, "tests", "ranks", "toy_reduction.py")
+
+
+def launch(args, log_dir, nproc=2, launcher=(), timeout=300):
+    """``python -m paddle.distributed.launch`` as users run it; returns the finished process."""
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
+               "--log_dir", str(log_dir), *launcher, *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def train_args(image_root, output_dir, *extra):
+    return ["train.py", "--model-arch-name", "resnet18", "--num-of-class", "10",
+            "--image-root", image_root, "--crop-size", "32", "--resize-short", "32",
+            "--batch-size", "16", "--warmup-epochs", "0.5", "--lr", "0.4", "--momentum", "0.9",
+            "--dali-num-threads", "1", "--print-interval", "5", "--output-dir", str(output_dir),
+            *extra]
+
+
+def ok(result):
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    return result
+
+
+def weights(output_dir, epoch):
+    return ckpt.read_checkpoint(ckpt.checkpoint_dir(str(output_dir), "resnet18", epoch))[1]
+
+
+def assert_same_weights(actual, expected):
+    assert set(actual) == set(expected)
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(fmnist_root, tmp_path_factory):
+    """Two CPU ranks, two epochs, 160 training images: 5 steps of 2 x 16 per epoch."""
+    out = tmp_path_factory.mktemp("two_ranks")
+    ok(launch(train_args(fmnist_root, out, "--epochs", "2"), out / "logs"))
+    return out
+
+
+@needs_paddle26
+@pytest.mark.parametrize("amp", [False, True])
+def test_gradients_are_averaged_across_ranks(tmp_path, amp):
+    """Every rank ends equal to one process on the whole batch: a sum would double the
+    steps, no reduction would leave the ranks apart. With AMP an infinite gradient on
+    one rank makes every rank skip the step."""
+    flags = ["--amp"] if amp else []
+    ok(subprocess.run([sys.executable, TOY, str(tmp_path / "one"), *flags], cwd=ROOT,
+                      capture_output=True, text=True, timeout=120))
+    ok(launch([TOY, str(tmp_path / "two"), *flags], tmp_path / "logs"))
+    one, rank0, rank1 = (np.load(tmp_path / name) for name in ("one.0.npz", "two.0.npz",
+                                                               "two.1.npz"))
+    ops = list(rank0["ops"])
+    assert "c_allreduce_sum" in ops and "coalesce_tensor" in ops        # fused all-reduce
+    assert not {"c_sync_comm_stream", "c_sync_calc_stream"} & set(ops)
+    if amp:
+        # The gradients are summed before the finite check, so every rank sees the same
+        # found-inf flag: an overflow on one rank skips the step on all of them.
+        assert ops.index("c_allreduce_sum") < ops.index("check_finite_and_unscale")
+        assert "update_loss_scaling" in ops
+    for name in ("linear_0.w_0", "linear_0.b_0"):
+        np.testing.assert_array_equal(rank0[name], rank1[name])
+        np.testing.assert_allclose(rank0[name], one[name], rtol=1e-6, atol=1e-7)
+        assert np.isfinite(rank0[name]).all()
+
+
+@needs_paddle26
+def test_two_ranks_train_with_agreeing_parameters_and_exact_evaluation(two_ranks):
+    records = read_report(str(two_ranks / "report.json"))
+    assert [r["type"] for r in records].count("PARAMETER") == 1     # rank 0 alone wrote it
+    ranks = [r for r in records if r["type"] == "RANKS"]
+    assert [r["step"] for r in ranks] == [[1], [2]]
+    assert all(r["data"]["world_size"] == 2 for r in ranks)
+    val = [r["data"] for r in records if r["type"] == "VAL"]
+    assert [v["val.images"] for v in val] == [130, 130]       # every image once, 130 = 2 x 65
+    steps = [r for r in records if r["type"] == "LOG"]
+    assert steps[-1]["data"]["progress"] == "5/5"
+    meta, _ = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(two_ranks), "resnet18", 2))
+    assert meta["world_size"] == 2 and meta["global_step"] == 10
+
+
+@needs_paddle26
+def test_two_rank_evaluation_equals_one_rank(two_ranks, fmnist_root, tmp_path):
+    """130 validation images: 65 per rank, batches of 16, the last one partial."""
+    results = {}
+    for nproc in (1, 2):
+        out = tmp_path / f"eval{nproc}"
+        ok(launch(train_args(fmnist_root, out, "--run-scope", "eval_only", "--from-checkpoint",
+                             str(two_ranks / "resnet18" / "2")), out / "logs", nproc=nproc))
+        results[nproc] = [r["data"] for r in read_report(str(out / "report.json"))
+                          if r["type"] == "VAL"][0]
+    one, two = results[1], results[2]
+    assert two["val.images"] == one["val.images"] == 130
+    assert two["val.top1"] == one["val.top1"] and two["val.top5"] == one["val.top5"]
+    assert two["val.loss"] == pytest.approx(one["val.loss"], rel=1e-9)
+
+
+@needs_paddle26
+def test_resume_with_two_ranks_continues_exactly(two_ranks, fmnist_root, tmp_path):
+    """Epoch 2 resumed from the two-rank run's epoch-1 checkpoint, in new processes,
+    equals the uninterrupted run bit for bit."""
+    out = tmp_path / "resumed"
+    result = ok(launch(train_args(fmnist_root, out, "--epochs", "2", "--from-checkpoint",
+                                  str(two_ranks / "resnet18" / "1")), tmp_path / "logs"))
+    assert "resumed from" in result.stdout
+    assert_same_weights(weights(out, 2), weights(two_ranks, 2))
+
+
+@needs_paddle26
+def test_two_nodes_on_one_host_equal_two_local_ranks(two_ranks, fmnist_root, tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "nodes"
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "paddle.distributed.launch", "--nnodes", "2", "--master",
+         f"127.0.0.1:{port}", "--rank", str(node), "--nproc_per_node", "1",
+         "--log_dir", str(tmp_path / f"logs{node}"), *train_args(fmnist_root, out, "--epochs", "2")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert_same_weights(weights(out, 2), weights(two_ranks, 2))
+
+
+@needs_paddle26
+def test_resume_across_world_sizes_keeps_the_epoch_schedule(two_ranks, fmnist_root, tmp_path):
+    """2 -> 1 rank: an epoch has 10 steps instead of 5 and the global batch halves; the
+    LR continues at epoch 1 of the schedule, linearly scaled to the new global batch."""
+    out = tmp_path / "one_rank"
+    result = ok(launch(train_args(fmnist_root, out, "--epochs", "2", "--run-scope", "train_only",
+                                  "--from-checkpoint", str(two_ranks / "resnet18" / "1")),
+                       tmp_path / "logs", nproc=1))
+    assert "trained by 2 rank(s), this run has 1: 10 steps per epoch" in result.stdout
+    lr_config = build_config({"lr.base": 0.4, "lr.warmup_epochs": 0.5, "run.epochs": 2}).lr
+    logged = {r["step"][1]: r["data"]["lr"] for r in read_report(str(out / "report.json"))
+              if r["type"] == "LOG"}
+    for step, lr in logged.items():                 # step counts from 1 within epoch 2
+        assert lr == pytest.approx(lr_at_step(lr_config, 10 + step - 1, 10, 2, 16))
+    meta, _ = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(out), "resnet18", 2))
+    assert meta["world_size"] == 1 and meta["global_step"] == 20
+    back = tmp_path / "two_again"                    # 1 -> 2 ranks
+    result = ok(launch(train_args(fmnist_root, back, "--epochs", "3", "--run-scope", "train_only",
+                                  "--from-checkpoint", str(out / "resnet18" / "2")),
+                       tmp_path / "logs2"))
+    assert "trained by 1 rank(s), this run has 2: 5 steps per epoch" in result.stdout
+
+
+@needs_paddle26
+def test_a_killed_rank_ends_the_job_and_keeps_the_checkpoints(fmnist_root, tmp_path):
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
+               "--log_dir", str(tmp_path / "logs"), *train_args(fmnist_root, out, "--epochs", "50")]
+    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    first = out / "resnet18" / "1" / "meta.json"
+    deadline = time.time() + 180
+    while not first.exists() and time.time() < deadline and job.poll() is None:
+        time.sleep(0.2)
+    assert first.exists(), "no checkpoint was written"
+    rank1 = subprocess.run(["pgrep", "-f", f"train.py .*{out}"], capture_output=True,
+                           text=True).stdout.split()
+    victim = [pid for pid in rank1 if "PADDLE_TRAINER_ID=1\0" in
+              open(f"/proc/{pid}/environ").read()]
+    assert len(victim) == 1, rank1
+    killed_at = time.time()
+    os.kill(int(victim[0]), signal.SIGKILL)
+    output = job.communicate(timeout=60)[0]
+    assert time.time() - killed_at < 60
+    assert job.returncode != 0
+    assert "error: rank 0: rank 1 stopped" in output and "Traceback" not in output
+    meta, _ = ckpt.read_checkpoint(str(out / "resnet18"))          # newest: intact, verified
+    assert meta["epoch"] >= 1
+
+
+@needs_paddle26
+def test_more_ranks_than_batches_is_one_line(fmnist_root, tmp_path):
+    result = launch(train_args(fmnist_root, tmp_path, "--batch-size", "96"), tmp_path / "logs")
+    assert result.returncode != 0
+    assert "160 training images give no full batch of 96 per rank on 2 rank(s)" in result.stdout
+
+
+def test_incomplete_launcher_environment_is_one_line(fmnist_root, tmp_path):
+    env = dict(os.environ, PADDLE_TRAINER_ENDPOINTS="127.0.0.1:6170,127.0.0.1:6171")
+    env.pop("PADDLE_TRAINER_ID", None)
+    result = subprocess.run([sys.executable, *train_args(fmnist_root, tmp_path)], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: PADDLE_TRAINER_ENDPOINTS names 2 ranks but PADDLE_TRAINER_ID is not set; "
+        "start the ranks with python -m paddle.distributed.launch")
+
+
+@pytest.mark.skipif(not PADDLE3, reason="Paddle 2.6 runs CPU ranks (the tests above)")
+def test_paddle3_refuses_cpu_ranks(fmnist_root, tmp_path):
+    result = launch(train_args(fmnist_root, tmp_path), tmp_path / "logs")
+    assert result.returncode != 0
+    assert "2 ranks without GPUs need Paddle 2.6" in result.stdout
