@@ -1,18 +1,22 @@
-"""The one configuration object: defaults < YAML recipe < command-line flags.
+"""The one configuration object: defaults < YAML recipe < --set < command-line flags.
 
-``load_config(argv)`` builds it once; every section is a frozen dataclass, so
-nothing downstream can change it. Builders take the section they need
-(``build_model(config.model)``, ``build_optimizer(config.optimizer, ...)``).
+Each key is declared once, as a field of a frozen section dataclass made by ``key``:
+its default, its flag (and aliases), its help text and its check. The parser, the
+validation and the README's flag table (``python -m paddle_resnet.config
+--flag-table``) are all generated from those fields. ``config_from_args`` builds the
+Config once; builders then take the section they need (``build_model(config.model)``).
 """
 import argparse
 import dataclasses
 import os
+import sys
 import typing
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 import yaml
 
+from paddle_resnet.bootstrap import VERBOSE_FLAG
 from paddle_resnet.errors import ConfigError
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -20,123 +24,220 @@ RUN_SCOPES = ("train_eval", "train_only", "eval_only")
 LR_SCHEDULES = ("cosine", "step")
 MASK_ALGOS = ("mask_1d", "mask_2d_greedy", "mask_2d_best")
 DATA_FORMATS = ("folder", "recordio", "tfrecord")
+DATA_LAYOUTS = ("NCHW", "NHWC")
 BACKENDS = ("auto", "trt", "gpu", "cpu")
 INFERENCE_MODES = ("accuracy", "benchmark", "predict")
 TRT_PRECISIONS = ("FP32", "FP16", "INT8")
 CPU_PRECISIONS = ("fp32", "bf16")
 
 
-@dataclass(frozen=True)
-class ModelConfig:
-    arch: str = "resnet50"
-    num_classes: int = 1000
-    data_layout: str = "NCHW"
-    zero_init_residual: bool = False
+# ---------------------------------------------------------------- checks of one value
+# Each returns None when the value is fine, else what is wrong ("must be ..., got ...").
+
+def at_least(low):
+    return lambda v: None if v >= low else f"must be at least {low}, got {v}"
 
 
-@dataclass(frozen=True)
-class DataConfig:
-    image_root: Optional[str] = None
-    format: str = "folder"           # folder | recordio | tfrecord (scripts/data/make_records.py)
-    batch_size: int = 256            # per device; eval uses the same
-    crop_size: int = 224
-    resize_short: int = 256
-    rand_crop_scale: Tuple[float, float] = (0.08, 1.0)
-    rand_crop_ratio: Tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
-    normalize_mean: Tuple[float, float, float] = (0.485, 0.456, 0.406)
-    normalize_std: Tuple[float, float, float] = (0.229, 0.224, 0.225)
-    color_jitter: Tuple[float, float, float] = (0.0, 0.0, 0.0)   # brightness, contrast, saturation
-    num_threads: int = 0             # DALI worker threads; 0 = all cores
-    seed: int = 42                   # DALI shuffling and augmentation
+def positive(v):
+    return None if v > 0 else f"must be positive, got {v}"
 
 
-@dataclass(frozen=True)
-class LRConfig:
-    base: float = 0.256              # for `reference_batch` images; scaled to the global batch
-    reference_batch: int = 256
-    schedule: str = "cosine"
-    warmup_epochs: float = 5.0
-    warmup_start_lr: float = 0.0
-    milestones: Tuple[int, ...] = (30, 60, 80)   # `step` schedule only
-    decay_factor: float = 0.1                    # `step` schedule only
+def in_range(low, high, text):
+    """``low <= v < high``, described by ``text`` such as "[0, 1)"."""
+    return lambda v: None if low <= v < high else f"must be in {text}, got {v}"
 
 
-@dataclass(frozen=True)
-class OptimizerConfig:
-    momentum: float = 0.875
-    nesterov: bool = False
-    weight_decay: float = 3.0517578125e-05      # 1/32768
-    bn_weight_decay: bool = False                # also decay BN scale/shift and biases
+def each(check):
+    return lambda values: next((problem for problem in map(check, values) if problem), None)
 
 
-@dataclass(frozen=True)
-class LossConfig:
-    label_smoothing: float = 0.1
-    mixup_alpha: float = 0.0                     # 0: no MixUp
+def nonempty(values):
+    return None if values else "needs at least one value"
 
 
-@dataclass(frozen=True)
-class AmpConfig:
-    enabled: bool = False
-    scale_loss: float = 1.0
-    use_dynamic_loss_scaling: bool = False
-    use_pure_fp16: bool = False
-
-
-@dataclass(frozen=True)
-class AspConfig:
-    enabled: bool = False
-    prune_model: bool = False
-    mask_algo: str = "mask_1d"
-    exclude: Tuple[str, ...] = ("fc",)           # layers kept dense (paths as in the model)
+def key(default, flag, help, check=None, choices=None, aliases=(), deprecated=()):
+    """A config field: its default, flag, help text, check and alias flags.
+    ``deprecated`` aliases still work but print a warning naming ``flag``."""
+    return field(default=default, metadata={
+        "flag": flag, "help": help, "check": check, "choices": choices,
+        "aliases": tuple(aliases), "deprecated": tuple(deprecated)})
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    epochs: int = 90
-    run_scope: str = "train_eval"
-    output_dir: str = "./output"
-    eval_interval: int = 1
-    save_interval: int = 1
-    print_interval: int = 10
-    report_file: Optional[str] = None            # default: <output_dir>/report.json
-    benchmark: bool = False
-    benchmark_steps: int = 100
-    benchmark_warmup_steps: int = 100
-    from_checkpoint: Optional[str] = None
-    from_pretrained_params: Optional[str] = None
-    seed: int = 42                               # parameter initialisation
+    output_dir: str = key("./output", "--output-dir",
+                          "folder for checkpoints, reports and the class index")
+    run_scope: str = key("train_eval", "--run-scope", "what to run", choices=RUN_SCOPES)
+    epochs: int = key(90, "--epochs", "number of training epochs", at_least(1))
+    save_interval: int = key(1, "--save-interval", "save a checkpoint every N epochs", at_least(1))
+    eval_interval: int = key(1, "--eval-interval", "validate every N epochs (and after the last)",
+                             at_least(1))
+    print_interval: int = key(10, "--print-interval", "log every N steps", at_least(1))
+    report_file: Optional[str] = key(None, "--report-file",
+                                     "JSON-lines report (default <output-dir>/report.json)")
+    benchmark: bool = key(False, "--benchmark",
+                          "measure throughput only: warm-up steps, then timed steps")
+    benchmark_steps: int = key(100, "--benchmark-steps", "timed steps in benchmark mode",
+                               at_least(1))
+    benchmark_warmup_steps: int = key(100, "--benchmark-warmup-steps",
+                                      "untimed steps in benchmark mode", at_least(0))
+    from_checkpoint: Optional[str] = key(
+        None, "--from-checkpoint",
+        "checkpoint folder (<output-dir>/<arch>/<epoch>, or <output-dir>/<arch> for the newest) "
+        "to resume from, at the next epoch")
+    from_pretrained_params: Optional[str] = key(
+        None, "--from-pretrained-params",
+        "parameters to start from (a .pdparams file or its prefix); a classifier of another "
+        "class count is skipped")
+    seed: int = key(42, "--seed", "random seed of parameter initialisation")
+    sync_bn: bool = key(False, "--sync-bn",
+                        "batch-norm statistics over all ranks (Fleet sync_batch_norm; GPUs only)")
+    verbose: bool = key(False, VERBOSE_FLAG,
+                        "show Paddle's own log lines, warnings and prints (hidden by default)")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    image_root: Optional[str] = key(
+        None, "--image-root", "folder holding train/<class>/*.jpg and val/<class>/*.jpg "
+        "(or the record files, with --data-format)")
+    format: str = key("folder", "--data-format",
+                      "input format (record files: scripts/data/make_records.py)",
+                      choices=DATA_FORMATS)
+    batch_size: int = key(256, "--batch-size",
+                          "images per device per step (training and evaluation)", at_least(1))
+    seed: int = key(42, "--dali-random-seed", "seed of DALI shuffling and augmentation")
+    num_threads: int = key(0, "--dali-num-threads", "DALI threads per process (0: all cores)",
+                           at_least(0))
+    crop_size: int = key(224, "--crop-size", "side of the square network input", at_least(8))
+    resize_short: int = key(256, "--resize-short",
+                            "validation: shorter side before the centre crop", at_least(8))
+    rand_crop_scale: Tuple[float, float] = key(
+        (0.08, 1.0), "--rand-crop-scale", "training crop area range, e.g. 0.08,1",
+        lambda v: None if 0 < v[0] <= v[1] <= 1 else f"must satisfy 0 < min <= max <= 1, got {v}")
+    rand_crop_ratio: Tuple[float, float] = key(
+        (3.0 / 4.0, 4.0 / 3.0), "--rand-crop-ratio",
+        "training crop aspect-ratio range, e.g. 0.75,1.333",
+        lambda v: None if 0 < v[0] <= v[1] else f"must satisfy 0 < min <= max, got {v}")
+    color_jitter: Tuple[float, float, float] = key(
+        (0.0, 0.0, 0.0), "--color-jitter",
+        "training ColorJitter strengths: brightness,contrast,saturation (e.g. 0.4,0.4,0.4)",
+        each(in_range(0, 1, "[0, 1)")))
+    normalize_mean: Tuple[float, float, float] = key((0.485, 0.456, 0.406), "--normalize-mean",
+                                                     "per-channel mean (0-1 scale)")
+    normalize_std: Tuple[float, float, float] = key((0.229, 0.224, 0.225), "--normalize-std",
+                                                    "per-channel std (0-1 scale)", each(positive))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str = key("resnet50", "--model-arch-name",
+                    "registered architecture, e.g. resnet50, resnext101_32x4d")
+    num_classes: int = key(1000, "--num-of-class", "number of classes (must match the data)",
+                           at_least(2))
+    data_layout: str = key("NCHW", "--data-layout", "tensor layout", choices=DATA_LAYOUTS)
+    zero_init_residual: bool = key(False, "--zero-init-residual",
+                                   "zero gamma in each block's last BN")
+
+
+@dataclass(frozen=True)
+class LRConfig:
+    base: float = key(0.256, "--lr", "learning rate for --lr-reference-batch images; scaled to "
+                      "the global batch", positive)
+    reference_batch: int = key(256, "--lr-reference-batch", "global batch that --lr refers to",
+                               at_least(1))
+    schedule: str = key("cosine", "--lr-scheduler", "after warm-up", choices=LR_SCHEDULES)
+    warmup_epochs: float = key(5.0, "--warmup-epochs", "linear warm-up epochs", at_least(0))
+    warmup_start_lr: float = key(0.0, "--warmup-start-lr", "learning rate at step 0", at_least(0))
+    milestones: Tuple[int, ...] = key(
+        (30, 60, 80), "--lr-milestones", "step schedule: epochs where the LR drops, e.g. 30,60,80",
+        lambda v: None if list(v) == sorted(set(v)) and all(e > 0 for e in v)
+        else f"must be increasing positive epochs, got {v}")
+    decay_factor: float = key(0.1, "--lr-decay-factor", "step schedule: factor at each milestone",
+                              lambda v: None if 0 < v <= 1 else f"must be in (0, 1], got {v}")
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    momentum: float = key(0.875, "--momentum", "SGD momentum", in_range(0, 1, "[0, 1)"))
+    nesterov: bool = key(False, "--nesterov", "Nesterov momentum")
+    weight_decay: float = key(3.0517578125e-05, "--weight-decay",
+                              "L2 weight decay of conv and FC weights", at_least(0))
+    bn_weight_decay: bool = key(False, "--bn-weight-decay",
+                                "also decay BN scale/shift and biases")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    label_smoothing: float = key(0.1, "--label-smoothing", "label smoothing epsilon",
+                                 in_range(0, 1, "[0, 1)"))
+    mixup_alpha: float = key(0.0, "--mixup-alpha", "MixUp Beta(alpha, alpha); 0 disables it",
+                             at_least(0))
+
+
+@dataclass(frozen=True)
+class AmpConfig:
+    enabled: bool = key(False, "--amp", "automatic mixed precision (Fleet strategy.amp)")
+    scale_loss: float = key(1.0, "--scale-loss", "initial loss scaling", positive)
+    use_dynamic_loss_scaling: bool = key(False, "--use-dynamic-loss-scaling",
+                                         "dynamic loss scaling")
+    use_pure_fp16: bool = key(False, "--use-pure-fp16", "pure fp16 (O2) instead of mixed (O1)")
+
+
+@dataclass(frozen=True)
+class AspConfig:
+    enabled: bool = key(False, "--asp", "automatic 2:4 sparsity (Fleet strategy.asp)")
+    prune_model: bool = key(False, "--prune-model",
+                            "prune the weights to 2:4 before training (needs --asp)")
+    mask_algo: str = key("mask_1d", "--mask-algo", "mask algorithm", choices=MASK_ALGOS)
+    exclude: Tuple[str, ...] = key(("fc",), "--asp-exclude",
+                                   "layers kept dense, comma-separated model paths "
+                                   "(e.g. fc,layer4.2.conv3) or parameter names")
 
 
 @dataclass(frozen=True)
 class InferenceConfig:
-    model_dir: str = "./inference"               # export_model.py writes, inference.py reads
-    backend: str = "auto"                        # auto | trt | gpu | cpu
-    mode: str = "benchmark"                      # accuracy | benchmark | predict
-    images: Tuple[str, ...] = ()                 # predict: image files or folders
-    batch_sizes: Tuple[int, ...] = (1, 32)       # benchmark: one run per batch size
-    trt_precision: str = "FP32"
-    trt_workspace_size: int = 1024               # MB
-    trt_min_subgraph_size: int = 3
-    trt_use_static: bool = False
-    trt_use_calib_mode: bool = False
-    trt_use_synthetic: bool = False
-    cpu_precision: str = "fp32"
-    cpu_threads: int = 0                         # 0 = all cores
-    log_path: str = "./inference.json"
-    export_log_path: str = "./export.json"
+    model_dir: str = key("./inference", "--inference-dir",
+                         "inference model folder (export_model.py writes, inference.py reads)",
+                         aliases=("--trt-inference-dir",))
+    backend: str = key("auto", "--backend",
+                       "predictor backend (auto: trt on GPU machines, cpu otherwise)",
+                       choices=BACKENDS)
+    mode: str = key("benchmark", "--mode", "what inference.py does", choices=INFERENCE_MODES)
+    images: Tuple[str, ...] = key((), "--images", "predict: comma-separated image files or folders")
+    batch_sizes: Tuple[int, ...] = key((1, 32), "--benchmark-batch-sizes",
+                                       "benchmark: comma-separated batch sizes",
+                                       lambda v: nonempty(v) or each(at_least(1))(v))
+    trt_precision: str = key("FP32", "--trt-precision", "TensorRT precision",
+                             choices=TRT_PRECISIONS)
+    trt_workspace_size: int = key(1024, "--trt-workspace-size", "TensorRT workspace in MB",
+                                  at_least(1))
+    trt_min_subgraph_size: int = key(3, "--trt-min-subgraph-size",
+                                     "smallest subgraph handed to TensorRT", at_least(1))
+    trt_use_static: bool = key(False, "--trt-use-static", "serialize TensorRT engines for reuse")
+    trt_use_calib_mode: bool = key(False, "--trt-use-calib-mode",
+                                   "INT8: calibrate on validation images (post-training "
+                                   "quantization)")
+    use_synthetic: bool = key(False, "--use-synthetic", "benchmark on synthetic input",
+                              deprecated=("--trt-use-synthat",))
+    cpu_precision: str = key("fp32", "--cpu-precision", "oneDNN precision", choices=CPU_PRECISIONS)
+    cpu_threads: int = key(0, "--cpu-threads", "CPU math threads (0: all cores)", at_least(0))
+    log_path: str = key("./inference.json", "--inference-log-path", "JSON-lines inference report",
+                        aliases=("--trt-log-path",))
+    export_log_path: str = key("./export.json", "--export-log-path", "JSON export report",
+                               aliases=("--trt-export-log-path",))
 
 
 @dataclass(frozen=True)
 class Config:
-    model: ModelConfig = field(default_factory=ModelConfig)
+    run: RunConfig = field(default_factory=RunConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
     lr: LRConfig = field(default_factory=LRConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     amp: AmpConfig = field(default_factory=AmpConfig)
     asp: AspConfig = field(default_factory=AspConfig)
-    run: RunConfig = field(default_factory=RunConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
 
     def to_dict(self):
@@ -147,110 +248,22 @@ class Config:
         return self.run.report_file or os.path.join(self.run.output_dir, "report.json")
 
 
-# (flag, "section.key", help). The flag names follow NVIDIA's Paddle RN50v1.5
-# example so its launch scripts carry over; the type comes from the dataclass.
-FLAGS = {
-    "Global": [
-        ("--output-dir", "run.output_dir", "folder for checkpoints, reports and the class index"),
-        ("--run-scope", "run.run_scope", "what to run: " + " | ".join(RUN_SCOPES)),
-        ("--epochs", "run.epochs", "number of training epochs"),
-        ("--save-interval", "run.save_interval", "save a checkpoint every N epochs"),
-        ("--eval-interval", "run.eval_interval", "validate every N epochs (and after the last)"),
-        ("--print-interval", "run.print_interval", "log every N steps"),
-        ("--report-file", "run.report_file", "JSON-lines report (default <output-dir>/report.json)"),
-        ("--benchmark", "run.benchmark", "measure throughput only: warm-up steps, then timed steps"),
-        ("--benchmark-steps", "run.benchmark_steps", "timed steps in benchmark mode"),
-        ("--benchmark-warmup-steps", "run.benchmark_warmup_steps", "untimed steps in benchmark mode"),
-        ("--from-checkpoint", "run.from_checkpoint",
-         "checkpoint folder (<output-dir>/<arch>/<epoch>) to resume from, at the next epoch"),
-        ("--from-pretrained-params", "run.from_pretrained_params",
-         "parameters to start from (a .pdparams file or its prefix); mismatched shapes are skipped"),
-        ("--seed", "run.seed", "random seed of parameter initialisation"),
-    ],
-    "Dataset": [
-        ("--image-root", "data.image_root", "folder holding train/<class>/*.jpg and val/<class>/*.jpg "
-         "(or the record files, with --data-format)"),
-        ("--data-format", "data.format", "input format: " + " | ".join(DATA_FORMATS)),
-        ("--batch-size", "data.batch_size", "images per device per step (training and evaluation)"),
-        ("--dali-random-seed", "data.seed", "seed of DALI shuffling and augmentation"),
-        ("--dali-num-threads", "data.num_threads", "DALI threads per process (0: all cores)"),
-    ],
-    "Data Augmentation": [
-        ("--crop-size", "data.crop_size", "side of the square network input"),
-        ("--resize-short", "data.resize_short", "validation: shorter side before the centre crop"),
-        ("--rand-crop-scale", "data.rand_crop_scale", "training crop area range, e.g. 0.08,1"),
-        ("--rand-crop-ratio", "data.rand_crop_ratio", "training crop aspect-ratio range, e.g. 0.75,1.333"),
-        ("--color-jitter", "data.color_jitter",
-         "training ColorJitter strengths: brightness,contrast,saturation (e.g. 0.4,0.4,0.4)"),
-        ("--normalize-mean", "data.normalize_mean", "per-channel mean (0-1 scale)"),
-        ("--normalize-std", "data.normalize_std", "per-channel std (0-1 scale)"),
-    ],
-    "Model": [
-        ("--model-arch-name", "model.arch", "registered architecture, e.g. resnet50, resnext101_32x4d"),
-        ("--num-of-class", "model.num_classes", "number of classes (must match the data)"),
-        ("--data-layout", "model.data_layout", "NCHW or NHWC"),
-        ("--zero-init-residual", "model.zero_init_residual", "zero gamma in each block's last BN"),
-    ],
-    "Training": [
-        ("--lr", "lr.base", "learning rate for --lr-reference-batch images; scaled to the global batch"),
-        ("--lr-reference-batch", "lr.reference_batch", "global batch that --lr refers to"),
-        ("--lr-scheduler", "lr.schedule", "after warm-up: " + " | ".join(LR_SCHEDULES)),
-        ("--warmup-epochs", "lr.warmup_epochs", "linear warm-up epochs"),
-        ("--warmup-start-lr", "lr.warmup_start_lr", "learning rate at step 0"),
-        ("--lr-milestones", "lr.milestones", "step schedule: epochs where the LR drops, e.g. 30,60,80"),
-        ("--lr-decay-factor", "lr.decay_factor", "step schedule: factor at each milestone"),
-        ("--momentum", "optimizer.momentum", "SGD momentum"),
-        ("--nesterov", "optimizer.nesterov", "Nesterov momentum"),
-        ("--weight-decay", "optimizer.weight_decay", "L2 weight decay of conv and FC weights"),
-        ("--bn-weight-decay", "optimizer.bn_weight_decay", "also decay BN scale/shift and biases"),
-        ("--label-smoothing", "loss.label_smoothing", "label smoothing epsilon"),
-        ("--mixup-alpha", "loss.mixup_alpha", "MixUp Beta(alpha, alpha); 0 disables it"),
-    ],
-    "Advanced Training": [
-        ("--amp", "amp.enabled", "automatic mixed precision (Fleet strategy.amp)"),
-        ("--scale-loss", "amp.scale_loss", "initial loss scaling"),
-        ("--use-dynamic-loss-scaling", "amp.use_dynamic_loss_scaling", "dynamic loss scaling"),
-        ("--use-pure-fp16", "amp.use_pure_fp16", "pure fp16 (O2) instead of mixed (O1)"),
-        ("--asp", "asp.enabled", "automatic 2:4 sparsity (Fleet strategy.asp)"),
-        ("--prune-model", "asp.prune_model", "prune the weights to 2:4 before training (needs --asp)"),
-        ("--mask-algo", "asp.mask_algo", "mask algorithm: " + " | ".join(MASK_ALGOS)),
-        ("--asp-exclude", "asp.exclude",
-         "layers kept dense, comma-separated model paths (e.g. fc,layer4.2.conv3) or parameter names"),
-    ],
-}
-
-INFERENCE_FLAGS = {
-    "Paddle Inference": [
-        ("--trt-inference-dir", "inference.model_dir", "inference model folder (written by export_model.py)"),
-        ("--backend", "inference.backend", "predictor backend: " + " | ".join(BACKENDS)
-         + " (auto: trt on GPUs, cpu otherwise)"),
-        ("--mode", "inference.mode", "inference.py: " + " | ".join(INFERENCE_MODES)),
-        ("--images", "inference.images", "predict: comma-separated image files or folders"),
-        ("--benchmark-batch-sizes", "inference.batch_sizes", "benchmark: comma-separated batch sizes"),
-        ("--trt-precision", "inference.trt_precision", "TensorRT precision: " + " | ".join(TRT_PRECISIONS)),
-        ("--trt-workspace-size", "inference.trt_workspace_size", "TensorRT workspace in MB"),
-        ("--trt-min-subgraph-size", "inference.trt_min_subgraph_size",
-         "smallest subgraph handed to TensorRT"),
-        ("--trt-use-static", "inference.trt_use_static", "serialize TensorRT engines for reuse"),
-        ("--trt-use-calib-mode", "inference.trt_use_calib_mode",
-         "INT8: calibrate on validation images (post-training quantization)"),
-        ("--trt-use-synthat", "inference.trt_use_synthetic", "benchmark on synthetic input"),
-        ("--cpu-precision", "inference.cpu_precision", "oneDNN precision: " + " | ".join(CPU_PRECISIONS)),
-        ("--cpu-threads", "inference.cpu_threads", "CPU math threads (0: all cores)"),
-        ("--trt-log-path", "inference.log_path", "JSON-lines inference report"),
-        ("--trt-export-log-path", "inference.export_log_path", "JSON export report"),
-    ],
-}
+# The parser's group of each section; inference flags exist in export_model.py and
+# inference.py only.
+GROUPS = {"run": "Global", "data": "Dataset and augmentation", "model": "Model",
+          "lr": "Learning rate", "optimizer": "Optimizer", "loss": "Loss",
+          "amp": "Mixed precision", "asp": "Sparsity (ASP)", "inference": "Paddle Inference"}
+INFERENCE_SECTIONS = ("inference",)
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 
 
 def _field(dotted, source="config"):
     """The dataclass field of ``section.key``; ConfigError naming ``source`` if there is none."""
-    section, _, key = dotted.partition(".")
+    section, _, name = dotted.partition(".")
     if section in _SECTIONS:
         for f in dataclasses.fields(_SECTIONS[section]):
-            if f.name == key:
+            if f.name == name:
                 return f
     raise ConfigError(f"{source}: unknown config key {dotted!r}")
 
@@ -344,73 +357,68 @@ def build_config(values, source="config"):
     return config
 
 
-def _check(condition, message):
-    if not condition:
-        raise ConfigError(message)
+def all_keys():
+    """("section.key", field) of every config key, in declaration order."""
+    return [(f"{section}.{f.name}", f) for section, section_type in _SECTIONS.items()
+            for f in dataclasses.fields(section_type)]
+
+
+def describe_key(dotted):
+    """``section.key (--flag)``, as errors name a key."""
+    return f"{dotted} ({_field(dotted).metadata['flag']})"
+
+
+def _problem(f, value):
+    choices, check = f.metadata["choices"], f.metadata["check"]
+    if choices and value not in choices:
+        return f"must be one of {', '.join(choices)}, got {value!r}"
+    return check(value) if check and value is not None else None
 
 
 def validate(config):
-    """Reject values that cannot work, naming the key."""
-    m, d, lr, o, run = config.model, config.data, config.lr, config.optimizer, config.run
-    _check(run.epochs >= 1, f"run.epochs must be at least 1, got {run.epochs}")
-    _check(m.num_classes >= 2, f"model.num_classes must be at least 2, got {m.num_classes}")
-    _check(m.data_layout in ("NCHW", "NHWC"), f"model.data_layout must be NCHW or NHWC, got {m.data_layout!r}")
-    _check(d.format in DATA_FORMATS, f"data.format must be one of {DATA_FORMATS}, got {d.format!r}")
-    _check(d.batch_size >= 1, f"data.batch_size must be at least 1, got {d.batch_size}")
-    _check(d.crop_size >= 8, f"data.crop_size must be at least 8, got {d.crop_size}")
-    _check(d.resize_short >= d.crop_size,
-           f"data.resize_short ({d.resize_short}) must be at least data.crop_size ({d.crop_size})")
-    low, high = d.rand_crop_scale
-    _check(0 < low <= high <= 1, f"data.rand_crop_scale must satisfy 0 < min <= max <= 1, got {low},{high}")
-    low, high = d.rand_crop_ratio
-    _check(0 < low <= high, f"data.rand_crop_ratio must satisfy 0 < min <= max, got {low},{high}")
-    _check(all(s > 0 for s in d.normalize_std), "data.normalize_std must be positive")
-    _check(all(0 <= j < 1 for j in d.color_jitter),
-           f"data.color_jitter strengths must be in [0, 1), got {d.color_jitter}")
-    _check(config.loss.mixup_alpha >= 0, f"loss.mixup_alpha must be >= 0, got {config.loss.mixup_alpha}")
-    _check(d.num_threads >= 0, f"data.num_threads must be >= 0, got {d.num_threads}")
-    _check(lr.base > 0, f"lr.base (--lr) must be positive, got {lr.base}")
-    _check(lr.reference_batch >= 1, f"lr.reference_batch must be at least 1, got {lr.reference_batch}")
-    _check(lr.schedule in LR_SCHEDULES, f"lr.schedule must be one of {LR_SCHEDULES}, got {lr.schedule!r}")
-    _check(0 <= lr.warmup_epochs <= run.epochs,
-           f"lr.warmup_epochs (--warmup-epochs) must be between 0 and run.epochs ({run.epochs}), "
-           f"got {lr.warmup_epochs}")
-    _check(lr.warmup_start_lr >= 0, f"lr.warmup_start_lr must be >= 0, got {lr.warmup_start_lr}")
-    _check(list(lr.milestones) == sorted(lr.milestones) and all(e > 0 for e in lr.milestones),
-           f"lr.milestones must be increasing positive epochs, got {lr.milestones}")
-    _check(0 < lr.decay_factor <= 1, f"lr.decay_factor must be in (0, 1], got {lr.decay_factor}")
-    _check(0 <= o.momentum < 1, f"optimizer.momentum must be in [0, 1), got {o.momentum}")
-    _check(o.weight_decay >= 0, f"optimizer.weight_decay must be >= 0, got {o.weight_decay}")
-    _check(0 <= config.loss.label_smoothing < 1,
-           f"loss.label_smoothing must be in [0, 1), got {config.loss.label_smoothing}")
-    _check(config.amp.scale_loss > 0, f"amp.scale_loss must be positive, got {config.amp.scale_loss}")
-    _check(config.asp.mask_algo in MASK_ALGOS,
-           f"asp.mask_algo must be one of {MASK_ALGOS}, got {config.asp.mask_algo!r}")
-    _check(not config.asp.prune_model or config.asp.enabled, "--prune-model needs --asp")
-    _check(run.run_scope in RUN_SCOPES, f"run.run_scope must be one of {RUN_SCOPES}, got {run.run_scope!r}")
-    for key in ("eval_interval", "save_interval", "print_interval", "benchmark_steps"):
-        _check(getattr(run, key) >= 1, f"run.{key} must be at least 1, got {getattr(run, key)}")
-    _check(run.benchmark_warmup_steps >= 0, "run.benchmark_warmup_steps must be >= 0")
-    _check(not (run.from_checkpoint and run.from_pretrained_params),
-           "--from-checkpoint and --from-pretrained-params exclude each other")
-    inf = config.inference
-    _check(inf.backend in BACKENDS, f"inference.backend must be one of {BACKENDS}, got {inf.backend!r}")
-    _check(inf.mode in INFERENCE_MODES,
-           f"inference.mode must be one of {INFERENCE_MODES}, got {inf.mode!r}")
-    _check(inf.trt_precision in TRT_PRECISIONS,
-           f"inference.trt_precision must be one of {TRT_PRECISIONS}, got {inf.trt_precision!r}")
-    _check(inf.cpu_precision in CPU_PRECISIONS,
-           f"inference.cpu_precision must be one of {CPU_PRECISIONS}, got {inf.cpu_precision!r}")
-    _check(inf.batch_sizes and all(b >= 1 for b in inf.batch_sizes),
-           f"inference.batch_sizes must be at least 1, got {inf.batch_sizes}")
-    _check(inf.trt_workspace_size >= 1, "inference.trt_workspace_size must be at least 1 MB")
-    _check(inf.trt_min_subgraph_size >= 1, "inference.trt_min_subgraph_size must be at least 1")
-    _check(inf.cpu_threads >= 0, "inference.cpu_threads must be >= 0")
+    """Reject values that cannot work, naming the key and its flag."""
+    for dotted, f in all_keys():
+        section, _, name = dotted.partition(".")
+        problem = _problem(f, getattr(getattr(config, section), name))
+        if problem:
+            raise ConfigError(f"{describe_key(dotted)} {problem}")
+    d, run = config.data, config.run
+    combinations = [
+        (d.resize_short >= d.crop_size,
+         f"data.resize_short ({d.resize_short}) must be at least data.crop_size ({d.crop_size})"),
+        (config.lr.warmup_epochs <= run.epochs,
+         f"lr.warmup_epochs (--warmup-epochs) must be between 0 and run.epochs ({run.epochs}), "
+         f"got {config.lr.warmup_epochs}"),
+        (not config.asp.prune_model or config.asp.enabled, "--prune-model needs --asp"),
+        (not (run.from_checkpoint and run.from_pretrained_params),
+         "--from-checkpoint and --from-pretrained-params exclude each other"),
+    ]
+    for holds, message in combinations:
+        if not holds:
+            raise ConfigError(message)
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old flag name that still works, with a warning naming the new one."""
+
+    def __init__(self, option_strings, dest, replacement, **kwargs):
+        self.replacement = replacement
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"warning: {option_string} is deprecated; use {self.replacement}", file=sys.stderr)
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+
+def _help(f):
+    choices = f": {' / '.join(f.metadata['choices'])}" if f.metadata["choices"] else ""
+    return f"{f.metadata['help']}{choices}"
 
 
 def build_parser(description, inference=False):
-    """The command-line parser: every flag maps to one config key."""
-    parser = argparse.ArgumentParser(description=description, argument_default=argparse.SUPPRESS)
+    """The command-line parser: every flag sets one config key; no abbreviations."""
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False,
+                                     argument_default=argparse.SUPPRESS)
     parser.add_argument("--config", help="YAML recipe: a path or a name in configs/ "
                                          "(see --list-configs)")
     parser.add_argument("--list-configs", action="store_true", help="list the recipes and exit")
@@ -418,19 +426,43 @@ def build_parser(description, inference=False):
                         help="print the resolved configuration as YAML and exit")
     parser.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                         help="set any config key, e.g. --set data.num_threads=2 (repeatable)")
-    groups = dict(FLAGS, **INFERENCE_FLAGS) if inference else FLAGS
-    for group_name, flags in groups.items():
-        group = parser.add_argument_group(group_name)
-        for flag, dotted, help_text in flags:
-            field_ = _field(dotted)
-            text = f"{help_text} [{dotted}, default {field_.default}]"
-            if field_.type is bool:
-                group.add_argument(flag, dest=dotted, action=argparse.BooleanOptionalAction,
-                                   help=text)
-            else:
-                group.add_argument(flag, dest=dotted, metavar=dotted.split(".")[1].upper(),
-                                   help=text)
+    groups = {}
+    for dotted, f in all_keys():
+        section = dotted.partition(".")[0]
+        if section in INFERENCE_SECTIONS and not inference:
+            continue
+        if section not in groups:
+            groups[section] = parser.add_argument_group(GROUPS[section])
+        group, meta = groups[section], f.metadata
+        text = f"{_help(f)} [{dotted}, default {f.default}]"
+        flags = (meta["flag"],) + meta["aliases"]
+        if f.type is bool:
+            group.add_argument(*flags, dest=dotted, action=argparse.BooleanOptionalAction,
+                               help=text)
+        else:
+            group.add_argument(*flags, dest=dotted, metavar=dotted.split(".")[1].upper(),
+                               help=text)
+        for old in meta["deprecated"]:
+            group.add_argument(old, dest=dotted, action=_DeprecatedAlias, help=argparse.SUPPRESS,
+                               replacement=meta["flag"], nargs=0 if f.type is bool else None)
     return parser
+
+
+def flag_table_markdown():
+    """The README's flag table, generated from the config fields."""
+    lines = ["| flag | config key | default | meaning |", "|---|---|---|---|"]
+    section = None
+    for dotted, f in all_keys():
+        if dotted.partition(".")[0] != section:
+            section = dotted.partition(".")[0]
+            lines.append(f"| **{GROUPS[section]}** | | | |")
+        meta = f.metadata
+        names = ", ".join(f"`{flag}`" for flag in (meta["flag"],) + meta["aliases"])
+        if meta["deprecated"]:
+            names += " (deprecated: " + ", ".join(f"`{flag}`" for flag in meta["deprecated"]) + ")"
+        default = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
+        lines.append(f"| {names} | `{dotted}` | {default} | {_help(f)} |")
+    return "\n".join(lines) + "\n"
 
 
 def config_from_args(namespace):
@@ -459,3 +491,10 @@ def to_yaml(config):
             return {k: plain(v) for k, v in value.items()}
         return value
     return yaml.safe_dump(plain(config.to_dict()), sort_keys=False)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--flag-table"]:
+        print(flag_table_markdown(), end="")
+    else:
+        sys.exit("usage: python -m paddle_resnet.config --flag-table")

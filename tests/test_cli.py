@@ -1,11 +1,12 @@
 """Bad input reaches the user as one line naming the problem, with exit code 2."""
-import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 import train
-from paddle_resnet import checkpoint as ckpt
+from conftest import ROOT
 
 FAST = ["--model-arch-name", "resnet18", "--num-of-class", "10", "--crop-size", "32",
         "--resize-short", "32", "--batch-size", "16", "--epochs", "1", "--warmup-epochs", "0"]
@@ -64,7 +65,7 @@ def test_corrupt_jpeg_mid_run_keeps_earlier_report(capsys, fmnist_root, tmp_path
 
 @pytest.mark.parametrize("argv, message", [
     (["--lr", "-1"], "lr.base (--lr) must be positive"),
-    (["--batch-size", "0"], "data.batch_size must be at least 1"),
+    (["--batch-size", "0"], "data.batch_size (--batch-size) must be at least 1"),
     (["--set", "optimizer.momentun=0.9"], "unknown config key 'optimizer.momentun'"),
     (["--config", "resnet51_paddle"], "config 'resnet51_paddle' not found; recipes: "),
 ])
@@ -103,11 +104,6 @@ def test_list_and_show_configs(capsys):
 
 
 def test_paddle_distributed_launch_with_one_process(fmnist_root, tmp_path):
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
     out = tmp_path / "out"
     command = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path / "log"),
                "train.py", *FAST, "--image-root", fmnist_root, "--output-dir", str(out)]

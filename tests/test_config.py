@@ -1,6 +1,7 @@
 import dataclasses
 
 import pytest
+import yaml
 
 from paddle_resnet.config import (build_config, build_parser, config_from_args, list_recipes,
                                   to_yaml)
@@ -59,14 +60,16 @@ def test_unknown_flag_exits_with_usage(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--lr", "-0.1"], "lr.base (--lr) must be positive"),
-    (["--batch-size", "0"], "data.batch_size must be at least 1"),
+    (["--batch-size", "0"], "data.batch_size (--batch-size) must be at least 1, got 0"),
     (["--batch-size", "two"], "data.batch_size='two'"),
-    (["--epochs", "0"], "run.epochs must be at least 1"),
-    (["--label-smoothing", "1.5"], "loss.label_smoothing must be in [0, 1)"),
-    (["--rand-crop-scale", "0.9,0.1"], "data.rand_crop_scale must satisfy"),
-    (["--data-layout", "NCWH"], "model.data_layout must be NCHW or NHWC"),
+    (["--epochs", "0"], "run.epochs (--epochs) must be at least 1"),
+    (["--label-smoothing", "1.5"], "loss.label_smoothing (--label-smoothing) must be in [0, 1)"),
+    (["--rand-crop-scale", "0.9,0.1"], "data.rand_crop_scale (--rand-crop-scale) must satisfy"),
+    (["--data-layout", "NCWH"], "model.data_layout (--data-layout) must be one of NCHW, NHWC"),
     (["--prune-model"], "--prune-model needs --asp"),
-    (["--mask-algo", "mask_3d"], "asp.mask_algo must be one of"),
+    (["--mask-algo", "mask_3d"], "asp.mask_algo (--mask-algo) must be one of"),
+    (["--lr-milestones", "60,30"], "lr.milestones (--lr-milestones) must be increasing"),
+    (["--color-jitter", "0.4,1.2,0"], "data.color_jitter (--color-jitter) must be in [0, 1), got 1.2"),
     (["--from-checkpoint", "a", "--from-pretrained-params", "b"], "exclude each other"),
     (["--warmup-epochs", "10", "--epochs", "5"], "lr.warmup_epochs (--warmup-epochs) must be between 0 and run.epochs"),
 ])
@@ -77,11 +80,35 @@ def test_impossible_values_are_named(argv, message):
     assert "\n" not in str(error.value)
 
 
+def test_abbreviated_flags_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        build_parser("test").parse_args(["--epoch", "3"])
+    assert "unrecognized arguments: --epoch" in capsys.readouterr().err
+
+
+def test_aliases_reach_the_same_key_and_deprecated_ones_warn(capsys):
+    config = config_from_args(build_parser("t", inference=True).parse_args(
+        ["--trt-inference-dir", "m", "--trt-log-path", "l.json", "--trt-use-synthat"]))
+    assert config.inference.model_dir == "m" and config.inference.log_path == "l.json"
+    assert config.inference.use_synthetic is True
+    assert capsys.readouterr().err.strip() == (
+        "warning: --trt-use-synthat is deprecated; use --use-synthetic")
+    config = config_from_args(build_parser("t", inference=True).parse_args(
+        ["--inference-dir", "n", "--use-synthetic"]))
+    assert config.inference.model_dir == "n" and config.inference.use_synthetic is True
+    assert capsys.readouterr().err == ""
+
+
+def test_inference_flags_only_where_inference_runs(capsys):
+    with pytest.raises(SystemExit):
+        build_parser("train").parse_args(["--inference-dir", "m"])
+    capsys.readouterr()
+
+
 def test_every_recipe_loads_and_round_trips():
     assert "resnet18_demo" in list_recipes()
     for name in list_recipes():
         config = parse("--config", name, "--image-root", "x")
-        import yaml
         flat = {f"{s}.{k}": v for s, entries in yaml.safe_load(to_yaml(config)).items()
                 for k, v in entries.items()}
         assert build_config(flat) == config

@@ -145,7 +145,7 @@ def test_bad_input(exported, capsys, tmp_path):
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--mode", "predict", "--images",
                         str(not_image)], "1 of 1 images cannot be decoded as images", log)
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--batch-size", "0"],
-               "data.batch_size must be at least 1", log)
+               "data.batch_size (--batch-size) must be at least 1", log)
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--backend", "trt"],
                "--backend trt needs an NVIDIA GPU", log)
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--backend", "cpu", "--trt-precision",

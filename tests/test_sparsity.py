@@ -127,7 +127,7 @@ def check(path):
 def test_bad_asp_input(trained, fmnist_root, tmp_path):
     with pytest.raises(ConfigError, match="--prune-model needs --asp"):
         small_config(fmnist_root, tmp_path, **{"asp.prune_model": True})
-    with pytest.raises(ConfigError, match="asp.mask_algo must be one of"):
+    with pytest.raises(ConfigError, match=r"asp.mask_algo \(--mask-algo\) must be one of"):
         small_config(fmnist_root, tmp_path, **{"asp.enabled": True, "asp.mask_algo": "mask_3d"})
     config = small_config(fmnist_root, tmp_path, **{"asp.enabled": True,
                                                     "asp.exclude": ("fc", "layer9.conv1")})
