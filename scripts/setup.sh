@@ -38,4 +38,4 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   "$VENV/bin/python" -m pip install -q --no-deps foolbox==3.3.4
   echo "$wanted" > "$stamp"
 fi
-echo "setup: $("$VENV/bin/python" -c 'import paddle, nvidia.dali as d; print("paddle", paddle.__version__, "dali", d.__version__)')"
+echo "setup: $("$VENV/bin/python" -c 'import paddle_resnet, paddle, nvidia.dali as d; print("paddle", paddle.__version__, "dali", d.__version__)')"
