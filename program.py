@@ -53,6 +53,9 @@ def distributed_strategy(config):
             "use_fp16_guard": False,
         }
     strategy.asp = config.asp.enabled
+    # Recorded for Fleet; the batch norms themselves are converted in _forward, because
+    # Fleet 2.6's static collective path (RawProgramOptimizer) does not read the flag.
+    strategy.sync_batch_norm = config.run.sync_bn
     strategy.fuse_all_reduce_ops = True
     strategy.fuse_grad_size_in_MB = 16
     return strategy
@@ -91,12 +94,15 @@ def _eval_head(logits, label, num_classes):
             "probs": F.softmax(logits)}
 
 
-def _forward(config, mixup):
+def _forward(config, mixup, sync_bn=False):
     """Feeds, model and logits. With ``mixup`` the images are blended with the batch
-    reversed, by a weight fed as ``mixup_lambda`` (Zhang et al. 2018)."""
+    reversed, by a weight fed as ``mixup_lambda`` (Zhang et al. 2018). With ``sync_bn``
+    the batch norms compute their statistics over all ranks (same parameter names)."""
     image = paddle.static.data(IMAGE_FEED, [None] + input_shape(config), "float32")
     label = paddle.static.data(LABEL_FEED, [None, 1], "int64")
     model = build_model(config.model)
+    if sync_bn:
+        model = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     mixup_lambda = None
     if mixup:
         mixup_lambda = paddle.static.data(MIXUP_FEED, [1], "float32")
@@ -125,7 +131,8 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     main, startup = paddle.static.Program(), paddle.static.Program()
     main.random_seed = startup.random_seed = config.run.seed
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
-        model, label, logits, mixup_lambda = _forward(config, mixup=config.loss.mixup_alpha > 0)
+        model, label, logits, mixup_lambda = _forward(config, mixup=config.loss.mixup_alpha > 0,
+                                                      sync_bn=config.run.sync_bn)
         programs.train_fetches, programs.soft_target = _train_head(
             logits, label, num_classes, config.loss.label_smoothing, mixup_lambda)
         set_weight_decay(main.all_parameters(), config.optimizer)

@@ -18,6 +18,7 @@ from paddle_resnet import distributed
 from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import make_loader, open_split, train_steps
 from paddle_resnet.data.folder import check_num_classes, check_same_classes, write_class_index
+from paddle_resnet.errors import ConfigError
 from paddle_resnet.metrics import latency_summary, time_steps
 from paddle_resnet.report import Report
 from paddle_resnet.sparsity import training as sparse_training
@@ -75,6 +76,10 @@ def run(config, report_stream=None):
     evaluating = run_cfg.run_scope != "train_only" and not run_cfg.benchmark
     rank, world_size = distributed.init_fleet()
     place, device_id = distributed.device()
+    if config.run.sync_bn and device_id is None:
+        # On CPUs Fleet leaves batch_norm as it is: the option would silently do nothing.
+        raise ConfigError("--sync-bn needs GPUs: Paddle has no CPU sync_batch_norm, and Fleet "
+                          "keeps per-rank batch norm on CPU ranks")
     train_split, val_split, classes = open_data(config, training, evaluating)
 
     steps_per_epoch = (train_steps(len(train_split), data_cfg.batch_size, world_size)

@@ -11,10 +11,12 @@ import numpy as np
 import paddle
 import pytest
 
+import program
+import train
 from conftest import ROOT
 from paddle_resnet import checkpoint as ckpt
-from paddle_resnet.optim import lr_at_step
 from paddle_resnet.config import build_config
+from paddle_resnet.optim import lr_at_step
 from paddle_resnet.report import read_report
 
 PADDLE3 = int(paddle.__version__.split(".")[0]) >= 3
@@ -219,3 +221,13 @@ def test_paddle3_refuses_cpu_ranks(fmnist_root, tmp_path):
     result = launch(train_args(fmnist_root, tmp_path), tmp_path / "logs")
     assert result.returncode != 0
     assert "2 ranks without GPUs need Paddle 2.6" in result.stdout
+
+
+def test_sync_bn_is_set_for_fleet_and_refused_on_the_cpu(fmnist_root, tmp_path, capsys):
+    """The program with sync_batch_norm ops cannot even be built here: CPU builds of
+    Paddle do not register the op. What a CPU can check: the strategy, the refusal."""
+    assert program.distributed_strategy(build_config({"run.sync_bn": True})).sync_batch_norm
+    assert not program.distributed_strategy(build_config({})).sync_batch_norm
+    assert train.main(train_args(fmnist_root, tmp_path, "--sync-bn")[1:]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        "error: --sync-bn needs GPUs")
