@@ -21,7 +21,8 @@ import numpy as np
 from paddle_resnet import exported, predictor
 from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
-from paddle_resnet.data.folder import ImageList, check_num_classes, list_images, unreadable_images
+from paddle_resnet.data.folder import (ImageList, check_class_names, check_num_classes,
+                                       list_images, unreadable_images)
 from paddle_resnet.errors import DataError
 from paddle_resnet.metrics import (accuracy_from_counts, eval_counts, format_latency_table,
                                    latency_summary, time_steps, top_k)
@@ -49,6 +50,8 @@ def accuracy(config, report):
     classifier, info, backend = build_classifier(config, config.data.batch_size)
     val_split = open_split(config.data, "val")
     check_num_classes(val_split, info["num_classes"], f"{config.data.image_root}/val")
+    check_class_names(val_split.classes, exported.read_classes(config.inference.model_dir),
+                      f"{config.data.image_root}/val", config.inference.model_dir)
     totals = np.zeros(4)
     start = time.perf_counter()
     k = top_k(info["num_classes"])

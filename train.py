@@ -17,7 +17,9 @@ from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import distributed
 from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import make_loader, open_split, train_steps
-from paddle_resnet.data.folder import check_num_classes, check_same_classes, write_class_index
+from paddle_resnet.atomic import check_writable_folder
+from paddle_resnet.data.folder import (check_class_names, check_num_classes, check_same_classes,
+                                       write_class_index)
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.metrics import latency_summary, time_steps
 from paddle_resnet.report import Report
@@ -38,11 +40,25 @@ def open_data(config, training, evaluating):
     return train_split, val_split, (train_split or val_split).classes
 
 
-def load_start_weights(config, programs, training, report, world_size, steps_per_epoch):
+def check_start(config, meta, classes, training):
+    """Before anything is built or written: a resumed checkpoint must belong to this run,
+    a fresh run must not mix its checkpoints with another's, and the data's class names
+    must be the checkpoint's."""
+    resuming = meta if training and config.run.from_checkpoint else None
+    if resuming:
+        ckpt.check_same_run(meta, config, config.run.from_checkpoint)
+    if training and not config.run.benchmark:
+        ckpt.check_output_free(config, resuming)
+    if meta is not None:
+        check_class_names(classes, meta["classes"], f"{config.data.image_root}",
+                          f"checkpoint {config.run.from_checkpoint}")
+
+
+def load_start_weights(config, programs, training, report, world_size, steps_per_epoch, meta,
+                       state):
     """Resume, or load pretrained weights, or keep the initialisation; returns the
     number of epochs already done."""
     run_cfg = config.run
-    meta, state = ckpt.read_weights(run_cfg)
     if state is None:
         return 0
     if meta is not None and training:
@@ -81,6 +97,10 @@ def run(config, report_stream=None):
         raise ConfigError("--sync-bn needs GPUs: Paddle has no CPU sync_batch_norm, and Fleet "
                           "keeps per-rank batch norm on CPU ranks")
     train_split, val_split, classes = open_data(config, training, evaluating)
+    meta, state = ckpt.read_weights(run_cfg)
+    check_start(config, meta, classes, training)
+    if rank == 0:
+        check_writable_folder(run_cfg.output_dir, "--output-dir")
 
     steps_per_epoch = (train_steps(len(train_split), data_cfg.batch_size, world_size)
                        if training else None)
@@ -98,7 +118,7 @@ def run(config, report_stream=None):
     report.print(f"{config.model.arch}: {len(classes)} classes, rank {rank}/{world_size}, "
                  f"{'GPU ' + str(device_id) if device_id is not None else 'CPU'}")
     start_epoch = load_start_weights(config, programs, training, report, world_size,
-                                     steps_per_epoch)
+                                     steps_per_epoch, meta, state)
     if config.asp.enabled and training:
         sparse_training.prepare(programs, config.asp, report)
     if rank == 0:

@@ -15,6 +15,8 @@ import re
 import shutil
 import socket
 
+from paddle_resnet.errors import UserError
+
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|retired)-(?P<host>.+)-(?P<pid>\d+)$")
 
 
@@ -34,6 +36,21 @@ def atomic_files(*paths):
         raise
     for temporary, path in zip(temporaries, paths):
         os.replace(temporary, path)
+
+
+def check_writable_folder(path, what):
+    """Create ``path`` if needed and prove a file can be written there; UserError naming
+    ``what`` (the flag) and the cause otherwise. Run before work that would be lost."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{what} {path}: is a file, not a folder")
+    probe = os.path.join(path, f".write-test-{_owner()}")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(probe, "wb") as handle:
+            handle.write(b"0")
+        os.remove(probe)
+    except OSError as err:
+        raise UserError(f"{what} {path}: cannot write there ({err.strerror or err})") from None
 
 
 def _fsync_dir(path):

@@ -18,6 +18,7 @@ import paddle
 from paddle.base.data_feeder import convert_dtype
 
 from paddle_resnet.atomic import recover_staged, staged_directory
+from paddle_resnet.config import run_differences
 from paddle_resnet.errors import CheckpointError
 from paddle_resnet.sparsity.pattern import MASK_SUFFIX
 
@@ -38,15 +39,54 @@ def checkpoint_dir(output_dir, arch, epoch):
 
 
 def save_checkpoint(program, directory, meta):
-    """Write ``program``'s persistable variables and ``meta`` to ``directory``, atomically."""
-    with staged_directory(directory) as staging:
-        paddle.static.save(program, os.path.join(staging, PREFIX))
-        files = {}
-        for name in sorted(os.listdir(staging)):
-            path = os.path.join(staging, name)
-            files[name] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
-        with open(os.path.join(staging, META), "w") as handle:
-            json.dump(dict(meta, files=files), handle, indent=1)
+    """Write ``program``'s persistable variables and ``meta`` to ``directory``, atomically.
+    A full disk or an unwritable folder is a CheckpointError; earlier checkpoints stay."""
+    try:
+        with staged_directory(directory) as staging:
+            paddle.static.save(program, os.path.join(staging, PREFIX))
+            files = {}
+            for name in sorted(os.listdir(staging)):
+                path = os.path.join(staging, name)
+                files[name] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
+            with open(os.path.join(staging, META), "w") as handle:
+                json.dump(dict(meta, files=files), handle, indent=1)
+    except OSError as err:
+        raise CheckpointError(f"{directory}: the checkpoint cannot be written "
+                              f"({err.strerror or err}); the earlier checkpoints are intact") from None
+
+
+def saved_epochs(folder):
+    """The epochs of the complete checkpoints in an <output-dir>/<arch> folder."""
+    if not os.path.isdir(folder):
+        return []
+    recover_staged(folder)
+    return sorted(int(name) for name in os.listdir(folder)
+                  if name.isdigit() and os.path.exists(os.path.join(folder, name, META)))
+
+
+def check_same_run(meta, config, source):
+    """CheckpointError unless ``config`` continues the run that wrote ``meta``."""
+    differences = run_differences(meta.get("config", {}), config)
+    if differences:
+        raise CheckpointError(f"{source} belongs to another run: {'; '.join(differences[:4])}"
+                              f"{' ...' if len(differences) > 4 else ''} (only where files go "
+                              "and how often to log, save and validate may change on resume)")
+
+
+def check_output_free(config, resuming_meta):
+    """A training run writes <output-dir>/<arch>/<epoch>: refuse to mix its checkpoints
+    with those of another run already there."""
+    folder = os.path.join(config.run.output_dir, config.model.arch)
+    epochs = saved_epochs(folder)
+    if not epochs:
+        return
+    if resuming_meta is None:
+        raise CheckpointError(f"{folder} already holds checkpoints of an earlier run (epochs "
+                              f"{epochs[0]}-{epochs[-1]}): resume it with --from-checkpoint "
+                              f"{folder}, or choose another --output-dir")
+    newest = os.path.join(folder, str(epochs[-1]))
+    with open(os.path.join(newest, META)) as handle:
+        check_same_run(json.load(handle), config, newest)
 
 
 def resolve_checkpoint(path):

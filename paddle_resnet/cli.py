@@ -8,8 +8,9 @@ from paddle_resnet.errors import UserError
 def main_with(description, action, argv=None, inference=False):
     """Parse ``argv`` into the Config and run ``action(config)``; returns the exit code.
 
-    --list-configs and --show-config answer and stop; bad input (UserError) becomes
-    one ``error: ...`` line on stderr and exit code 2.
+    --list-configs and --show-config answer and stop; bad input (UserError) and a
+    file that cannot be written or read (OSError: read-only, full disk, a folder where
+    a file should be) become one ``error: ...`` line on stderr and exit code 2.
     """
     args = build_parser(description, inference=inference).parse_args(argv)
     try:
@@ -23,5 +24,9 @@ def main_with(description, action, argv=None, inference=False):
         action(config)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     return 0

@@ -55,60 +55,72 @@ def nonempty(values):
     return None if values else "needs at least one value"
 
 
-def key(default, flag, help, check=None, choices=None, aliases=(), deprecated=()):
+def key(default, flag, help, check=None, choices=None, aliases=(), deprecated=(),
+        resume_may_change=False):
     """A config field: its default, flag, help text, check and alias flags.
-    ``deprecated`` aliases still work but print a warning naming ``flag``."""
+    ``deprecated`` aliases still work but print a warning naming ``flag``.
+    ``resume_may_change``: a resumed run may set another value than the checkpoint's
+    run (where files go, how often to log); every other key must match."""
     return field(default=default, metadata={
         "flag": flag, "help": help, "check": check, "choices": choices,
-        "aliases": tuple(aliases), "deprecated": tuple(deprecated)})
+        "aliases": tuple(aliases), "deprecated": tuple(deprecated),
+        "resume_may_change": resume_may_change})
 
 
 @dataclass(frozen=True)
 class RunConfig:
     output_dir: str = key("./output", "--output-dir",
-                          "folder for checkpoints, reports and the class index")
-    run_scope: str = key("train_eval", "--run-scope", "what to run", choices=RUN_SCOPES)
+                          "folder for checkpoints, reports and the class index",
+                          resume_may_change=True)
+    run_scope: str = key("train_eval", "--run-scope", "what to run", choices=RUN_SCOPES,
+                         resume_may_change=True)
     epochs: int = key(90, "--epochs", "number of training epochs", at_least(1))
-    save_interval: int = key(1, "--save-interval", "save a checkpoint every N epochs", at_least(1))
+    save_interval: int = key(1, "--save-interval", "save a checkpoint every N epochs", at_least(1),
+                             resume_may_change=True)
     eval_interval: int = key(1, "--eval-interval", "validate every N epochs (and after the last)",
-                             at_least(1))
-    print_interval: int = key(10, "--print-interval", "log every N steps", at_least(1))
+                             at_least(1), resume_may_change=True)
+    print_interval: int = key(10, "--print-interval", "log every N steps", at_least(1),
+                              resume_may_change=True)
     report_file: Optional[str] = key(None, "--report-file",
-                                     "JSON-lines report (default <output-dir>/report.json)")
+                                     "JSON-lines report (default <output-dir>/report.json)",
+                                     resume_may_change=True)
     benchmark: bool = key(False, "--benchmark",
-                          "measure throughput only: warm-up steps, then timed steps")
+                          "measure throughput only: warm-up steps, then timed steps",
+                          resume_may_change=True)
     benchmark_steps: int = key(100, "--benchmark-steps", "timed steps in benchmark mode",
-                               at_least(1))
+                               at_least(1), resume_may_change=True)
     benchmark_warmup_steps: int = key(100, "--benchmark-warmup-steps",
-                                      "untimed steps in benchmark mode", at_least(0))
+                                      "untimed steps in benchmark mode", at_least(0),
+                                      resume_may_change=True)
     from_checkpoint: Optional[str] = key(
         None, "--from-checkpoint",
         "checkpoint folder (<output-dir>/<arch>/<epoch>, or <output-dir>/<arch> for the newest) "
-        "to resume from, at the next epoch")
+        "to resume from, at the next epoch", resume_may_change=True)
     from_pretrained_params: Optional[str] = key(
         None, "--from-pretrained-params",
         "parameters to start from (a .pdparams file or its prefix); a classifier of another "
-        "class count is skipped")
+        "class count is skipped", resume_may_change=True)
     seed: int = key(42, "--seed", "random seed of parameter initialisation")
     sync_bn: bool = key(False, "--sync-bn",
                         "batch-norm statistics over all ranks (Fleet sync_batch_norm; GPUs only)")
     verbose: bool = key(False, VERBOSE_FLAG,
-                        "show Paddle's own log lines, warnings and prints (hidden by default)")
+                        "show Paddle's own log lines, warnings and prints (hidden by default)",
+                        resume_may_change=True)
 
 
 @dataclass(frozen=True)
 class DataConfig:
     image_root: Optional[str] = key(
         None, "--image-root", "folder holding train/<class>/*.jpg and val/<class>/*.jpg "
-        "(or the record files, with --data-format)")
+        "(or the record files, with --data-format)", resume_may_change=True)
     format: str = key("folder", "--data-format",
                       "input format (record files: scripts/data/make_records.py)",
-                      choices=DATA_FORMATS)
+                      choices=DATA_FORMATS, resume_may_change=True)
     batch_size: int = key(256, "--batch-size",
                           "images per device per step (training and evaluation)", at_least(1))
     seed: int = key(42, "--dali-random-seed", "seed of DALI shuffling and augmentation")
     num_threads: int = key(0, "--dali-num-threads", "DALI threads per process (0: all cores)",
-                           at_least(0))
+                           at_least(0), resume_may_change=True)
     crop_size: int = key(224, "--crop-size", "side of the square network input", at_least(8))
     resize_short: int = key(256, "--resize-short",
                             "validation: shorter side before the centre crop", at_least(8))
@@ -361,6 +373,22 @@ def all_keys():
     """("section.key", field) of every config key, in declaration order."""
     return [(f"{section}.{f.name}", f) for section, section_type in _SECTIONS.items()
             for f in dataclasses.fields(section_type)]
+
+
+def run_differences(saved, config):
+    """The keys whose value in ``config`` differs from ``saved`` (another run's
+    ``Config.to_dict()``, as a checkpoint records it), but for those a resumed run may
+    change and the inference section; as "key: saved -> now" lines."""
+    now = yaml.safe_load(to_yaml(config))          # tuples as lists, as JSON keeps them
+    differences = []
+    for dotted, f in all_keys():
+        section, _, name = dotted.partition(".")
+        if f.metadata["resume_may_change"] or section in INFERENCE_SECTIONS:
+            continue
+        before, after = saved.get(section, {}).get(name), now[section][name]
+        if before != after:
+            differences.append(f"{dotted}: {before!r} -> {after!r}")
+    return differences
 
 
 def describe_key(dotted):

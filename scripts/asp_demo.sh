@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dense=output/demo/resnet18
 [ -f "$dense/2/model.pdparams" ] || { echo "run scripts/demo.sh first ($dense/2 is missing)" >&2; exit 2; }
-rm -f output/demo_asp/report.json
+rm -rf output/demo_asp             # a fresh run each time (no mixing with an earlier one)
 .venv/bin/python train.py --config resnet18_demo --asp --prune-model --mask-algo "${MASK_ALGO:-mask_1d}" \
   --from-pretrained-params "$dense/2/model.pdparams" --epochs 1 --warmup-epochs 0 \
   --output-dir output/demo_asp "$@"

@@ -6,4 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/python scripts/data/fashion_mnist_to_jpeg.py --output demo_data/fashion_mnist_demo \
   --train-per-class 3500
+# The demo starts afresh each time: train.py refuses to mix a new run's checkpoints
+# with an earlier run's in the same folder.
+rm -rf output/demo
 exec .venv/bin/python train.py --config resnet18_demo "$@"

@@ -69,6 +69,18 @@ def check_num_classes(image_list: ImageList, num_classes, where):
                         f"model.num_classes (--num-of-class) is {num_classes}")
 
 
+def check_class_names(data_classes, model_classes, data_where, model_where):
+    """DataError naming the first differing class names, when the data's classes are not
+    the model's: labels would be silently shifted."""
+    if list(data_classes) != list(model_classes):
+        pairs = [(a, b) for a, b in zip(data_classes, model_classes) if a != b]
+        detail = (f"e.g. label {list(data_classes).index(pairs[0][0])} is {pairs[0][0]!r} in "
+                  f"{data_where} but {pairs[0][1]!r} in {model_where}" if pairs else
+                  f"{len(data_classes)} classes in {data_where}, {len(model_classes)} in "
+                  f"{model_where}")
+        raise DataError(f"the class names of {data_where} are not the model's ({detail})")
+
+
 def write_class_index(path, classes):
     """{label: folder name} as JSON, so predictions can be named later."""
     with atomic_files(path) as (handle,):

@@ -54,6 +54,10 @@ def prepare(programs, asp_config, report):
     if asp_config.prune_model:
         asp.prune_model(programs.train, mask_algo=asp_config.mask_algo, with_mask=True)
     rows = layer_table(programs)
+    if not any(row["status"] == "pruned" for row in rows):
+        raise ConfigError("--asp without --prune-model continues a model that is already 2:4 "
+                          "sparse (an ASP checkpoint); these weights are dense: add "
+                          "--prune-model (it keeps the zeros of weights that are already 2:4)")
     report.log("ASP", {"layers": rows}, kind="PARAMETER", console=False)
     report.print(f"asp: {'layer':34s} {'shape':20s} density  status")
     for row in rows:
