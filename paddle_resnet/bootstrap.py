@@ -35,8 +35,12 @@ def prepare_environment(environ=os.environ, verbose=False):
     # Fleet's static meta-optimizers (AMP, ASP, QAT) need the legacy static IR;
     # Paddle 3.x builds PIR programs unless told otherwise (2.6 ignores the flag).
     environ.setdefault("FLAGS_enable_pir_api", "0")
-    # Paddle's static executor uses one math thread unless told otherwise.
-    environ.setdefault("OMP_NUM_THREADS", str(threads_per_process(environ)))
+    # Paddle's static executor uses one math thread unless told otherwise. Under
+    # paddle.distributed.launch every rank inherits OMP_NUM_THREADS=1, set by the
+    # launcher's own import of Paddle when the user set none: that 1 is replaced too.
+    launched = "PADDLE_LOCAL_SIZE" in environ
+    if "OMP_NUM_THREADS" not in environ or (launched and environ["OMP_NUM_THREADS"] == "1"):
+        environ["OMP_NUM_THREADS"] = str(threads_per_process(environ))
     if not verbose:
         environ.setdefault("GLOG_minloglevel", "2")      # Paddle's C++ log: errors only
         # Python-side warnings from inside Paddle say nothing the user can act on.

@@ -78,10 +78,10 @@ def _ring_made_by_gloo(*args, **kwargs):
 
 
 def remove_stream_syncs(program):
-    block = program.global_block()
-    for index in reversed(range(len(block.ops))):
-        if block.ops[index].type in STREAM_SYNC_OPS:
-            block._remove_op(index)
+    for block in program.blocks:                   # sub-blocks too (gradient merge)
+        for index in reversed(range(len(block.ops))):
+            if block.ops[index].type in STREAM_SYNC_OPS:
+                block._remove_op(index)
 
 
 @contextlib.contextmanager

@@ -61,6 +61,8 @@ def test_corrupt_jpeg_mid_run_keeps_earlier_report(capsys, fmnist_root, tmp_path
     fails_with(capsys, FAST + ["--image-root", str(data), "--output-dir", str(tmp_path / "out")],
                f"{broken.name}: cannot be decoded as an image")
     assert report.read_text().startswith('{"type": "LOG", "step": [1, 1]')
+    # The epoch was saved before the validation that failed: no training is lost.
+    assert (tmp_path / "out" / "resnet18" / "1" / "meta.json").exists()
 
 
 @pytest.mark.parametrize("argv, message", [

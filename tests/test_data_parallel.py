@@ -164,8 +164,10 @@ def test_resume_across_world_sizes_keeps_the_epoch_schedule(two_ranks, fmnist_ro
         assert lr == pytest.approx(lr_at_step(lr_config, 10 + step - 1, 10, 2, 16))
     meta, _ = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(out), "resnet18", 2))
     assert meta["world_size"] == 1 and meta["global_step"] == 20
-    back = tmp_path / "two_again"                    # 1 -> 2 ranks
-    result = ok(launch(train_args(fmnist_root, back, "--epochs", "3", "--run-scope", "train_only",
+    # 1 -> 2 ranks: the run's last checkpoint leaves no epoch to train, but the resume
+    # itself (restore, schedule position, the world-size notice) runs with two ranks.
+    back = tmp_path / "two_again"
+    result = ok(launch(train_args(fmnist_root, back, "--epochs", "2", "--run-scope", "train_only",
                                   "--from-checkpoint", str(out / "resnet18" / "2")),
                        tmp_path / "logs2"))
     assert "trained by 1 rank(s), this run has 2: 5 steps per epoch" in result.stdout

@@ -70,15 +70,21 @@ def check_num_classes(image_list: ImageList, num_classes, where):
 
 
 def check_class_names(data_classes, model_classes, data_where, model_where):
-    """DataError naming the first differing class names, when the data's classes are not
-    the model's: labels would be silently shifted."""
-    if list(data_classes) != list(model_classes):
-        pairs = [(a, b) for a, b in zip(data_classes, model_classes) if a != b]
-        detail = (f"e.g. label {list(data_classes).index(pairs[0][0])} is {pairs[0][0]!r} in "
-                  f"{data_where} but {pairs[0][1]!r} in {model_where}" if pairs else
-                  f"{len(data_classes)} classes in {data_where}, {len(model_classes)} in "
-                  f"{model_where}")
-        raise DataError(f"the class names of {data_where} are not the model's ({detail})")
+    """DataError naming the differing class names when the data's classes are not the
+    model's: every label would be silently shifted."""
+    data_classes, model_classes = list(data_classes), list(model_classes)
+    if data_classes == model_classes:
+        return
+    only_data = sorted(set(data_classes) - set(model_classes))
+    only_model = sorted(set(model_classes) - set(data_classes))
+    if only_data or only_model:
+        detail = f"only in the data: {only_data[:5]}, only in the model: {only_model[:5]}"
+    else:
+        label = next(i for i, (a, b) in enumerate(zip(data_classes, model_classes)) if a != b)
+        detail = (f"the same names in another order: label {label} is "
+                  f"{data_classes[label]!r} in the data, {model_classes[label]!r} in the model")
+    raise DataError(f"the class names of {data_where} are not the model's ({model_where}): "
+                    f"{detail}")
 
 
 def write_class_index(path, classes):
