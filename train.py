@@ -67,6 +67,10 @@ def load_start_weights(config, programs, training, report, world_size, steps_per
         # number of steps an epoch now has (it changes with the world size).
         programs.lr_scheduler.step(meta["epoch"] * steps_per_epoch)
         report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}")
+        saved_epochs = meta["config"]["run"]["epochs"]
+        if saved_epochs != config.run.epochs:
+            report.print(f"the checkpoint's run had {saved_epochs} epochs, this one has "
+                         f"{config.run.epochs}: the LR schedule now spans {config.run.epochs}")
         saved_world = meta.get("world_size", 1)
         if saved_world != world_size:
             report.print(f"the checkpoint was trained by {saved_world} rank(s), this run has "
@@ -120,7 +124,7 @@ def run(config, report_stream=None):
     start_epoch = load_start_weights(config, programs, training, report, world_size,
                                      steps_per_epoch, meta, state)
     if config.asp.enabled and training:
-        sparse_training.prepare(programs, config.asp, report)
+        sparse_training.prepare(programs, config.asp, report, resumed=start_epoch > 0)
     if rank == 0:
         write_class_index(os.path.join(run_cfg.output_dir, "classes.json"), classes)
     all_reduce = distributed.all_reduce_sum(place) if world_size > 1 else None

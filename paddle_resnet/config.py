@@ -74,7 +74,9 @@ class RunConfig:
                           resume_may_change=True)
     run_scope: str = key("train_eval", "--run-scope", "what to run", choices=RUN_SCOPES,
                          resume_may_change=True)
-    epochs: int = key(90, "--epochs", "number of training epochs", at_least(1))
+    epochs: int = key(90, "--epochs", "number of training epochs (a resumed run may extend "
+                      "them: the LR schedule then spans the new total)", at_least(1),
+                      resume_may_change=True)
     save_interval: int = key(1, "--save-interval", "save a checkpoint every N epochs", at_least(1),
                              resume_may_change=True)
     eval_interval: int = key(1, "--eval-interval", "validate every N epochs (and after the last)",
@@ -200,7 +202,8 @@ class AmpConfig:
 class AspConfig:
     enabled: bool = key(False, "--asp", "automatic 2:4 sparsity (Fleet strategy.asp)")
     prune_model: bool = key(False, "--prune-model",
-                            "prune the weights to 2:4 before training (needs --asp)")
+                            "prune the weights to 2:4 before training (needs --asp; a resumed "
+                            "run keeps its checkpoint's masks)", resume_may_change=True)
     mask_algo: str = key("mask_1d", "--mask-algo", "mask algorithm", choices=MASK_ALGOS)
     exclude: Tuple[str, ...] = key(("fc",), "--asp-exclude",
                                    "layers kept dense, comma-separated model paths "

@@ -2,10 +2,14 @@
 
 One process per device, whether started by ``paddle.distributed.launch`` or plainly.
 On GPUs the ranks talk through NCCL, set up by Fleet itself. Where there is no GPU
-they talk through gloo, which needs two adaptations of Fleet's collective path,
-both here and nowhere else (``collective_rewrite``): gloo creates the ring Fleet's
-NCCL/BKCL communicator set-up would, and the stream-sync ops, which have no CPU
-kernel and mean nothing without streams, are removed.
+they talk through gloo, which needs adaptations of Fleet's collective path, all here
+and nowhere else: gloo creates the ring that Fleet's NCCL/BKCL communicator set-up
+would (``init_fleet``), and around ``minimize`` (``collective_rewrite``) that set-up
+is skipped and the stream-sync ops, which have no CPU kernel and mean nothing without
+streams, are removed. Paddle 3.x looks communicators up by ring id, so there gloo's
+ring 0 is registered with its communicator manager instead, and AMP's per-parameter
+finite check for distributed runs (a GPU overlap optimisation whose ``paddle.any``
+rejects legacy static variables) is not switched on.
 """
 import contextlib
 import os
@@ -13,14 +17,17 @@ from unittest import mock
 
 import numpy as np
 import paddle
+from paddle.base import core
 from paddle.distributed import fleet
 from paddle.distributed.fleet.meta_optimizers.common import CollectiveHelper
+from paddle.static.amp.decorator import OptimizerWithMixedPrecision
 
 from paddle_resnet import VERBOSE
 from paddle_resnet.bootstrap import paddle_chatter
 from paddle_resnet.errors import UserError
 
 STREAM_SYNC_OPS = ("c_sync_comm_stream", "c_sync_calc_stream")
+PADDLE3 = int(paddle.__version__.split(".")[0]) >= 3
 
 
 def gpu_available():
@@ -60,21 +67,32 @@ def init_fleet():
         return fleet.worker_index(), fleet.worker_num()
     rank, endpoints = launcher_ranks()
     if len(endpoints) > 1 and not gpu_available():
-        if int(paddle.__version__.split(".")[0]) >= 3:
-            raise UserError(f"{len(endpoints)} ranks without GPUs need Paddle 2.6: Paddle "
-                            f"{paddle.__version__}'s legacy static collective ops do not run "
-                            "over gloo (use .venv with Paddle 2.6.2, or GPUs)")
-        # Rank 0's endpoint carries NCCL's id exchange on GPUs; on CPUs it is free for
-        # gloo's rendezvous store.
         with paddle_chatter(VERBOSE):            # "server not ready, wait 3 sec" lines
-            paddle.distributed.gloo_init_parallel_env(rank, len(endpoints), endpoints[0])
+            _init_gloo_ring(rank, endpoints)
     with paddle_chatter(VERBOSE):
         fleet.init(is_collective=True)
     return fleet.worker_index(), fleet.worker_num()
 
 
+def _init_gloo_ring(rank, endpoints):
+    """Ring 0 over gloo, for the collective ops of every program of this process."""
+    if PADDLE3:
+        # Over the launcher's TCP store (PADDLE_MASTER, hosted by rank 0).
+        store = core.create_or_get_global_tcp_store()
+        core.CommContextManager.create_gloo_comm_context(store, "0", rank, len(endpoints))
+    else:
+        # Rank 0's endpoint carries NCCL's id exchange on GPUs; on CPUs it is free for
+        # gloo's rendezvous store.
+        paddle.distributed.gloo_init_parallel_env(rank, len(endpoints), endpoints[0])
+
+
 def _ring_made_by_gloo(*args, **kwargs):
     """Stands in for CollectiveHelper._init_communicator on CPUs: ring 0 already exists."""
+
+
+def _keep_single_check(*args, **kwargs):
+    """Stands in for OptimizerWithMixedPrecision._set_distributed on Paddle 3 CPU ranks:
+    one finite check over all gradients, which are already summed over the ranks."""
 
 
 def remove_stream_syncs(program):
@@ -92,7 +110,12 @@ def collective_rewrite(main, startup):
     if not uses_gloo():
         yield
         return
-    with mock.patch.object(CollectiveHelper, "_init_communicator", _ring_made_by_gloo):
+    with contextlib.ExitStack() as patches:
+        patches.enter_context(mock.patch.object(CollectiveHelper, "_init_communicator",
+                                                _ring_made_by_gloo))
+        if PADDLE3:
+            patches.enter_context(mock.patch.object(OptimizerWithMixedPrecision,
+                                                    "_set_distributed", _keep_single_check))
         yield
     for program in (main, startup):
         remove_stream_syncs(program)
@@ -148,14 +171,26 @@ def device():
     return paddle.CPUPlace(), None
 
 
-def all_reduce_sum(place):
-    """A function summing a small float64 vector over all ranks (a static collective op)."""
+def all_reduce_program(name, shape, dtype):
+    """A static program summing the feed ``name`` over all ranks; (program, its output)."""
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
-        counts = paddle.static.data("counts", [4], "float64")
-        paddle.distributed.all_reduce(counts)
+        values = paddle.static.data(name, shape, dtype)
+        if PADDLE3:
+            # paddle.distributed.all_reduce rejects legacy static variables on 3.x.
+            main.global_block().append_op(
+                type="all_reduce", inputs={"x": [values]}, outputs={"out": [values]},
+                attrs={"ring_id": 0, "reduce_type": paddle.distributed.ReduceOp.SUM})
+        else:
+            paddle.distributed.all_reduce(values)
     if uses_gloo():
         remove_stream_syncs(main)
+    return main, values
+
+
+def all_reduce_sum(place):
+    """A function summing a small float64 vector over all ranks (a static collective op)."""
+    main, counts = all_reduce_program("counts", [4], "float64")
     exe = paddle.static.Executor(place)
 
     def reduce(values):

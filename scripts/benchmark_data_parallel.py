@@ -63,11 +63,7 @@ def allreduce_worker(size, repeats, output):
     """Inside a 2-rank launch: time the all-reduce of ``size`` float32 values."""
     rank, _ = distributed.init_fleet()
     paddle.enable_static()
-    main = paddle.static.Program()
-    with paddle.static.program_guard(main, paddle.static.Program()):
-        buffer = paddle.static.data("buffer", [size], "float32")
-        paddle.distributed.all_reduce(buffer)
-    distributed.remove_stream_syncs(main)
+    main, buffer = distributed.all_reduce_program("buffer", [size], "float32")
     exe = paddle.static.Executor(paddle.CPUPlace())
     feed = {"buffer": np.ones(size, np.float32)}
     exe.run(main, feed=feed, fetch_list=[buffer])

@@ -49,9 +49,11 @@ def layer_table(programs):
     return rows
 
 
-def prepare(programs, asp_config, report):
-    """Prune (with ``prune_model``) after the weights are loaded; report the layer table."""
-    if asp_config.prune_model:
+def prepare(programs, asp_config, report, resumed):
+    """Prune (with ``prune_model``, unless ``resumed``: the checkpoint's masks were
+    restored) after the weights are loaded; report the layer table."""
+    prune = asp_config.prune_model and not resumed
+    if prune:
         asp.prune_model(programs.train, mask_algo=asp_config.mask_algo, with_mask=True)
     rows = layer_table(programs)
     if not any(row["status"] == "pruned" for row in rows):
@@ -63,7 +65,7 @@ def prepare(programs, asp_config, report):
     for row in rows:
         report.print(f"asp: {row['layer'] or row['param']:34s} {str(row['shape']):20s} "
                      f"{row['density']:.3f}    {row['status']}")
-    verify(programs, report, where="after pruning" if asp_config.prune_model else "at start")
+    verify(programs, report, where="after pruning" if prune else "at start")
 
 
 def verify(programs, report, where):

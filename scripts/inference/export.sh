@@ -9,4 +9,4 @@ checkpoint=$1 output=$2
 shift 2
 cd "$(dirname "$0")/../.."
 exec .venv/bin/python export_model.py --from-checkpoint "$checkpoint" \
-  --trt-inference-dir "$output" --trt-export-log-path "$output.export.json" "$@"
+  --inference-dir "$output" --export-log-path "$output.export.json" "$@"

@@ -13,7 +13,7 @@ case "$backend" in
   cpu) precision_flag=(--cpu-precision "$precision") ;;
   *) echo "BACKEND must be trt or cpu, not $backend" >&2; exit 2 ;;
 esac
-exec .venv/bin/python inference.py --trt-inference-dir "$model" --backend "$backend" \
+exec .venv/bin/python inference.py --inference-dir "$model" --backend "$backend" \
   "${precision_flag[@]}" --mode benchmark --benchmark-batch-sizes "${BATCH_SIZES:-1,2,4,8,16,32,64,128,256}" \
   --benchmark-warmup-steps 20 --benchmark-steps 100 \
-  --trt-log-path "$model.$backend-$precision.json" "$@"
+  --inference-log-path "$model.$backend-$precision.json" "$@"
