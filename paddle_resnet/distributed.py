@@ -65,6 +65,9 @@ def init_fleet():
     returns (rank, world size)."""
     if fleet.fleet._role_maker:
         return fleet.worker_index(), fleet.worker_num()
+    # Static mode first: in dynamic mode fleet.init starts a dygraph process group of
+    # its own (on Paddle 3.x a second owner of ring 0).
+    paddle.enable_static()
     rank, endpoints = launcher_ranks()
     if len(endpoints) > 1 and not gpu_available():
         with paddle_chatter(VERBOSE):            # "server not ready, wait 3 sec" lines

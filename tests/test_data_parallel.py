@@ -77,12 +77,13 @@ def test_gradients_are_averaged_across_ranks(tmp_path, amp):
     one, rank0, rank1 = (np.load(tmp_path / name) for name in ("one.0.npz", "two.0.npz",
                                                                "two.1.npz"))
     ops = list(rank0["ops"])
-    assert "c_allreduce_sum" in ops and "coalesce_tensor" in ops        # fused all-reduce
+    all_reduce = "all_reduce" if PADDLE3 else "c_allreduce_sum"         # 3.x: the phi op
+    assert all_reduce in ops and "coalesce_tensor" in ops               # fused all-reduce
     assert not {"c_sync_comm_stream", "c_sync_calc_stream"} & set(ops)
     if amp:
         # The gradients are summed before the finite check, so every rank sees the same
         # found-inf flag: an overflow on one rank skips the step on all of them.
-        assert ops.index("c_allreduce_sum") < ops.index("check_finite_and_unscale")
+        assert ops.index(all_reduce) < ops.index("check_finite_and_unscale")
         assert "update_loss_scaling" in ops
     for name in ("linear_0.w_0", "linear_0.b_0"):
         np.testing.assert_array_equal(rank0[name], rank1[name])
