@@ -416,7 +416,8 @@ def validate(config):
     d, run = config.data, config.run
     combinations = [
         (d.resize_short >= d.crop_size,
-         f"data.resize_short ({d.resize_short}) must be at least data.crop_size ({d.crop_size})"),
+         f"data.resize_short (--resize-short) must be at least data.crop_size (--crop-size, "
+         f"{d.crop_size}), got {d.resize_short}"),
         (config.lr.warmup_epochs <= run.epochs,
          f"lr.warmup_epochs (--warmup-epochs) must be between 0 and run.epochs ({run.epochs}), "
          f"got {config.lr.warmup_epochs}"),
