@@ -117,7 +117,8 @@ def run(config, report_stream=None):
         programs.optimizer.amp_init(place, scope=paddle.static.global_scope(),
                                     test_program=programs.eval, use_fp16_test=True)
 
-    report = Report(config.report_file, enabled=rank == 0, stream=report_stream or sys.stdout)
+    report = Report(config.report_file, enabled=rank == 0, stream=report_stream or sys.stdout,
+                    visualdl_dir=run_cfg.visualdl_log_dir)
     report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
     report.print(f"{config.model.arch}: {len(classes)} classes, rank {rank}/{world_size}, "
                  f"{'GPU ' + str(device_id) if device_id is not None else 'CPU'}")

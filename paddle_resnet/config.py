@@ -102,6 +102,9 @@ class RunConfig:
         None, "--from-pretrained-params",
         "parameters to start from (a .pdparams file or its prefix); a classifier of another "
         "class count is skipped", resume_may_change=True)
+    visualdl_log_dir: Optional[str] = key(
+        None, "--visualdl-log-dir", "also log the scalars for VisualDL to this folder "
+        "(pip install visualdl; view with: visualdl --logdir DIR)", resume_may_change=True)
     seed: int = key(42, "--seed", "random seed of parameter initialisation")
     sync_bn: bool = key(False, "--sync-bn",
                         "batch-norm statistics over all ranks (Fleet sync_batch_norm; GPUs only)")

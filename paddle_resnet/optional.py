@@ -8,7 +8,7 @@ from paddle_resnet.errors import UserError
 
 # module -> pip requirement that provides it (requirements-tools.txt pins them)
 PACKAGES = {"onnxruntime": "onnxruntime", "paddle2onnx": "paddle2onnx",
-            "matplotlib": "matplotlib"}
+            "matplotlib": "matplotlib", "visualdl": "visualdl"}
 
 
 def _installed(module):
@@ -18,6 +18,7 @@ def _installed(module):
 has_onnxruntime = _installed("onnxruntime")
 has_paddle2onnx = _installed("paddle2onnx")
 has_matplotlib = _installed("matplotlib")
+has_visualdl = _installed("visualdl")
 
 
 def require(module, purpose):

@@ -13,6 +13,8 @@ import time
 
 from tqdm import tqdm
 
+from paddle_resnet.optional import require
+
 
 def _format_value(value):
     if isinstance(value, float):
@@ -24,12 +26,15 @@ class Report:
     """Appends to the JSON-lines file (a new run never erases an old one's lines);
     only rank 0 writes and prints."""
 
-    def __init__(self, path, enabled=True, stream=sys.stdout):
+    def __init__(self, path, enabled=True, stream=sys.stdout, visualdl_dir=None):
         self.path = path
         self.enabled = enabled
         self.stream = stream
         # A person watching: progress bars instead of a line every few steps.
         self.interactive = enabled and stream.isatty()
+        self._visualdl, self._logged_steps = None, 0
+        if enabled and visualdl_dir:
+            self._visualdl = require("visualdl", "--visualdl-log-dir").LogWriter(logdir=visualdl_dir)
         self.start = time.time()
         self._handle = None
         if enabled and path:
@@ -42,6 +47,8 @@ class Report:
         if self._handle:
             self._handle.write(json.dumps(record) + "\n")
             self._handle.flush()
+        if self._visualdl and kind in ("LOG", "VAL"):
+            self._add_scalars(step, data, kind)
         if console and self.enabled:
             self.print(self._console_line(step, data, kind))
 
@@ -69,10 +76,22 @@ class Report:
                            if not isinstance(value, (dict, list)))
         return f"[{kind}] {where}: {fields}"
 
+    def _add_scalars(self, step, data, kind):
+        """Training values by logged step, validation values by epoch, as VisualDL scalars."""
+        self._logged_steps += kind == "LOG"
+        position = self._logged_steps if kind == "LOG" else step[0]
+        for name, value in data.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                tag = name.replace(".", "/") if kind == "VAL" else f"train/{name}"
+                self._visualdl.add_scalar(tag=tag, step=position, value=float(value))
+
     def close(self):
         if self._handle:
             self._handle.close()
             self._handle = None
+        if self._visualdl:
+            self._visualdl.close()
+            self._visualdl = None
 
 
 def read_report(path):

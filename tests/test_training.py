@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import paddle
 import pytest
+from visualdl import LogReader
 
 import train
 from conftest import ROOT, flat, small_config
@@ -182,3 +183,20 @@ def test_plot_report_draws_the_last_run(trained, tmp_path):
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
     assert (width, height) == (1500, 400)          # three panels, figsize 15x4 at 100 dpi
+
+
+def test_visualdl_logs_the_training_and_validation_scalars(fmnist_root, tmp_path):
+    logdir = tmp_path / "vdl"
+    config = small_config(fmnist_root, tmp_path / "out", **{"run.epochs": 1,
+                                                            "run.visualdl_log_dir": str(logdir)})
+    run(config)
+    files = os.listdir(logdir)
+    assert len(files) == 1 and files[0].startswith("vdlrecords.")
+    reader = LogReader(file_path=str(logdir / files[0]))
+    tags = reader.get_tags()["scalar"]
+    assert {"train/loss", "train/lr", "train/ips", "val/top1", "val/loss"} <= set(tags)
+    logged = [r["data"]["loss"] for r in records(config, "LOG")]
+    assert [round(p.value, 4) for p in reader.get_data("scalar", "train/loss")] == [
+        round(v, 4) for v in logged]
+    val = records(config, "VAL")[0]["data"]["val.top1"]
+    assert reader.get_data("scalar", "val/top1")[0].value == pytest.approx(val, abs=1e-6)
