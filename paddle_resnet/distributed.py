@@ -13,6 +13,7 @@ rejects legacy static variables) is not switched on.
 """
 import contextlib
 import os
+import signal
 from unittest import mock
 
 import numpy as np
@@ -124,26 +125,44 @@ def collective_rewrite(main, startup):
         remove_stream_syncs(program)
 
 
+class StoppedByLauncher(Exception):
+    """SIGTERM arrived: ``paddle.distributed.launch`` stops the other ranks when one ends."""
+
+
+def _stopped_by_launcher(signum, frame):
+    raise StoppedByLauncher()
+
+
 @contextlib.contextmanager
 def peers_watched(rank, world_size, checkpoints):
-    """Turn a collective op failing because another rank died into one line naming it.
+    """Turn another rank's death into one line naming it, however it reaches this rank.
 
     When a rank dies (killed, out of memory, a data error), the survivors' next
-    all-reduce fails at once (gloo: the connection closes; the launcher then stops
-    the job), and Paddle's own error says only "std::exception".
+    all-reduce fails at once (gloo: the connection closes), and Paddle's own error says
+    only "std::exception". Or the launcher, seeing the dead rank first, sends SIGTERM,
+    which would otherwise end this rank without a word.
     """
+    if world_size == 1:
+        yield
+        return
+    others = [r for r in range(world_size) if r != rank]
+    who = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {others}"
+    resume = (f"The checkpoints in {checkpoints} are intact: resume with "
+              f"--from-checkpoint {checkpoints}")
+    previous = signal.signal(signal.SIGTERM, _stopped_by_launcher)
     try:
         yield
+    except StoppedByLauncher:
+        raise UserError(f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
+                        f"launcher's --log_dir), and the launcher ended this rank (SIGTERM). "
+                        f"{resume}") from None
     except RuntimeError as err:
-        if world_size == 1:
-            raise
-        others = [r for r in range(world_size) if r != rank]
-        who = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {others}"
         reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise UserError(f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
                         f"launcher's --log_dir); a collective operation failed ({reason}). "
-                        f"The checkpoints in {checkpoints} are intact: resume with "
-                        f"--from-checkpoint {checkpoints}") from None
+                        f"{resume}") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def parameter_checksum(program):
