@@ -15,7 +15,7 @@ from paddle_resnet import VERBOSE, distributed
 from paddle_resnet.bootstrap import paddle_chatter
 from paddle_resnet.metrics import top_k
 from paddle_resnet.models import build_model
-from paddle_resnet.onednn import mark_for_onednn
+from paddle_resnet.onednn import mark_for_onednn, onednn_wanted
 from paddle_resnet.optim import StepwiseLR, build_optimizer, set_weight_decay
 from paddle_resnet.sparsity.training import excluded_parameters
 
@@ -151,6 +151,8 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     programs.startup, programs.train, programs.model = startup, main, model
     programs.lr_scheduler, programs.optimizer = scheduler, optimizer
     programs.mixup_feed = MIXUP_FEED if mixup_lambda is not None else None
-    if config.run.cpu_onednn:
+    if onednn_wanted(config):
+        # Only a training run's programs: exported models carry no kernel choices.
         mark_for_onednn(main)
+        mark_for_onednn(programs.eval)
     return programs

@@ -106,9 +106,11 @@ class RunConfig:
         None, "--visualdl-log-dir", "also log the scalars for VisualDL to this folder "
         "(pip install visualdl; view with: visualdl --logdir DIR)", resume_may_change=True)
     seed: int = key(42, "--seed", "random seed of parameter initialisation")
-    cpu_onednn: bool = key(False, "--cpu-onednn",
-                           "oneDNN kernels for convolutions and ReLUs when training on the CPU "
-                           "(2.7x faster on the demo here; no effect on GPUs)")
+    cpu_onednn: Optional[bool] = key(
+        None, "--cpu-onednn", "oneDNN kernels for the convolutions and ReLUs of CPU training "
+        "and its evaluation (--no-cpu-onednn: Paddle's plain kernels; unset: on for crops up to "
+        "64 px, where it was measured faster, off above; no effect on GPUs)",
+        resume_may_change=True)
     sync_bn: bool = key(False, "--sync-bn",
                         "batch-norm statistics over all ranks (Fleet sync_batch_norm; GPUs only)")
     verbose: bool = key(False, VERBOSE_FLAG,
@@ -474,7 +476,7 @@ def build_parser(description, inference=False):
         group, meta = groups[section], f.metadata
         text = f"{_help(f)} [{dotted}, default {f.default}]"
         flags = (meta["flag"],) + meta["aliases"]
-        if f.type is bool:
+        if f.type in (bool, Optional[bool]):
             group.add_argument(*flags, dest=dotted, action=argparse.BooleanOptionalAction,
                                help=text)
         else:
@@ -482,7 +484,7 @@ def build_parser(description, inference=False):
                                help=text)
         for old in meta["deprecated"]:
             group.add_argument(old, dest=dotted, action=_DeprecatedAlias, help=argparse.SUPPRESS,
-                               replacement=meta["flag"], nargs=0 if f.type is bool else None)
+                               replacement=meta["flag"], nargs=0 if f.type in (bool, Optional[bool]) else None)
     return parser
 
 

@@ -3,15 +3,35 @@
 Paddle's global ``FLAGS_use_mkldnn=1`` breaks static training (``reduce_mean_grad``
 cannot reshape a oneDNN memory descriptor), but the op attribute ``use_mkldnn`` can be
 set op by op. Measured on this project's 2-core CPU (ResNet-18, 32 px, batch 64,
-Paddle 2.6.2, random data, one run each): plain kernels 121 img/s; oneDNN on conv2d
-and its gradient 223; plus relu and its gradient 294; adding batch_norm, pool2d or
-elementwise_add made it slower (139-265: layout conversions between oneDNN and plain
-kernels). The demo's own benchmark (README) gives 126 -> 336 img/s.
+Paddle 2.6.2, random data): plain kernels 121 img/s; oneDNN on conv2d and its gradient
+223; plus relu and its gradient 294. Moving batch_norm, pool2d, elementwise_add and sum
+as well gave 142: Paddle's oneDNN batch_norm and its gradient took 5x the plain
+kernels' time (profiled). NHWC tensors beat NCHW with these ops (376 against 291 img/s,
+same run): the plain batch norms between the oneDNN ops convert layouts more cheaply.
+
+bf16 training cannot run through these kernels (Paddle 2.6.2 and 3.3.1):
+``paddle.static.amp.bf16.decorate_bf16`` casts the filters to bf16, which the oneDNN
+conv kernel refuses ("ConvOneDNNHandlerT is not implemented for data type bfloat16";
+3.x: "input and filter data type should be consistent"), and feeding it the fp32
+filters instead fails on tensors the rewrite declared bf16 that plain kernels filled
+with fp32.
 """
 from paddle_resnet.distributed import gpu_available
 
 # Forward and backward ops that run faster on oneDNN (see above); the rest stay plain.
 TRAINING_OPS = ("conv2d", "conv2d_grad", "relu", "relu_grad")
+# Paddle's plain convolution runs image by image (im2col + GEMM): small images make small
+# GEMMs, where oneDNN wins; from ~100 px its GEMMs are efficient and oneDNN's layout
+# conversions cost more. ResNet-50, batch 16, img/s plain -> oneDNN (NHWC): 64 px
+# 20.1 -> 25.9, 112 px 12.0 -> 10.4, 224 px 3.25 -> 2.56 (benchmarks/cpu_training.json).
+LARGEST_ONEDNN_CROP = 64
+
+
+def onednn_wanted(config):
+    """``--cpu-onednn`` / ``--no-cpu-onednn`` as given; unset, by the crop size (above)."""
+    if config.run.cpu_onednn is not None:
+        return config.run.cpu_onednn
+    return config.data.crop_size <= LARGEST_ONEDNN_CROP
 
 
 def mark_for_onednn(program, op_types=TRAINING_OPS):

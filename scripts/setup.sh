@@ -26,13 +26,17 @@ fi
 python=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
 stamp=$VENV/.installed
-wanted="$paddle_package $(cat requirements.txt requirements-test.txt pyproject.toml | sha256sum | cut -c1-16)"
+# The exact versions the tests and the README's figures came from (scripts/lock.sh).
+# Another PADDLE_VERSION installs unconstrained.
+constraints=constraints/paddle-${PADDLE_VERSION}.txt
+[ -f "$constraints" ] || constraints=/dev/null
+wanted="$paddle_package $(cat requirements.txt requirements-test.txt pyproject.toml "$constraints" | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   echo "setup: installing $paddle_package and requirements into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # The project itself is installed editable: the library, and the entry points as
   # modules, importable from scripts/ and tests/ without touching sys.path.
-  "$VENV/bin/python" -m pip install -q "$paddle_package" -r requirements-test.txt -e .
+  "$VENV/bin/python" -m pip install -q "$paddle_package" -r requirements-test.txt -c "$constraints" -e .
   # foolbox ships 20 real ImageNet validation JPEGs (tests use them); its own
   # dependencies are not needed.
   "$VENV/bin/python" -m pip install -q --no-deps foolbox==3.3.4

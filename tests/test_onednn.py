@@ -14,18 +14,22 @@ from paddle_resnet.onednn import TRAINING_OPS
 from paddle_resnet.report import read_report
 
 
-def marked_ops(config):
-    programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)
-    ops = [op for op in programs.train.global_block().ops if op.has_attr("use_mkldnn")]
-    return {op.type for op in ops if op.attr("use_mkldnn")}, ops
-
-
 def test_only_the_chosen_ops_are_marked(fmnist_root, tmp_path):
-    marked, ops = marked_ops(small_config(fmnist_root, tmp_path, **{"run.cpu_onednn": True}))
-    assert marked == set(TRAINING_OPS)
-    assert all(op.attr("use_mkldnn") for op in ops if op.type in TRAINING_OPS)
-    plain, _ = marked_ops(small_config(fmnist_root, tmp_path))
-    assert plain == set()
+    config = small_config(fmnist_root, tmp_path)                  # oneDNN is the default
+    programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)
+    for built in (programs.train, programs.eval):
+        ops = [op for op in built.global_block().ops if op.has_attr("use_mkldnn")]
+        assert {op.type for op in ops if op.attr("use_mkldnn")} == (
+            set(TRAINING_OPS) & {op.type for op in ops})
+        assert all(op.attr("use_mkldnn") for op in ops if op.type in TRAINING_OPS)
+    assert {"conv2d_grad", "relu_grad"} <= {op.type for op in programs.train.global_block().ops}
+    plain = small_config(fmnist_root, tmp_path, **{"run.cpu_onednn": False})
+    programs = program.build_programs(plain, steps_per_epoch=10, global_batch=16)
+    assert not any(op.attr("use_mkldnn") for built in (programs.train, programs.eval)
+                   for op in built.global_block().ops if op.has_attr("use_mkldnn"))
+    exported = program.build_programs(config, training=False).eval   # what export saves
+    assert not any(op.attr("use_mkldnn") for op in exported.global_block().ops
+                   if op.has_attr("use_mkldnn"))
 
 
 def test_onednn_learns_like_the_plain_kernels(fmnist_root, tmp_path):
@@ -51,7 +55,7 @@ def test_resume_with_onednn_is_bit_identical(fmnist_root, tmp_path):
     common = [sys.executable, "train.py", "--model-arch-name", "resnet18", "--num-of-class", "10",
               "--image-root", fmnist_root, "--crop-size", "32", "--resize-short", "32",
               "--batch-size", "16", "--epochs", "2", "--warmup-epochs", "0.5", "--lr", "0.4",
-              "--momentum", "0.9", "--run-scope", "train_only", "--cpu-onednn"]
+              "--momentum", "0.9", "--run-scope", "train_only"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     for extra in (["--output-dir", str(straight)],
                   ["--output-dir", str(resumed), "--from-checkpoint", str(straight / "resnet18" / "1")]):
