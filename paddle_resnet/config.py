@@ -108,8 +108,8 @@ class RunConfig:
     seed: int = key(42, "--seed", "random seed of parameter initialisation")
     cpu_onednn: Optional[bool] = key(
         None, "--cpu-onednn", "oneDNN kernels for the convolutions and ReLUs of CPU training "
-        "and its evaluation (--no-cpu-onednn: Paddle's plain kernels; unset: on for crops up to "
-        "64 px, where it was measured faster, off above; no effect on GPUs)",
+        "(--no-cpu-onednn: Paddle's plain kernels; unset: on for NCHW crops up to 64 px, where it "
+        "was measured faster, off above; no effect on GPUs)",
         resume_may_change=True)
     sync_bn: bool = key(False, "--sync-bn",
                         "batch-norm statistics over all ranks (Fleet sync_batch_norm; GPUs only)")

@@ -33,7 +33,7 @@ from paddle_resnet.optional import require
 
 SETTINGS = "resnet50:224:16,resnet18:32:64,resnet50:32:64"
 # name -> (model.data_layout, run.cpu_onednn) for the Paddle contenders
-PADDLE_VARIANTS = {"paddle_plain": ("NCHW", False), "paddle_onednn": ("NHWC", True)}
+PADDLE_VARIANTS = {"paddle_plain": ("NCHW", False), "paddle_onednn": ("NCHW", True)}
 ORDER = ("paddle_plain", "paddle_onednn", "torch", "torch", "paddle_onednn", "paddle_plain")
 
 
