@@ -20,7 +20,7 @@ conv kernel refuses ("ConvOneDNNHandlerT is not implemented for data type bfloat
 filters instead fails on tensors the rewrite declared bf16 that plain kernels filled
 with fp32.
 """
-from paddle_resnet.distributed import gpu_available
+from paddle_resnet.distributed import PADDLE3, gpu_available, uses_gloo
 from paddle_resnet.errors import ConfigError
 
 # Forward and backward ops that run faster on oneDNN (see above); the rest stay plain.
@@ -33,15 +33,19 @@ LARGEST_ONEDNN_CROP = 64
 
 
 def onednn_wanted(config):
-    """``--cpu-onednn`` / ``--no-cpu-onednn`` as given; unset, by the crop size (above),
-    and never for NHWC tensors (wrong gradients, above)."""
+    """``--cpu-onednn`` / ``--no-cpu-onednn`` as given; unset, by the crop size (above).
+    Never for NHWC tensors (wrong gradients, above). Unset, not for gloo ranks on Paddle
+    3.x: there a resumed 2-rank run departed from the uninterrupted one (BN biases 0.009
+    apart after an epoch; uninterrupted runs repeat exactly, and 2.6.2 resumes exactly).
+    Call after ``distributed.init_fleet``."""
     nchw = config.model.data_layout == "NCHW"
     if config.run.cpu_onednn and not nchw:
         raise ConfigError("--cpu-onednn needs --data-layout NCHW: Paddle's oneDNN convolution "
                           "gradients are wrong for NHWC tensors")
     if config.run.cpu_onednn is not None:
         return config.run.cpu_onednn
-    return nchw and config.data.crop_size <= LARGEST_ONEDNN_CROP
+    return (nchw and config.data.crop_size <= LARGEST_ONEDNN_CROP
+            and not (PADDLE3 and uses_gloo()))
 
 
 def mark_for_onednn(program, op_types=TRAINING_OPS):
