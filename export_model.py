@@ -20,8 +20,10 @@ from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import exported
 from paddle_resnet.atomic import staged_directory
 from paddle_resnet.cli import main_with
+from paddle_resnet.data.dali import open_split
 from paddle_resnet.data.folder import read_class_index
 from paddle_resnet.errors import ConfigError
+from paddle_resnet.quantization import quantize_in_place
 from paddle_resnet.sparsity.pattern import check_sparse, sparse_parameters
 
 
@@ -56,11 +58,25 @@ def export(config):
                        programs.eval_fetches["probs"], info, _classes(config, meta))
         if sparse:
             check_sparse(exported.read_params(staging), sparse, f"{out_dir} (exported)")
+        if config.inference.ptq_algo:
+            info = _post_training_quantize(config, staging, info)
     files = {name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))}
     report = dict(info, directory=out_dir, files=files, source=source)
     with open(config.inference.export_log_path, "w") as handle:
         json.dump(report, handle, indent=1)
     return report
+
+
+def _post_training_quantize(config, model_dir, info):
+    """Quantize the fp32 model just written to ``model_dir``; returns the new model.json.
+    Calibration reads training images (never synthetic ones, and not the validation
+    images the model is then measured on) through the validation pipeline."""
+    inf = config.inference
+    if not config.data.image_root:
+        raise ConfigError("--ptq-algo needs --image-root: it calibrates on real training images")
+    batches = exported.validation_batches(open_split(config.data, "train"), config.data, info)
+    quantize_in_place(model_dir, batches, inf.ptq_algo, inf.calibration_images)
+    return exported.read_info(model_dir)
 
 
 def export_and_describe(config):

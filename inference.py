@@ -20,7 +20,7 @@ import numpy as np
 
 from paddle_resnet import exported, predictor
 from paddle_resnet.cli import main_with
-from paddle_resnet.data.dali import DataSplit, make_loader, open_split
+from paddle_resnet.data.dali import DataSplit, open_split
 from paddle_resnet.data.folder import (ImageList, check_class_names, check_num_classes,
                                        list_images, unreadable_images)
 from paddle_resnet.errors import DataError
@@ -35,14 +35,9 @@ def build_classifier(config, max_batch):
     exported.check_dir(inf.model_dir)
     info = exported.read_info(inf.model_dir)
     backend = predictor.resolve_backend(inf.backend)
-    calls = predictor.predictor_settings(inf, backend, info["input_shape"], max_batch)
+    calls = predictor.predictor_settings(inf, backend, info["input_shape"], max_batch,
+                                         quantized=bool(info.get("quantization")))
     return predictor.Classifier(inf.model_dir, calls, info["input_shape"]), info, backend
-
-
-def val_batches(data_split, config, info):
-    """Batches of ``data_split`` preprocessed as the model was exported."""
-    return make_loader(data_split, exported.preprocessing(config.data, info), info["layout"],
-                       training=False)
 
 
 def accuracy(config, report):
@@ -55,7 +50,7 @@ def accuracy(config, report):
     totals = np.zeros(4)
     start = time.perf_counter()
     k = top_k(info["num_classes"])
-    for batch in val_batches(val_split, config, info):
+    for batch in exported.validation_batches(val_split, config.data, info):
         probs = classifier(batch["data"])
         top = np.argsort(-probs, axis=1)[:, :k]
         picked = probs[np.arange(len(probs)), batch["label"].ravel()]
@@ -90,7 +85,7 @@ def _benchmark_images(config, info, count):
         rng = np.random.default_rng(0)
         return rng.standard_normal([count] + list(info["input_shape"])).astype(np.float32)
     arrays = []
-    for batch in val_batches(open_split(config.data, "val"), config, info):
+    for batch in exported.validation_batches(open_split(config.data, "val"), config.data, info):
         arrays.append(batch["data"])
         if sum(len(a) for a in arrays) >= count:
             break
@@ -139,7 +134,7 @@ def _predict(config, report, files):
                                                        tuple(classes)))
     k = top_k(len(classes))
     predictions = []
-    for batch in val_batches(images, config, info):
+    for batch in exported.validation_batches(images, config.data, info):
         for probs in classifier(batch["data"]):
             image = files[len(predictions)]
             best = np.argsort(-probs)[:k]

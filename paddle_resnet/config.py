@@ -28,7 +28,8 @@ DATA_LAYOUTS = ("NCHW", "NHWC")
 BACKENDS = ("auto", "trt", "gpu", "cpu")
 INFERENCE_MODES = ("accuracy", "benchmark", "predict")
 TRT_PRECISIONS = ("FP32", "FP16", "INT8")
-CPU_PRECISIONS = ("fp32", "bf16")
+CPU_PRECISIONS = ("fp32", "bf16", "int8")
+PTQ_ALGOS = ("KL", "hist", "mse", "avg", "abs_max")
 
 
 # ---------------------------------------------------------------- checks of one value
@@ -245,6 +246,13 @@ class InferenceConfig:
                               deprecated=("--trt-use-synthat",))
     cpu_precision: str = key("fp32", "--cpu-precision", "oneDNN precision", choices=CPU_PRECISIONS)
     cpu_threads: int = key(0, "--cpu-threads", "CPU math threads (0: all cores)", at_least(0))
+    ptq_algo: Optional[str] = key(None, "--ptq-algo", "export_model.py: quantize the exported "
+                                  "model to INT8 after training (post-training quantization), "
+                                  "calibrating activation ranges with this algorithm",
+                                  choices=PTQ_ALGOS)
+    calibration_images: int = key(512, "--calibration-images", "export_model.py --ptq-algo: "
+                                  "training images (validation preprocessing) to calibrate on",
+                                  at_least(1))
     log_path: str = key("./inference.json", "--inference-log-path", "JSON-lines inference report",
                         aliases=("--trt-log-path",))
     export_log_path: str = key("./export.json", "--export-log-path", "JSON export report",
@@ -409,7 +417,7 @@ def describe_key(dotted):
 
 def _problem(f, value):
     choices, check = f.metadata["choices"], f.metadata["check"]
-    if choices and value not in choices:
+    if choices and value not in choices and value is not None:
         return f"must be one of {', '.join(choices)}, got {value!r}"
     return check(value) if check and value is not None else None
 

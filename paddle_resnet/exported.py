@@ -13,6 +13,7 @@ import numpy as np
 import paddle
 
 from paddle_resnet.atomic import recover_staged
+from paddle_resnet.data.dali import make_loader
 from paddle_resnet.data.folder import read_class_index, write_class_index
 from paddle_resnet.errors import UserError
 
@@ -35,6 +36,7 @@ def describe(config, input_shape, sparse):
                        "normalize_mean": list(data.normalize_mean),
                        "normalize_std": list(data.normalize_std)},
         "sparse_2to4": list(sparse),
+        "quantization": None,
     }
 
 
@@ -102,3 +104,18 @@ def preprocessing(data_config, info):
                                resize_short=pre["resize_short"],
                                normalize_mean=tuple(pre["normalize_mean"]),
                                normalize_std=tuple(pre["normalize_std"]))
+
+
+def validation_batches(data_split, data_config, info):
+    """Batches of ``data_split`` preprocessed as the model was exported (the validation
+    pipeline): what accuracy, prediction and INT8 calibration feed the model."""
+    return make_loader(data_split, preprocessing(data_config, info), info["layout"],
+                       training=False)
+
+
+def record_quantization(model_dir, record):
+    """model.json says how the model in ``model_dir`` was quantized."""
+    info = read_info(model_dir)
+    info["quantization"] = record
+    with open(os.path.join(model_dir, INFO_FILE), "w") as handle:
+        json.dump(info, handle, indent=1)

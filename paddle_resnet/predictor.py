@@ -17,6 +17,7 @@ from paddle.inference import PrecisionType
 from paddle_resnet import exported
 from paddle_resnet.distributed import gpu_available
 from paddle_resnet.errors import ConfigError, UserError
+from paddle_resnet.quantization import cpu_has_int8_dot_products
 
 
 @dataclass(frozen=True)
@@ -50,15 +51,24 @@ def resolve_backend(requested):
     return requested
 
 
-def predictor_settings(inference_config, backend, input_shape, max_batch, device_id=0):
-    """The ``paddle.inference.Config`` calls for ``backend``; ``input_shape`` excludes the batch."""
+def predictor_settings(inference_config, backend, input_shape, max_batch, device_id=0,
+                       quantized=False):
+    """The ``paddle.inference.Config`` calls for ``backend``; ``input_shape`` excludes the
+    batch; ``quantized``: the model carries int8 scales (model.json ``quantization``)."""
     inf = inference_config
+    int8 = inf.cpu_precision == "int8" or inf.trt_precision == "INT8"
+    if int8 and not quantized and not (backend == "trt" and inf.trt_use_calib_mode):
+        raise ConfigError("INT8 needs a model with quantization scales: export it with "
+                          "--ptq-algo (or, on TensorRT, calibrate with --trt-use-calib-mode)")
     if backend != "trt" and inf.trt_precision != "FP32":
         raise ConfigError(f"--trt-precision {inf.trt_precision} needs --backend trt, not {backend}")
     if backend != "cpu" and inf.cpu_precision != "fp32":
         raise ConfigError(f"--cpu-precision {inf.cpu_precision} needs --backend cpu, not {backend}")
     if inf.cpu_precision == "bf16" and not cpu_supports_bf16():
         raise ConfigError("--cpu-precision bf16: this CPU has no bfloat16 support (avx512_bf16 / AMX)")
+    if inf.cpu_precision == "int8" and not cpu_has_int8_dot_products():
+        raise ConfigError("--cpu-precision int8: this CPU has no int8 dot products "
+                          "(avx512_vnni / avx_vnni / AMX); oneDNN int8 would be slower than fp32")
     calls: List[ConfigCall] = [_call("switch_ir_optim", True), _call("enable_memory_optim")]
     if backend == "cpu":
         calls.append(_call("disable_gpu"))
@@ -67,6 +77,8 @@ def predictor_settings(inference_config, backend, input_shape, max_batch, device
         calls.append(_call("enable_mkldnn"))
         if inf.cpu_precision == "bf16":
             calls.append(_call("enable_mkldnn_bfloat16"))
+        if inf.cpu_precision == "int8":
+            calls.append(_call("enable_mkldnn_int8"))
         return calls
     calls.append(_call("enable_use_gpu", 1024, device_id))
     if backend == "gpu":
@@ -77,7 +89,8 @@ def predictor_settings(inference_config, backend, input_shape, max_batch, device
                        workspace_size=inf.trt_workspace_size << 20, max_batch_size=max_batch,
                        min_subgraph_size=inf.trt_min_subgraph_size, precision_mode=precision,
                        use_static=inf.trt_use_static,
-                       use_calib_mode=inf.trt_precision == "INT8" and inf.trt_use_calib_mode))
+                       # a quantized model's own scales need no calibration
+                       use_calib_mode=int8 and inf.trt_use_calib_mode and not quantized))
     shape = list(input_shape)
     calls.append(_call("set_trt_dynamic_shape_info", {"data": [1] + shape},
                        {"data": [max_batch] + shape}, {"data": [max_batch] + shape}))

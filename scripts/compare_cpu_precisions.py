@@ -13,6 +13,7 @@ import json
 import numpy as np
 
 import inference
+from paddle_resnet import exported
 from paddle_resnet.config import build_config
 from paddle_resnet.data.dali import open_split
 
@@ -33,7 +34,7 @@ def main():
     (fp32, info, _), (bf16, _, _) = classifier("fp32"), classifier("bf16")
     config = build_config({"data.image_root": args.image_root, "data.batch_size": args.batch_size})
     labels, top_fp32, top_bf16, gap = [], [], [], 0.0
-    for batch in inference.val_batches(open_split(config.data, "val"), config, info):
+    for batch in exported.validation_batches(open_split(config.data, "val"), config.data, info):
         p32, p16 = fp32(batch["data"]), bf16(batch["data"])
         labels.append(batch["label"].ravel())
         top_fp32.append(p32.argmax(1))

@@ -190,6 +190,12 @@ def test_tensorrt_settings_without_a_gpu():
     assert "enable_mkldnn" not in fp16
     with pytest.raises(ConfigError, match="needs --backend cpu"):
         predictor.predictor_settings(InferenceConfig(cpu_precision="bf16"), "trt", [3, 8, 8], 1)
+    # INT8 with the model's own scales (--ptq-algo export): no calibration
+    scaled = {c.method: c for c in predictor.predictor_settings(
+        settings, "trt", [3, 224, 224], 64, quantized=True)}
+    assert dict(scaled["enable_tensorrt_engine"].kwargs)["use_calib_mode"] is False
+    with pytest.raises(ConfigError, match="INT8 needs a model with quantization scales"):
+        predictor.predictor_settings(InferenceConfig(trt_precision="INT8"), "trt", [3, 8, 8], 1)
 
 
 def test_cpu_settings_apply_to_a_real_config(exported):
