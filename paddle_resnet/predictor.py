@@ -56,16 +56,16 @@ def predictor_settings(inference_config, backend, input_shape, max_batch, device
     """The ``paddle.inference.Config`` calls for ``backend``; ``input_shape`` excludes the
     batch; ``quantized``: the model carries int8 scales (model.json ``quantization``)."""
     inf = inference_config
-    int8 = inf.cpu_precision == "int8" or inf.trt_precision == "INT8"
-    if int8 and not quantized and not (backend == "trt" and inf.trt_use_calib_mode):
-        raise ConfigError("INT8 needs a model with quantization scales: export it with "
-                          "--ptq-algo (or, on TensorRT, calibrate with --trt-use-calib-mode)")
     if backend != "trt" and inf.trt_precision != "FP32":
         raise ConfigError(f"--trt-precision {inf.trt_precision} needs --backend trt, not {backend}")
     if backend != "cpu" and inf.cpu_precision != "fp32":
         raise ConfigError(f"--cpu-precision {inf.cpu_precision} needs --backend cpu, not {backend}")
     if inf.cpu_precision == "bf16" and not cpu_supports_bf16():
         raise ConfigError("--cpu-precision bf16: this CPU has no bfloat16 support (avx512_bf16 / AMX)")
+    int8 = inf.cpu_precision == "int8" or inf.trt_precision == "INT8"
+    if int8 and not quantized and not (backend == "trt" and inf.trt_use_calib_mode):
+        raise ConfigError("INT8 needs a model with quantization scales: export it with "
+                          "--ptq-algo (or, on TensorRT, calibrate with --trt-use-calib-mode)")
     if inf.cpu_precision == "int8" and not cpu_has_int8_dot_products():
         raise ConfigError("--cpu-precision int8: this CPU has no int8 dot products "
                           "(avx512_vnni / avx_vnni / AMX); oneDNN int8 would be slower than fp32")
