@@ -8,7 +8,8 @@ import pytest
 
 import export_model
 import inference
-from conftest import flat
+import train
+from conftest import flat, small_config
 from paddle_resnet import exported as exported_model
 from paddle_resnet import quantization
 from paddle_resnet.config import build_config
@@ -27,12 +28,23 @@ def export_config(trained, out, **values):
 
 
 @pytest.fixture(scope="module")
-def models(trained, tmp_path_factory):
-    """The small trained model exported in fp32, and quantized on 64 training images."""
+def learned(fmnist_root, tmp_path_factory):
+    """A model that has learned something (55 % top-1 on the 130 validation images in
+    6 epochs at LR 0.05): the suite's shared ``trained`` model is at chance, where int8
+    rounding flips near-uniform predictions and agreement means little."""
+    config = small_config(fmnist_root, tmp_path_factory.mktemp("learned"), **{
+        "lr.base": 0.05, "run.epochs": 6, "run.run_scope": "train_only"})
+    train.run(config, report_stream=open(os.devnull, "w"))
+    return config
+
+
+@pytest.fixture(scope="module")
+def models(learned, tmp_path_factory):
+    """The learned model exported in fp32, and quantized on 64 training images."""
     out = tmp_path_factory.mktemp("int8")
-    fp32 = export_config(trained, out / "fp32")
+    fp32 = export_config(learned, out / "fp32")
     export_model.export(fp32)
-    int8 = export_config(trained, out / "int8", **{"inference.ptq_algo": "KL",
+    int8 = export_config(learned, out / "int8", **{"inference.ptq_algo": "KL",
                                                    "inference.calibration_images": 64})
     export_model.export(int8)
     return fp32, int8
@@ -75,6 +87,7 @@ def test_int8_predictor_agrees_with_fp32_on_real_images(models):
     np.testing.assert_array_equal(labels, labels8)
     assert len(labels) == 130
     agreement = float((probs32.argmax(1) == probs8.argmax(1)).mean())
+    print("AGREEMENT", agreement, (probs32.argmax(1) == labels).mean(), (probs8.argmax(1) == labels).mean())
     assert agreement >= 0.9, agreement
     np.testing.assert_allclose(probs8.sum(1), 1.0, atol=1e-3)       # still probabilities
 

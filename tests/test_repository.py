@@ -5,6 +5,7 @@ import glob
 import os
 import re
 import subprocess
+import tomllib
 
 from conftest import ROOT
 from paddle_resnet.config import flag_table_markdown, list_recipes
@@ -68,3 +69,11 @@ def test_launch_script_rejects_bad_arguments():
     result = subprocess.run(["bash", launch, "resnet50_paddle_90e", "8", "FP8"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "PRECISION must be AMP or TF32" in result.stderr
+
+
+def test_no_scripts_folder_shadows_an_entry_point():
+    """A script's own folder comes first on sys.path: a folder scripts/inference/ made
+    ``import inference`` in scripts/*.py an empty namespace package."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+        modules = tomllib.load(handle)["tool"]["setuptools"]["py-modules"]
+    assert not [m for m in modules if os.path.exists(os.path.join(ROOT, "scripts", m))]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Export a checkpoint to a Paddle Inference model.
-#   bash scripts/inference/export.sh CHECKPOINT OUTPUT_DIR [export_model.py flags ...]
-# e.g. bash scripts/inference/export.sh output/resnet50_paddle_90e_AMP/resnet50 inference/resnet50_AMP \
+#   bash scripts/deploy/export.sh CHECKPOINT OUTPUT_DIR [export_model.py flags ...]
+# e.g. bash scripts/deploy/export.sh output/resnet50_paddle_90e_AMP/resnet50 inference/resnet50_AMP \
 #        --config resnet50_paddle_90e --data-layout NHWC
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 CHECKPOINT OUTPUT_DIR [export_model.py flags ...]" >&2; exit 2; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark an exported model: throughput and latency percentiles at batch 1..256.
-#   bash scripts/inference/infer.sh MODEL_DIR BACKEND PRECISION [inference.py flags ...]
+#   bash scripts/deploy/infer.sh MODEL_DIR BACKEND PRECISION [inference.py flags ...]
 # BACKEND: trt (PRECISION FP32 | FP16 | INT8) or cpu (PRECISION fp32 | bf16).
 # Add --mode accuracy --image-root DIR for top-1/top-5 over a validation tree.
 set -euo pipefail
