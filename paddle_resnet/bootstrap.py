@@ -51,10 +51,34 @@ def prepare_environment(environ=os.environ, verbose=False):
 @contextlib.contextmanager
 def paddle_chatter(verbose):
     """Swallow what Paddle prints to Python's stdout/stderr inside the block (fleet's
-    optimizer lists, the import banner) unless ``verbose``."""
+    optimizer lists, the import banner, quantization progress bars) unless ``verbose``."""
     if verbose:
         yield
         return
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         yield
+
+
+@contextlib.contextmanager
+def native_chatter(verbose):
+    """Swallow what Paddle's C++ prints to the process's stdout/stderr inside the block
+    (Paddle Inference's pass logs, e.g. oneDNN int8's "squashed ..." lines, which
+    ``disable_glog_info`` leaves on) unless ``verbose``. Errors still come back as
+    exceptions."""
+    if verbose:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])

@@ -14,7 +14,8 @@ import paddle.inference as paddle_infer
 from paddle.base import core
 from paddle.inference import PrecisionType
 
-from paddle_resnet import exported
+from paddle_resnet import VERBOSE, exported
+from paddle_resnet.bootstrap import native_chatter
 from paddle_resnet.distributed import gpu_available
 from paddle_resnet.errors import ConfigError, UserError
 from paddle_resnet.quantization import cpu_has_int8_dot_products
@@ -110,7 +111,8 @@ class Classifier:
             call.apply(config)
         config.disable_glog_info()
         try:
-            self.predictor = paddle_infer.create_predictor(config)
+            with native_chatter(VERBOSE):
+                self.predictor = paddle_infer.create_predictor(config)
         except Exception as err:  # Paddle raises its own error types here
             raise UserError(f"{model_dir}: cannot create a predictor "
                             f"({str(err).strip().splitlines()[-1]})") from None

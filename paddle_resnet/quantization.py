@@ -15,7 +15,8 @@ import numpy as np
 import paddle
 from paddle.static.quantization import PostTrainingQuantization
 
-from paddle_resnet import exported
+from paddle_resnet import VERBOSE, exported
+from paddle_resnet.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.errors import ConfigError
 
 # The ops that get int8 kernels (NVIDIA's QAT list, without the depthwise convolutions
@@ -67,8 +68,9 @@ def quantize_in_place(model_dir, batches, algo, count):
             data_loader=_CalibrationLoader(feeds), batch_nums=len(feeds), algo=algo,
             quantizable_op_type=list(QUANTIZABLE_OPS), weight_quantize_type="channel_wise_abs_max",
             activation_bits=8, weight_bits=8)
-        ptq.quantize()
-        ptq.save_quantized_model(out, model_filename=model_file, params_filename=params_file)
+        with paddle_chatter(VERBOSE), native_chatter(VERBOSE):      # progress bars, pass logs
+            ptq.quantize()
+            ptq.save_quantized_model(out, model_filename=model_file, params_filename=params_file)
         for name in (model_file, params_file):
             shutil.move(os.path.join(out, name), os.path.join(model_dir, name))
     exported.record_quantization(model_dir, {

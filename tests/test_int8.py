@@ -40,11 +40,12 @@ def learned(fmnist_root, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(learned, tmp_path_factory):
-    """The learned model exported in fp32, and quantized on 64 training images."""
+    """The learned model exported in fp32, and quantized on 64 training images (hist:
+    on the demo model it kept top-1 within 0.1 point; KL lost 3.8)."""
     out = tmp_path_factory.mktemp("int8")
     fp32 = export_config(learned, out / "fp32")
     export_model.export(fp32)
-    int8 = export_config(learned, out / "int8", **{"inference.ptq_algo": "KL",
+    int8 = export_config(learned, out / "int8", **{"inference.ptq_algo": "hist",
                                                    "inference.calibration_images": 64})
     export_model.export(int8)
     return fp32, int8
@@ -67,9 +68,9 @@ def test_ptq_model_records_its_calibration_and_holds_int8_scales(models):
     _, int8 = models
     info = exported_model.read_info(int8.inference.model_dir)
     assert info["quantization"] == {
-        "method": "ptq", "algo": "KL", "calibration_images": 64,
+        "method": "ptq", "algo": "hist", "calibration_images": 64,
         "calibration_data": "training images, validation preprocessing",
-        "weights": "int8, channel-wise abs-max", "activations": "int8, KL",
+        "weights": "int8, channel-wise abs-max", "activations": "int8, hist",
         "ops": list(quantization.QUANTIZABLE_OPS)}
     with open(os.path.join(int8.inference.model_dir, "inference.pdmodel"), "rb") as handle:
         program = handle.read()
@@ -78,17 +79,18 @@ def test_ptq_model_records_its_calibration_and_holds_int8_scales(models):
 
 @needs_int8_cpu
 def test_int8_predictor_agrees_with_fp32_on_real_images(models):
-    """The 130 validation images of the small model: top-1 agreement >= 90 %. The model
-    is 3 epochs on 160 images, so many of its top-2 probabilities are close and flip
-    under int8 rounding; the demo model agrees on 96 % (platform notes, 8 x 64 images)."""
+    """The 130 validation images: top-1 agreement >= 90 % and top-1 within 5 points.
+    Measured: 96.9 % (2.6.2) / 96.2 % (3.3.1) agreement, top-1 55.4 -> 53.8 %; the same
+    model calibrated with KL agreed on only 73-75 %, so the bound tells them apart."""
     fp32, int8 = models
     probs32, labels = probabilities(fp32, "fp32")
     probs8, labels8 = probabilities(int8, "int8")
     np.testing.assert_array_equal(labels, labels8)
     assert len(labels) == 130
     agreement = float((probs32.argmax(1) == probs8.argmax(1)).mean())
-    print("AGREEMENT", agreement, (probs32.argmax(1) == labels).mean(), (probs8.argmax(1) == labels).mean())
     assert agreement >= 0.9, agreement
+    top1_fp32, top1_int8 = ((p.argmax(1) == labels).mean() for p in (probs32, probs8))
+    assert top1_int8 >= top1_fp32 - 0.05 and top1_fp32 > 0.4, (top1_fp32, top1_int8)
     np.testing.assert_allclose(probs8.sum(1), 1.0, atol=1e-3)       # still probabilities
 
 
@@ -122,4 +124,4 @@ def test_cpu_without_int8_dot_products_is_refused(tmp_path):
 def test_export_report_carries_the_quantization(models):
     _, int8 = models
     with open(int8.inference.export_log_path) as handle:
-        assert json.load(handle)["quantization"]["algo"] == "KL"
+        assert json.load(handle)["quantization"]["algo"] == "hist"
