@@ -1,12 +1,14 @@
-"""CPU inference benchmark: Paddle Inference (oneDNN fp32, bf16) against onnxruntime (fp32).
+"""CPU inference benchmark: Paddle Inference (oneDNN fp32, bf16, int8) against onnxruntime (fp32).
 
     .venv/bin/pip install -r requirements-tools.txt
     .venv/bin/python scripts/benchmark_inference.py --arch resnet50 --batch-sizes 1,32
 
 One ResNet (randomly initialised: speed does not depend on the weights) is exported
-with export_model.py, converted to ONNX with paddle2onnx, and all three run on the
-same input in the same process, one after the other. Prints a table and writes the
-figures and the ratios to --output (JSON).
+with export_model.py, once more quantized to int8 (--ptq-algo abs_max, calibrated on
+real images of --calibration-root), converted to ONNX with paddle2onnx, and all run on
+the same input in the same process. Each of --repeats rounds runs every runtime once
+per batch size, interleaved, and the medians are reported, so a shared machine's drift
+falls on all alike. Prints a table and writes the figures and the ratios to --output.
 """
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
@@ -28,19 +30,25 @@ from paddle_resnet.metrics import latency_summary, time_steps
 from paddle_resnet.optional import require
 
 
-def export_random_model(arch, size, workdir):
-    """An inference model of ``arch`` with its initial weights; returns its folder."""
-    values = {"model.arch": arch, "data.crop_size": size, "data.resize_short": size,
-              "inference.model_dir": os.path.join(workdir, "paddle"),
-              "inference.export_log_path": os.path.join(workdir, "export.json")}
+def export_random_models(arch, size, workdir, calibration_root):
+    """Inference models of ``arch`` with its initial weights, fp32 and int8; returns
+    their folders."""
+    values = {"model.arch": arch, "data.crop_size": size, "data.resize_short": size}
     programs = program.build_programs(build_config(values), training=False)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)
     prefix = os.path.join(workdir, "initial")
     paddle.static.save(programs.eval, prefix)
     values["run.from_pretrained_params"] = prefix + ".pdparams"
-    export_model.export(build_config(values))
-    return values["inference.model_dir"]
+    folders = []
+    for name, extra in (("fp32", {}), ("int8", {"inference.ptq_algo": "abs_max",
+                                                "inference.calibration_images": 64,
+                                                "data.image_root": calibration_root})):
+        folders.append(os.path.join(workdir, name))
+        export_model.export(build_config(dict(values, **extra, **{
+            "inference.model_dir": folders[-1],
+            "inference.export_log_path": folders[-1] + ".json"})))
+    return folders
 
 
 def to_onnx(model_dir, path):
@@ -56,13 +64,17 @@ def main():
     parser.add_argument("--batch-sizes", default="1,32")
     parser.add_argument("--steps", type=int, default=0, help="timed runs (0: about 8 s each)")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--output", default="benchmark_inference.json")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (medians)")
+    parser.add_argument("--calibration-root", default="demo_data/fashion_mnist_demo",
+                        help="an image tree whose train/ images calibrate the int8 model")
+    parser.add_argument("--output", default="benchmarks/inference_resnet50_cpu.json")
     args = parser.parse_args()
 
     onnxruntime = require("onnxruntime", "the ONNX peer of this benchmark")
     threads = available_cores()
     workdir = tempfile.mkdtemp(prefix="bench_inference_")
-    model_dir = export_random_model(args.arch, args.size, workdir)
+    model_dir, int8_dir = export_random_models(args.arch, args.size, workdir,
+                                               args.calibration_root)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     session = onnxruntime.InferenceSession(to_onnx(model_dir, os.path.join(workdir, "model.onnx")),
@@ -70,27 +82,36 @@ def main():
     input_name = session.get_inputs()[0].name
     runners = {"onnxruntime fp32": lambda x: session.run(None, {input_name: x})[0]}
     input_shape = [3, args.size, args.size]
-    for precision in ("fp32", "bf16"):
+    for precision, folder in (("fp32", model_dir), ("bf16", model_dir), ("int8", int8_dir)):
         calls = predictor.predictor_settings(InferenceConfig(cpu_precision=precision), "cpu",
-                                             input_shape, 64)
-        runners[f"paddle {precision}"] = predictor.Classifier(model_dir, calls, input_shape)
+                                             input_shape, 64, quantized=precision == "int8")
+        runners[f"paddle {precision}"] = predictor.Classifier(folder, calls, input_shape)
 
     rng = np.random.default_rng(0)
+    rounds = []
+    for repeat in range(args.repeats):
+        for batch_size in (int(b) for b in args.batch_sizes.split(",")):
+            batch = rng.standard_normal((batch_size, 3, args.size, args.size)).astype(np.float32)
+            for name, run in runners.items():
+                first = time.perf_counter()
+                run(batch)
+                steps = args.steps or max(3, int(8 / max(time.perf_counter() - first, 1e-3)))
+                row = latency_summary(batch_size, time_steps(lambda: run(batch), args.warmup, steps))
+                rounds.append(dict(row, runtime=name, steps=steps, repeat=repeat))
+                print(f"round {repeat + 1} {name:18s} batch {batch_size:3d}: {row['ips']:7.1f} img/s, "
+                      f"p50 {row['latency_p50']:.1f} ms", flush=True)
     results = []
-    for batch_size in (int(b) for b in args.batch_sizes.split(",")):
-        batch = rng.standard_normal((batch_size, 3, args.size, args.size)).astype(np.float32)
-        for name, run in runners.items():
-            first = time.perf_counter()
-            run(batch)
-            steps = args.steps or max(3, int(8 / max(time.perf_counter() - first, 1e-3)))
-            row = latency_summary(batch_size, time_steps(lambda: run(batch), args.warmup, steps))
-            results.append(dict(row, runtime=name, steps=steps))
-            print(f"{name:18s} batch {batch_size:3d}: {row['ips']:7.1f} img/s, "
-                  f"p50 {row['latency_p50']:.1f} ms, p99 {row['latency_p99']:.1f} ms", flush=True)
+    for batch_size in sorted({r["batch_size"] for r in rounds}):
+        for name in runners:
+            runs = [r for r in rounds if r["runtime"] == name and r["batch_size"] == batch_size]
+            results.append({"runtime": name, "batch_size": batch_size,
+                            "ips": float(np.median([r["ips"] for r in runs])),
+                            "ips_runs": [round(r["ips"], 1) for r in runs],
+                            "latency_p50": float(np.median([r["latency_p50"] for r in runs]))})
     ratios = {}
     for batch_size in sorted({r["batch_size"] for r in results}):
         by_name = {r["runtime"]: r["ips"] for r in results if r["batch_size"] == batch_size}
-        for precision in ("fp32", "bf16"):
+        for precision in ("fp32", "bf16", "int8"):
             ratios[f"paddle {precision} / onnxruntime fp32, batch {batch_size}"] = (
                 by_name[f"paddle {precision}"] / by_name["onnxruntime fp32"])
     for name, ratio in ratios.items():
@@ -98,7 +119,9 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as handle:
         json.dump({"arch": args.arch, "size": args.size, "threads": threads,
-                   "results": results, "ratios": ratios}, handle, indent=1)
+                   "paddle": paddle.__version__, "onnxruntime": onnxruntime.__version__,
+                   "repeats": args.repeats, "results": results, "rounds": rounds,
+                   "ratios": ratios}, handle, indent=1)
 
 
 if __name__ == "__main__":
