@@ -23,7 +23,7 @@ from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.data.folder import read_class_index
 from paddle_resnet.errors import ConfigError
-from paddle_resnet.quantization import quantize_in_place
+from paddle_resnet.quantization import QAT_RECORD, quantize_eval_program, quantize_in_place
 from paddle_resnet.sparsity.pattern import check_sparse, sparse_parameters
 
 
@@ -45,12 +45,18 @@ def export(config):
     if state is None:
         raise ConfigError("export needs --from-checkpoint or --from-pretrained-params")
     source = config.run.from_checkpoint or config.run.from_pretrained_params
+    if config.qat.enabled and config.inference.ptq_algo:
+        raise ConfigError("--ptq-algo quantizes an fp32 model; a --qat model has its scales")
     programs = program_builder.build_programs(config, training=False)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)
+    if config.qat.enabled:
+        quantize_eval_program(programs.eval, paddle.CPUPlace())
     ckpt.load_pretrained(programs.eval, state, source, config.model.arch)
     sparse = sparse_parameters(state)
     info = exported.describe(config, program_builder.input_shape(config), sparse)
+    if config.qat.enabled:
+        info["quantization"] = QAT_RECORD
     out_dir = config.inference.model_dir
     with staged_directory(out_dir) as staging:    # an earlier export survives a crash
         exported.write(staging, exe, programs.eval,

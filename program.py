@@ -17,6 +17,7 @@ from paddle_resnet.metrics import top_k
 from paddle_resnet.models import build_model
 from paddle_resnet.onednn import mark_for_onednn, onednn_wanted
 from paddle_resnet.optim import StepwiseLR, build_optimizer, set_weight_decay
+from paddle_resnet.quantization import FLEET_QAT_CONFIGS, name_qat_accumulators
 from paddle_resnet.sparsity.training import excluded_parameters
 
 IMAGE_FEED, LABEL_FEED, MIXUP_FEED = "data", "label", "mixup_lambda"
@@ -54,6 +55,9 @@ def distributed_strategy(config):
             "use_fp16_guard": False,
         }
     strategy.asp = config.asp.enabled
+    if config.qat.enabled:
+        strategy.qat = True
+        strategy.qat_configs = FLEET_QAT_CONFIGS
     # Recorded for Fleet; the batch norms themselves are converted in _forward, because
     # Fleet 2.6's static collective path (RawProgramOptimizer) does not read the flag.
     strategy.sync_batch_norm = config.run.sync_bn
@@ -148,6 +152,8 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
         # fleet prints its optimizer choice; CPU ranks talk through gloo
         with paddle_chatter(VERBOSE), distributed.collective_rewrite(main, startup):
             optimizer.minimize(programs.train_fetches["loss"], startup)
+        if config.qat.enabled:
+            name_qat_accumulators(main)
     programs.startup, programs.train, programs.model = startup, main, model
     programs.lr_scheduler, programs.optimizer = scheduler, optimizer
     programs.mixup_feed = MIXUP_FEED if mixup_lambda is not None else None

@@ -22,6 +22,7 @@ from paddle_resnet.data.folder import (check_class_names, check_num_classes, che
                                        write_class_index)
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.metrics import latency_summary, time_steps
+from paddle_resnet.quantization import quantize_eval_program
 from paddle_resnet.report import Report
 from paddle_resnet.sparsity import training as sparse_training
 from paddle_resnet.trainer import evaluate, mixup_weights, train_one_epoch, train_step
@@ -116,6 +117,9 @@ def run(config, report_stream=None):
         # Pure fp16 keeps fp16 parameters: the eval program must read them as fp16 too.
         programs.optimizer.amp_init(place, scope=paddle.static.global_scope(),
                                     test_program=programs.eval, use_fp16_test=True)
+    if config.qat.enabled:
+        # Before any weights are loaded, so a QAT checkpoint's scales find their variables.
+        quantize_eval_program(programs.eval, place)
 
     report = Report(config.report_file, enabled=rank == 0, stream=report_stream or sys.stdout,
                     visualdl_dir=run_cfg.visualdl_log_dir)

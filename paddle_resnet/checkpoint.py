@@ -162,6 +162,10 @@ def read_state(prefix, optimizer=True):
                               f"{str(err).splitlines()[0] if str(err) else ''})") from None
 
 
+# Variables the quantization passes add (quantize_linear's scales and zero points).
+QAT_SUFFIXES = ("@scale", "@zero_point")
+
+
 def persistable_variables(program):
     return [v for v in program.list_vars() if v.persistable and v.name not in ("feed", "fetch")]
 
@@ -201,6 +205,10 @@ def load_pretrained(program, state, source, arch, may_skip=()):
     if unexpected:
         raise CheckpointError(f"{source}: does not fit {arch}: {len(unexpected)} parameters "
                               f"do not match, e.g. {unexpected[0]}")
+    # A QAT checkpoint's trained quantization scales, where the program has them too (an
+    # eval program's own output scales, e.g. of its softmax, are not in a checkpoint).
+    chosen += [v for v in persistable_variables(program)
+               if v.name.endswith(QAT_SUFFIXES) and v.name in state]
     _assign(chosen, state, cast=True)
     return skipped
 

@@ -208,6 +208,13 @@ class AmpConfig:
 
 
 @dataclass(frozen=True)
+class QatConfig:
+    enabled: bool = key(False, "--qat", "quantization-aware training (Fleet strategy.qat, "
+                        "NVIDIA's settings); give it to export_model.py too, for an INT8 model "
+                        "with the trained scales")
+
+
+@dataclass(frozen=True)
 class AspConfig:
     enabled: bool = key(False, "--asp", "automatic 2:4 sparsity (Fleet strategy.asp)")
     prune_model: bool = key(False, "--prune-model",
@@ -269,6 +276,7 @@ class Config:
     loss: LossConfig = field(default_factory=LossConfig)
     amp: AmpConfig = field(default_factory=AmpConfig)
     asp: AspConfig = field(default_factory=AspConfig)
+    qat: QatConfig = field(default_factory=QatConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
 
     def to_dict(self):
@@ -283,7 +291,8 @@ class Config:
 # inference.py only.
 GROUPS = {"run": "Global", "data": "Dataset and augmentation", "model": "Model",
           "lr": "Learning rate", "optimizer": "Optimizer", "loss": "Loss",
-          "amp": "Mixed precision", "asp": "Sparsity (ASP)", "inference": "Paddle Inference"}
+          "amp": "Mixed precision", "asp": "Sparsity (ASP)",
+          "qat": "Quantization-aware training", "inference": "Paddle Inference"}
 INFERENCE_SECTIONS = ("inference",)
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}

@@ -14,6 +14,7 @@ import tempfile
 import numpy as np
 import paddle
 from paddle.static.quantization import PostTrainingQuantization
+from paddle.static.quantization.quanter import _quant_config_default, quant_aware
 
 from paddle_resnet import VERBOSE, exported
 from paddle_resnet.bootstrap import native_chatter, paddle_chatter
@@ -22,6 +23,20 @@ from paddle_resnet.errors import ConfigError
 # The ops that get int8 kernels (NVIDIA's QAT list, without the depthwise convolutions
 # ResNets do not have).
 QUANTIZABLE_OPS = ("conv2d", "mul", "matmul", "matmul_v2")
+# Quantization-aware training as NVIDIA's Paddle ResNet-50 sets it (Fleet strategy.qat):
+# channel-wise abs-max 8-bit weights, moving-average abs-max 8-bit activations.
+FLEET_QAT_CONFIGS = {"channel_wise_abs_max": True, "weight_bits": 8, "activation_bits": 8,
+                     "not_quant_pattern": [], "algo": ""}
+# What Fleet's QAT meta-optimizer turns those into for the train program
+# (qat_optimizer._gen_qat_config); the eval program gets the same.
+QAT_PASS_CONFIG = dict(_quant_config_default, quantize_op_types=[
+    "conv2d", "depthwise_conv2d", "mul", "matmul", "matmul_v2"],
+    weight_quantize_type="channel_wise_abs_max", weight_bits=8, activation_bits=8,
+    not_quant_pattern=[])
+# model.json's record of a model exported from a QAT checkpoint
+QAT_RECORD = {"method": "qat", "weights": "int8, channel-wise abs-max",
+              "activations": "int8, moving-average abs-max (trained)",
+              "ops": QAT_PASS_CONFIG["quantize_op_types"]}
 # Instruction-set extensions with int8 dot products; without them oneDNN's int8 kernels
 # are slower than fp32.
 INT8_CPU_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
@@ -78,6 +93,39 @@ def quantize_in_place(model_dir, batches, algo, count):
         "calibration_data": "training images, validation preprocessing",
         "weights": "int8, channel-wise abs-max", "activations": f"int8, {algo}",
         "ops": list(QUANTIZABLE_OPS)})
+
+
+def name_qat_accumulators(train_program):
+    """Name each moving-average accumulator of the QAT ops after the variable it tracks.
+
+    The QAT pass numbers them (``accum_14``, ``scale_accum@_26``) in an order that differs
+    from process to process (measured: two identical runs held the same values under
+    other names), so a resumed run would load every accumulator into another layer.
+    The values the pass already put in the scope move with the names."""
+    block, scope = train_program.global_block(), paddle.static.global_scope()
+    place = paddle.framework._current_expected_place()
+    renames = {}
+    for op in block.ops:
+        for slot in ("InAccum", "InState"):
+            if slot in op.input_names:
+                old, new = op.input(slot)[0], f"{op.input('X')[0]}@{op.type}.{slot[2:].lower()}"
+                if renames.setdefault(old, new) != new:
+                    raise RuntimeError(f"{old} tracks two variables: {renames[old]}, {new}")
+    for old, new in renames.items():
+        initial = scope.find_var(old)
+        block._rename_var(old, new)
+        if initial is not None:
+            scope.var(new).get_tensor().set(np.array(initial.get_tensor()), place)
+
+
+def quantize_eval_program(eval_program, place):
+    """Insert the quantize/dequantize ops of QAT into ``eval_program`` in place, their
+    scales named as the train program's (shared through the scope, saved in checkpoints).
+    Fleet's ``qat_init`` does the same, but only for a run that built the optimizer; this
+    serves evaluation-only runs and export too, before any weights are loaded."""
+    quantized = quant_aware(eval_program, place, scope=paddle.static.global_scope(),
+                            config=QAT_PASS_CONFIG, for_test=True, return_program=True)
+    eval_program._rebuild_from_desc(quantized.desc)
 
 
 def cpu_has_int8_dot_products(cpuinfo="/proc/cpuinfo"):

@@ -1,0 +1,112 @@
+"""Quantization-aware training (--qat): the quantize/dequantize ops on every quantizable
+layer of both programs, learning, exact resume with the scales, evaluation-only and
+export of a QAT checkpoint, and INT8 inference of the export."""
+import collections
+import os
+
+import numpy as np
+import paddle
+import pytest
+
+import export_model
+import inference
+import program
+import train
+from conftest import flat, small_config
+from paddle_resnet import checkpoint as ckpt
+from paddle_resnet import exported, quantization
+from paddle_resnet.config import build_config
+from paddle_resnet.errors import ConfigError
+from paddle_resnet.report import read_report
+
+QAT = {"qat.enabled": True}
+
+
+def quantized_inputs(built):
+    """Type of each op whose input comes out of a dequantize_linear op."""
+    dequantized = {op.output("Y")[0] for op in built.global_block().ops
+                   if op.type == "dequantize_linear"}
+    return collections.Counter(op.type for op in built.global_block().ops
+                               if op.type != "quantize_linear"
+                               and any(name in dequantized for name in op.input_arg_names))
+
+
+def test_every_conv_and_matmul_is_quantized_in_both_programs(fmnist_root, tmp_path):
+    config = small_config(fmnist_root, tmp_path, **QAT)
+    programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)
+    quantization.quantize_eval_program(programs.eval, paddle.CPUPlace())
+    for built in (programs.train, programs.eval):
+        types = collections.Counter(op.type for op in built.global_block().ops)
+        inputs = quantized_inputs(built)
+        # ResNet-18: 20 convolutions and the classifier; each gets its input and its
+        # weight through quantize -> dequantize; batch norm, pooling, ReLU stay float.
+        assert inputs["conv2d"] == types["conv2d"] == 20
+        assert inputs["matmul_v2"] == types["matmul_v2"] == 1
+        assert not {"batch_norm", "pool2d", "relu"} & set(inputs)
+    plain = program.build_programs(small_config(fmnist_root, tmp_path), steps_per_epoch=10,
+                                   global_batch=16)
+    assert not any("quantize" in op.type for op in plain.train.global_block().ops)
+
+
+@pytest.fixture(scope="module")
+def qat_run(fmnist_root, tmp_path_factory):
+    """Three QAT epochs from scratch (LR 0.05: the QAT ops make LR 0.8 diverge here)."""
+    config = small_config(fmnist_root, tmp_path_factory.mktemp("qat"), **QAT, **{
+        "lr.base": 0.05, "run.epochs": 3})
+    train.run(config, report_stream=open(os.devnull, "w"))
+    return config
+
+
+def test_qat_training_learns_and_saves_the_scales(qat_run):
+    epochs = [r["data"]["train.loss"] for r in read_report(qat_run.report_file)
+              if r["type"] == "EPOCH"]
+    assert epochs[-1] < epochs[0] - 0.3, epochs
+    _, state = ckpt.read_checkpoint(os.path.join(qat_run.run.output_dir, "resnet18"))
+    scales = [name for name in state if name.endswith("@scale")]
+    assert len(scales) >= 21 and all(np.isfinite(state[n]).all() for n in scales)
+
+
+def test_qat_resume_is_exact(qat_run, tmp_path):
+    """Also the moving-average accumulators, which Paddle names in an order that changes
+    from process to process (name_qat_accumulators)."""
+    resumed = small_config(qat_run.data.image_root, tmp_path, **QAT, **{
+        "lr.base": 0.05, "run.epochs": 3,
+        "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18", "2")})
+    train.run(resumed, report_stream=open(os.devnull, "w"))
+    _, straight = ckpt.read_checkpoint(os.path.join(qat_run.run.output_dir, "resnet18", "3"))
+    _, again = ckpt.read_checkpoint(os.path.join(str(tmp_path), "resnet18", "3"))
+    assert set(straight) == set(again)
+    for name in straight:
+        np.testing.assert_array_equal(again[name], straight[name], err_msg=name)
+
+
+def test_eval_only_of_a_qat_checkpoint_equals_its_training_evaluation(qat_run, tmp_path):
+    """The scales are loaded after the quantization ops exist (NVIDIA's eval-only QAT
+    path loads the weights first and skips the scales)."""
+    during = [r["data"] for r in read_report(qat_run.report_file) if r["type"] == "VAL"][-1]
+    fresh = small_config(qat_run.data.image_root, tmp_path, **QAT, **{
+        "run.run_scope": "eval_only",
+        "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18", "3")})
+    after = train.run(fresh, report_stream=open(os.devnull, "w"))
+    assert after["val.top1"] == during["val.top1"]
+    assert abs(after["val.loss"] - during["val.loss"]) < 1e-5
+
+
+def test_qat_export_runs_in_int8(qat_run, tmp_path):
+    config = build_config(dict(flat(qat_run), **{
+        "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18"),
+        "inference.model_dir": str(tmp_path / "model"),
+        "inference.export_log_path": str(tmp_path / "export.json")}))
+    export_model.export(config)
+    info = exported.read_info(config.inference.model_dir)
+    assert info["quantization"]["method"] == "qat"
+    with open(os.path.join(config.inference.model_dir, "inference.pdmodel"), "rb") as handle:
+        assert handle.read().count(b"dequantize_linear") >= 21     # scales for TensorRT
+    if quantization.cpu_has_int8_dot_products():
+        run = build_config(dict(flat(config), **{"inference.backend": "cpu",
+                                                 "inference.cpu_precision": "int8"}))
+        classifier, _, _ = inference.build_classifier(run, 16)
+        probs = classifier(np.zeros((2, 3, 32, 32), np.float32))
+        np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-3)
+    with pytest.raises(ConfigError, match="a --qat model has its scales"):
+        export_model.export(build_config(dict(flat(config), **{"inference.ptq_algo": "abs_max"})))
