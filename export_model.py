@@ -66,6 +66,8 @@ def export(config):
             check_sparse(exported.read_params(staging), sparse, f"{out_dir} (exported)")
         if config.inference.ptq_algo:
             info = _post_training_quantize(config, staging, info)
+        if config.inference.onnx:
+            exported.write_onnx(staging)
     files = {name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))}
     report = dict(info, directory=out_dir, files=files, source=source)
     with open(config.inference.export_log_path, "w") as handle:

@@ -257,6 +257,8 @@ class InferenceConfig:
                                   "model to INT8 after training (post-training quantization), "
                                   "calibrating activation ranges with this algorithm",
                                   choices=PTQ_ALGOS)
+    onnx: bool = key(False, "--onnx", "export_model.py: also write model.onnx (paddle2onnx, "
+                     "opset 13) beside the Paddle model, fp32 or quantized")
     calibration_images: int = key(512, "--calibration-images", "export_model.py --ptq-algo: "
                                   "training images (validation preprocessing) to calibrate on",
                                   at_least(1))

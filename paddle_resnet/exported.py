@@ -12,10 +12,13 @@ import os
 import numpy as np
 import paddle
 
+from paddle_resnet import VERBOSE
 from paddle_resnet.atomic import recover_staged
+from paddle_resnet.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.data.dali import make_loader
 from paddle_resnet.data.folder import read_class_index, write_class_index
 from paddle_resnet.errors import UserError
+from paddle_resnet.optional import require
 
 MODEL_FILE = "inference.pdmodel"
 PARAMS_FILE = "inference.pdiparams"
@@ -23,6 +26,7 @@ CLASSES_FILE = "classes.json"
 INFO_FILE = "model.json"
 _PREFIX = MODEL_FILE.rsplit(".", 1)[0]
 INPUT_NAME = "data"
+ONNX_FILE = "model.onnx"
 
 
 def describe(config, input_shape, sparse):
@@ -119,3 +123,16 @@ def record_quantization(model_dir, record):
     info["quantization"] = record
     with open(os.path.join(model_dir, INFO_FILE), "w") as handle:
         json.dump(info, handle, indent=1)
+
+
+def write_onnx(model_dir):
+    """model.onnx beside the Paddle model in ``model_dir`` (quantized models keep their
+    quantize/dequantize pairs as ONNX QDQ nodes); returns its path."""
+    paddle2onnx = require("paddle2onnx", "--onnx")
+    path = os.path.join(model_dir, ONNX_FILE)
+    with paddle_chatter(VERBOSE), native_chatter(VERBOSE):
+        paddle2onnx.export(*model_paths(model_dir), save_file=path, opset_version=13,
+                           verbose=False)
+    if not os.path.isfile(path):
+        raise UserError(f"{model_dir}: paddle2onnx wrote no {ONNX_FILE}")
+    return path
