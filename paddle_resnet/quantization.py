@@ -82,7 +82,10 @@ def quantize_in_place(model_dir, batches, algo, count):
             scope=scope, model_filename=model_file, params_filename=params_file,
             data_loader=_CalibrationLoader(feeds), batch_nums=len(feeds), algo=algo,
             quantizable_op_type=list(QUANTIZABLE_OPS), weight_quantize_type="channel_wise_abs_max",
-            activation_bits=8, weight_bits=8)
+            # quantize_linear / dequantize_linear pairs, as QAT writes them: oneDNN int8,
+            # TensorRT and paddle2onnx read these (paddle2onnx aborts the process on
+            # the older fake_quantize ops)
+            activation_bits=8, weight_bits=8, onnx_format=True)
         with paddle_chatter(VERBOSE), native_chatter(VERBOSE):      # progress bars, pass logs
             ptq.quantize()
             ptq.save_quantized_model(out, model_filename=model_file, params_filename=params_file)
@@ -123,8 +126,9 @@ def quantize_eval_program(eval_program, place):
     scales named as the train program's (shared through the scope, saved in checkpoints).
     Fleet's ``qat_init`` does the same, but only for a run that built the optimizer; this
     serves evaluation-only runs and export too, before any weights are loaded."""
-    quantized = quant_aware(eval_program, place, scope=paddle.static.global_scope(),
-                            config=QAT_PASS_CONFIG, for_test=True, return_program=True)
+    with paddle_chatter(VERBOSE):                                 # progress bars
+        quantized = quant_aware(eval_program, place, scope=paddle.static.global_scope(),
+                                config=QAT_PASS_CONFIG, for_test=True, return_program=True)
     eval_program._rebuild_from_desc(quantized.desc)
 
 
