@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark an exported model: throughput and latency percentiles at batch 1..256.
 #   bash scripts/deploy/infer.sh MODEL_DIR BACKEND PRECISION [inference.py flags ...]
-# BACKEND: trt (PRECISION FP32 | FP16 | INT8) or cpu (PRECISION fp32 | bf16).
+# BACKEND: trt (PRECISION FP32 | FP16 | INT8) or cpu (PRECISION fp32 | bf16 | int8;
+# int8 needs a model exported with --ptq-algo or --qat).
 # Add --mode accuracy --image-root DIR for top-1/top-5 over a validation tree.
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: $0 MODEL_DIR trt|cpu PRECISION [inference.py flags ...]" >&2; exit 2; }
