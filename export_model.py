@@ -25,6 +25,7 @@ from paddle_resnet.data.folder import read_class_index
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.quantization import QAT_RECORD, quantize_eval_program, quantize_in_place
 from paddle_resnet.sparsity.pattern import check_sparse, sparse_parameters
+from paddle_resnet.weights import program_state, read_weights
 
 
 def _classes(config, meta):
@@ -41,7 +42,7 @@ def _classes(config, meta):
 
 def export(config):
     """Write the inference model of ``config``; returns the export report."""
-    meta, state = ckpt.read_weights(config.run)
+    meta, state = read_weights(config.run)
     if state is None:
         raise ConfigError("export needs --from-checkpoint or --from-pretrained-params")
     source = config.run.from_checkpoint or config.run.from_pretrained_params
@@ -52,6 +53,7 @@ def export(config):
     exe.run(programs.startup)
     if config.qat.enabled:
         quantize_eval_program(programs.eval, paddle.CPUPlace())
+    state, _ = program_state(state, meta, programs.model, config, source)
     ckpt.load_pretrained(programs.eval, state, source, config.model.arch)
     sparse = sparse_parameters(state)
     info = exported.describe(config, program_builder.input_shape(config), sparse)

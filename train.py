@@ -26,6 +26,7 @@ from paddle_resnet.quantization import quantize_eval_program
 from paddle_resnet.report import Report
 from paddle_resnet.sparsity import training as sparse_training
 from paddle_resnet.trainer import evaluate, mixup_weights, train_one_epoch, train_step
+from paddle_resnet.weights import program_state, read_weights
 
 
 def open_data(config, training, evaluating):
@@ -80,6 +81,8 @@ def load_start_weights(config, programs, training, report, world_size, steps_per
                          f"{config.data.batch_size * saved_world} (the LR follows linear scaling)")
         return meta["epoch"]
     source = run_cfg.from_checkpoint or run_cfg.from_pretrained_params
+    state, note = program_state(state, meta, programs.model, config, source)
+    report.print(note)
     # Training may start with a new classifier; evaluation needs every weight.
     classifier = (programs.model.fc.weight.name, programs.model.fc.bias.name) if training else ()
     skipped = ckpt.load_pretrained(programs.train if training else programs.eval, state, source,
@@ -102,7 +105,7 @@ def run(config, report_stream=None):
         raise ConfigError("--sync-bn needs GPUs: Paddle has no CPU sync_batch_norm, and Fleet "
                           "keeps per-rank batch norm on CPU ranks")
     train_split, val_split, classes = open_data(config, training, evaluating)
-    meta, state = ckpt.read_weights(run_cfg)
+    meta, state = read_weights(run_cfg)
     check_start(config, meta, classes, training)
     if rank == 0:
         check_writable_folder(run_cfg.output_dir, "--output-dir")

@@ -135,16 +135,6 @@ def verify_checkpoint(path):
     return directory, meta
 
 
-def read_weights(run_config):
-    """(meta, state) from --from-checkpoint, (None, state) from --from-pretrained-params,
-    (None, None) when neither is given."""
-    if run_config.from_checkpoint:
-        return read_checkpoint(run_config.from_checkpoint)
-    if run_config.from_pretrained_params:
-        return None, read_state(run_config.from_pretrained_params)
-    return None, None
-
-
 def read_state(prefix, optimizer=True):
     """Variable name -> array from ``<prefix>.pdparams``, and with ``optimizer`` also
     from ``<prefix>.pdopt`` if present (momentum, loss scaling, ASP masks)."""
