@@ -2,8 +2,11 @@ import paddle_resnet  # noqa: F401,I001  (first: sets the process environment be
 
 import glob
 import importlib.util
+import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -59,6 +62,21 @@ def trained(fmnist_root, tmp_path_factory):
     config = small_config(fmnist_root, tmp_path_factory.mktemp("trained"), **{"run.epochs": 3})
     train.run(config, report_stream=open(os.devnull, "w"))
     return config
+
+
+def train_in_fresh_process(config):
+    """``train.run(config)`` in a new Python process: runs whose weights are compared bit for
+    bit must not share a process with earlier oneDNN inference, which can change the CPU
+    kernels later training picks (seen once on an AVX2-only EPYC)."""
+    path = os.path.join(config.run.output_dir, "config.json")
+    os.makedirs(config.run.output_dir, exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump(flat(config), handle)
+    code = ("import paddle_resnet, json, os, sys, train; from paddle_resnet.config import build_config; "
+            "train.run(build_config(json.load(open(sys.argv[1]))), report_stream=open(os.devnull, 'w'))")
+    result = subprocess.run([sys.executable, "-c", code, path], cwd=ROOT, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def flat(config):

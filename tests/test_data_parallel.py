@@ -117,7 +117,9 @@ def test_two_rank_evaluation_equals_one_rank(two_ranks, fmnist_root, tmp_path):
     one, two = results[1], results[2]
     assert two["val.images"] == one["val.images"] == 130
     assert two["val.top1"] == one["val.top1"] and two["val.top5"] == one["val.top5"]
-    assert two["val.loss"] == pytest.approx(one["val.loss"], rel=1e-9)
+    # Per-image float32 losses: a batch of another size may take another GEMM blocking on
+    # some CPUs (seen on an AVX2-only EPYC: 2e-8 relative).
+    assert two["val.loss"] == pytest.approx(one["val.loss"], rel=1e-6)
 
 
 def test_resume_with_two_ranks_continues_exactly(two_ranks, fmnist_root, tmp_path):

@@ -12,7 +12,7 @@ import export_model
 import inference
 import program
 import train
-from conftest import flat, small_config
+from conftest import flat, small_config, train_in_fresh_process
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import exported, quantization
 from paddle_resnet.config import build_config
@@ -53,7 +53,7 @@ def qat_run(fmnist_root, tmp_path_factory):
     """Three QAT epochs from scratch (LR 0.05: the QAT ops make LR 0.8 diverge here)."""
     config = small_config(fmnist_root, tmp_path_factory.mktemp("qat"), **QAT, **{
         "lr.base": 0.05, "run.epochs": 3})
-    train.run(config, report_stream=open(os.devnull, "w"))
+    train_in_fresh_process(config)      # compared bit for bit by test_qat_resume_is_exact
     return config
 
 
@@ -72,7 +72,7 @@ def test_qat_resume_is_exact(qat_run, tmp_path):
     resumed = small_config(qat_run.data.image_root, tmp_path, **QAT, **{
         "lr.base": 0.05, "run.epochs": 3,
         "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18", "2")})
-    train.run(resumed, report_stream=open(os.devnull, "w"))
+    train_in_fresh_process(resumed)
     _, straight = ckpt.read_checkpoint(os.path.join(qat_run.run.output_dir, "resnet18", "3"))
     _, again = ckpt.read_checkpoint(os.path.join(str(tmp_path), "resnet18", "3"))
     assert set(straight) == set(again)
