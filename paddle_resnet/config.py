@@ -101,8 +101,9 @@ class RunConfig:
         "to resume from, at the next epoch", resume_may_change=True)
     from_pretrained_params: Optional[str] = key(
         None, "--from-pretrained-params",
-        "parameters to start from (a .pdparams file or its prefix); a classifier of another "
-        "class count is skipped", resume_may_change=True)
+        "parameters to start from: this toolkit's .pdparams (or its prefix), a torchvision/"
+        "timm state dict (.pth/.pt, .safetensors) or a PaddleClas .pdparams, recognised by "
+        "content; a classifier of another class count is skipped", resume_may_change=True)
     visualdl_log_dir: Optional[str] = key(
         None, "--visualdl-log-dir", "also log the scalars for VisualDL to this folder "
         "(pip install visualdl; view with: visualdl --logdir DIR)", resume_may_change=True)

@@ -8,7 +8,8 @@ from paddle_resnet.errors import UserError
 
 # module -> pip requirement that provides it (requirements-tools.txt pins them)
 PACKAGES = {"onnxruntime": "onnxruntime", "paddle2onnx": "paddle2onnx",
-            "matplotlib": "matplotlib", "visualdl": "visualdl", "torch": "torch"}
+            "matplotlib": "matplotlib", "visualdl": "visualdl", "torch": "torch",
+            "safetensors": "safetensors"}
 
 
 def _installed(module):

@@ -88,7 +88,7 @@ def _read_safetensors(path):
 
 def _read_paddle(path):
     # This toolkit's .pdopt beside the parameters holds a QAT run's scales.
-    optimizer_file = os.path.exists(path[: -len(".pdparams")] + ".pdopt") if path.endswith(".pdparams") else False
-    state = ckpt.read_state(path, optimizer=optimizer_file)
+    prefix = path[: -len(".pdparams")] if path.endswith(".pdparams") else path
+    state = ckpt.read_state(path, optimizer=os.path.exists(prefix + ".pdopt"))
     return {name: np.asarray(value) for name, value in state.items()
             if name != _PADDLE_NAME_TABLE and hasattr(value, "shape")}
