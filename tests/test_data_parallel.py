@@ -8,22 +8,16 @@ import sys
 import time
 
 import numpy as np
-import paddle
 import pytest
 
 import program
 import train
-from conftest import ROOT
+from conftest import PADDLE3, ROOT, once
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.config import build_config
 from paddle_resnet.optim import lr_at_step
 from paddle_resnet.report import read_report
 
-PADDLE3 = int(paddle.__version__.split(".")[0]) >= 3
-# The slowest multi-rank tests exercise no version-specific code beyond what the others
-# run on both versions: they run once, on 2.6.2, to keep CI within its time.
-once = pytest.mark.skipif(PADDLE3, reason="version-independent beyond the tests that run "
-                                          "on both versions; run once, on Paddle 2.6.2")
 TOY = os.path.join(ROOT, "tests", "ranks", "toy_reduction.py")
 
 

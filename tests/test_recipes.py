@@ -4,6 +4,7 @@ import paddle
 import pytest
 
 import program
+from conftest import once
 from paddle_resnet.config import (ConfigError, DataConfig, build_parser, config_from_args,
                                   list_recipes)
 from paddle_resnet.data.dali import make_loader, open_split
@@ -63,7 +64,9 @@ def test_recipe_matches_its_document(name):
         assert config.model.zero_init_residual
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES))
+# On Paddle 3.x one ResNet-50 and one ResNeXt recipe: the others differ in values only.
+@pytest.mark.parametrize("name", [pytest.param(name, marks=() if name in (
+    "resnet50_tf_250e_mixup", "resnext101_32x4d_tf_90e") else once) for name in sorted(RECIPES)])
 def test_recipe_builds_and_trains_a_step_on_the_cpu(name):
     config = recipe(name, "--image-root", "x", "--num-of-class", "10", "--crop-size", "64",
                     "--batch-size", "2")
