@@ -9,6 +9,7 @@ model.json) and the JSON export report.
 """
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
+import dataclasses
 import json
 import os
 import sys
@@ -42,6 +43,8 @@ def _classes(config, meta):
 
 def export(config):
     """Write the inference model of ``config``; returns the export report."""
+    # The exported model takes fp32 images, whatever DALI fed training (--dali-output-fp16).
+    config = dataclasses.replace(config, data=dataclasses.replace(config.data, output_fp16=False))
     meta, state = read_weights(config.run)
     if state is None:
         raise ConfigError("export needs --from-checkpoint or --from-pretrained-params")
@@ -59,7 +62,7 @@ def export(config):
     info = exported.describe(config, program_builder.input_shape(config), sparse)
     if config.qat.enabled:
         info["quantization"] = QAT_RECORD
-    out_dir = config.inference.model_dir
+    out_dir = config.inference.directory
     with staged_directory(out_dir) as staging:    # an earlier export survives a crash
         exported.write(staging, exe, programs.eval,
                        programs.eval.global_block().var(program_builder.IMAGE_FEED),

@@ -32,12 +32,12 @@ from paddle_resnet.report import Report
 def build_classifier(config, max_batch):
     """(classifier, model.json content, backend) for the exported model of ``config``."""
     inf = config.inference
-    exported.check_dir(inf.model_dir)
-    info = exported.read_info(inf.model_dir)
+    exported.check_dir(inf.directory)
+    info = exported.read_info(inf.directory)
     backend = predictor.resolve_backend(inf.backend)
     calls = predictor.predictor_settings(inf, backend, info["input_shape"], max_batch,
                                          quantized=bool(info.get("quantization")))
-    return predictor.Classifier(inf.model_dir, calls, info["input_shape"]), info, backend
+    return predictor.Classifier(inf.directory, calls, info["input_shape"]), info, backend
 
 
 def accuracy(config, report):
@@ -45,8 +45,8 @@ def accuracy(config, report):
     classifier, info, backend = build_classifier(config, config.data.batch_size)
     val_split = open_split(config.data, "val")
     check_num_classes(val_split, info["num_classes"], f"{config.data.image_root}/val")
-    check_class_names(val_split.classes, exported.read_classes(config.inference.model_dir),
-                      f"{config.data.image_root}/val", config.inference.model_dir)
+    check_class_names(val_split.classes, exported.read_classes(config.inference.directory),
+                      f"{config.data.image_root}/val", config.inference.directory)
     totals = np.zeros(4)
     start = time.perf_counter()
     k = top_k(info["num_classes"])
@@ -129,7 +129,7 @@ def predict(config, report):
 
 def _predict(config, report, files):
     classifier, info, _ = build_classifier(config, config.data.batch_size)
-    classes = exported.read_classes(config.inference.model_dir)
+    classes = exported.read_classes(config.inference.directory)
     images = DataSplit.of_images("predict", ImageList(tuple(files), (0,) * len(files),
                                                        tuple(classes)))
     k = top_k(len(classes))

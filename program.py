@@ -11,7 +11,7 @@ import paddle.nn.functional as F
 from paddle.distributed import fleet
 from paddle.incubate import asp
 
-from paddle_resnet import VERBOSE, distributed
+from paddle_resnet import VERBOSE, distributed, gpu_tuning
 from paddle_resnet.bootstrap import paddle_chatter
 from paddle_resnet.metrics import top_k
 from paddle_resnet.models import build_model
@@ -36,16 +36,22 @@ class Programs:
     lr_scheduler: Optional[StepwiseLR] = None
     optimizer: object = None
     mixup_feed: Optional[str] = None                       # the MixUp weight's feed, if any
+    # On GPUs the eval program compiled with NVIDIA's build strategy; run it instead of eval.
+    eval_compiled: Optional[paddle.static.CompiledProgram] = None
     soft_target: Optional[paddle.static.Variable] = None   # the training target, for tests
 
 
 def input_shape(config):
-    size = config.data.crop_size
-    return [3, size, size] if config.model.data_layout == "NCHW" else [size, size, 3]
+    size, channels = config.data.crop_size, config.model.image_channels
+    return [channels, size, size] if config.model.data_layout == "NCHW" else [size, size, channels]
 
 
-def distributed_strategy(config):
+def distributed_strategy(config, on_gpu):
     strategy = fleet.DistributedStrategy()
+    if on_gpu:
+        strategy.build_strategy = gpu_tuning.build_strategy(config, training=True)
+        for name, value in gpu_tuning.fleet_fields(config).items():
+            setattr(strategy, name, value)
     if config.amp.enabled:
         strategy.amp = True
         strategy.amp_configs = {
@@ -103,7 +109,11 @@ def _forward(config, mixup, sync_bn=False):
     """Feeds, model and logits. With ``mixup`` the images are blended with the batch
     reversed, by a weight fed as ``mixup_lambda`` (Zhang et al. 2018). With ``sync_bn``
     the batch norms compute their statistics over all ranks (same parameter names)."""
-    image = paddle.static.data(IMAGE_FEED, [None] + input_shape(config), "float32")
+    fp16_input = config.data.output_fp16
+    image = paddle.static.data(IMAGE_FEED, [None] + input_shape(config),
+                               "float16" if fp16_input else "float32")
+    if fp16_input and not (config.amp.enabled and config.amp.use_pure_fp16):
+        image = paddle.cast(image, "float32")   # fp16 from DALI, fp32 convolutions
     label = paddle.static.data(LABEL_FEED, [None, 1], "int64")
     model = build_model(config.model)
     if sync_bn:
@@ -122,6 +132,8 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     parameter names: the two programs share their parameters through the scope.
     """
     paddle.enable_static()
+    on_gpu = distributed.gpu_available()
+    gpu_tuning.check_resunit(config, on_gpu)
     num_classes = config.model.num_classes
     eval_main, eval_startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(eval_main, eval_startup), paddle.utils.unique_name.guard():
@@ -130,6 +142,9 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     eval_program = eval_main.clone(for_test=True)
     programs = Programs(startup=eval_startup, eval=eval_program, model=model, eval_fetches={
         name: eval_program.global_block().var(var.name) for name, var in eval_fetches.items()})
+    if on_gpu:
+        programs.eval_compiled = paddle.static.CompiledProgram(
+            eval_program, build_strategy=gpu_tuning.build_strategy(config, training=False))
     if not training:
         return programs
 
@@ -148,12 +163,17 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
             asp.set_excluded_layers(main_program=main,
                                     param_names=excluded_parameters(model, config.asp.exclude))
         distributed.init_fleet()
-        optimizer = fleet.distributed_optimizer(optimizer, strategy=distributed_strategy(config))
+        if on_gpu:
+            gpu_tuning.apply_gpu_flags()
+        optimizer = fleet.distributed_optimizer(optimizer,
+                                                strategy=distributed_strategy(config, on_gpu))
         # fleet prints its optimizer choice; CPU ranks talk through gloo
         with paddle_chatter(VERBOSE), distributed.collective_rewrite(main, startup):
             optimizer.minimize(programs.train_fetches["loss"], startup)
         if config.qat.enabled:
             name_qat_accumulators(main)
+        if config.amp.fuse_resunit:
+            gpu_tuning.fuse_resunits(main, startup)
     programs.startup, programs.train, programs.model = startup, main, model
     programs.lr_scheduler, programs.optimizer = scheduler, optimizer
     programs.mixup_feed = MIXUP_FEED if mixup_lambda is not None else None

@@ -6,15 +6,17 @@
 """
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
+import dataclasses
 import itertools
 import os
 import sys
 
 import paddle
 
+import export_model
 import program as program_builder
 from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import distributed
+from paddle_resnet import affinity, distributed
 from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import make_loader, open_split, train_steps
 from paddle_resnet.atomic import check_writable_folder
@@ -22,6 +24,7 @@ from paddle_resnet.data.folder import (check_class_names, check_num_classes, che
                                        write_class_index)
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.metrics import latency_summary, time_steps
+from paddle_resnet.profiling import step_profiler
 from paddle_resnet.quantization import quantize_eval_program
 from paddle_resnet.report import Report
 from paddle_resnet.sparsity import training as sparse_training
@@ -100,6 +103,8 @@ def run(config, report_stream=None):
     evaluating = run_cfg.run_scope != "train_only" and not run_cfg.benchmark
     rank, world_size = distributed.init_fleet()
     place, device_id = distributed.device()
+    if device_id is not None and run_cfg.cpu_affinity:
+        affinity.pin_to_gpu(device_id)
     if config.run.sync_bn and device_id is None:
         # On CPUs Fleet leaves batch_norm as it is: the option would silently do nothing.
         raise ConfigError("--sync-bn needs GPUs: Paddle has no CPU sync_batch_norm, and Fleet "
@@ -139,7 +144,7 @@ def run(config, report_stream=None):
 
     def run_eval(epoch):
         loader = make_loader(val_split, data_cfg, config.model.data_layout, False, rank,
-                             world_size, device_id=device_id)
+                             world_size, device_id=device_id, channels=config.model.image_channels)
         return evaluate(exe, programs, loader, epoch, report, all_reduce)
 
     metrics = {}
@@ -155,10 +160,24 @@ def run(config, report_stream=None):
             metrics = train_epochs(config, exe, programs, train_split, classes, start_epoch,
                                    steps_per_epoch, report, rank, world_size, device_id,
                                    run_eval if evaluating else None, all_reduce)
+    if training and not run_cfg.benchmark and rank == 0 and config.inference.model_dir:
+        metrics["run.inference_dir"] = export_final_model(config)
+        report.print(f"exported the final model to {config.inference.model_dir}")
     report.log("SUMMARY", metrics, kind="SUMMARY", console=False)
     report.table("summary", summary_rows(config, metrics, world_size, device_id))
     report.close()
     return metrics
+
+
+def export_final_model(config):
+    """train.py --inference-dir (NVIDIA's behaviour): the last checkpoint exported by
+    export_model.py's own code; returns the folder."""
+    final = ckpt.checkpoint_dir(config.run.output_dir, config.model.arch, config.run.epochs)
+    run = dataclasses.replace(config.run, from_checkpoint=final, from_pretrained_params=None,
+                              last_epoch_of_checkpoint=None)
+    inference = dataclasses.replace(config.inference, export_log_path=os.path.join(
+        config.run.output_dir, "export.json"))
+    return export_model.export(dataclasses.replace(config, run=run, inference=inference))["directory"]
 
 
 def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps_per_epoch,
@@ -167,11 +186,12 @@ def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps
     verify sparsity, save, validate."""
     run_cfg = config.run
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
+    profiler = step_profiler(run_cfg)
     for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
         loader = make_loader(train_split, config.data, config.model.data_layout, True, rank,
-                             world_size, epoch - 1, device_id)
+                             world_size, epoch - 1, device_id, config.model.image_channels)
         metrics = train_one_epoch(exe, programs, loader, epoch, report, run_cfg.print_interval,
-                                  world_size, config.loss.mixup_alpha, config.data.seed)
+                                  world_size, config.loss.mixup_alpha, config.data.seed, profiler)
         last = epoch == run_cfg.epochs
         if all_reduce:
             checksum = distributed.check_ranks_agree(programs.train, all_reduce,
@@ -185,7 +205,8 @@ def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps
             directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
             ckpt.save_checkpoint(programs.train, directory, {
                 "epoch": epoch, "global_step": epoch * steps_per_epoch, "world_size": world_size,
-                "arch": config.model.arch, "classes": list(classes), "config": config.to_dict()})
+                "arch": config.model.arch, "classes": list(classes), "config": config.to_dict()},
+                prefix=run_cfg.model_prefix)
             report.print(f"saved {directory}")
         if run_eval and (epoch % run_cfg.eval_interval == 0 or last):
             metrics.update(run_eval(epoch))
@@ -194,6 +215,7 @@ def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps
         report.log([epoch], metrics, kind="EPOCH", console=False)
         history["train.seconds"] += metrics["train.seconds"]
         history["train.images"] += metrics["train.images"]
+    profiler.close()                         # a window that outlasted the training
     return dict(metrics, **{f"run.{key}": value for key, value in history.items()})
 
 
@@ -202,7 +224,7 @@ def benchmark(exe, programs, train_split, config, report, rank, world_size, devi
     ``benchmark_warmup_steps``; data loading counts in the step time."""
     batches = itertools.chain.from_iterable(
         make_loader(train_split, config.data, config.model.data_layout, True, rank, world_size,
-                    epoch, device_id) for epoch in itertools.count())
+                    epoch, device_id, config.model.image_channels) for epoch in itertools.count())
     weights = mixup_weights(config.loss.mixup_alpha, config.data.seed, 0)
     run_cfg = config.run
     seconds = time_steps(lambda: train_step(exe, programs, next(batches), next(weights)),

@@ -38,12 +38,14 @@ def checkpoint_dir(output_dir, arch, epoch):
     return os.path.join(output_dir, arch, str(epoch))
 
 
-def save_checkpoint(program, directory, meta):
-    """Write ``program``'s persistable variables and ``meta`` to ``directory``, atomically.
-    A full disk or an unwritable folder is a CheckpointError; earlier checkpoints stay."""
+def save_checkpoint(program, directory, meta, prefix=PREFIX):
+    """Write ``program``'s persistable variables (``<prefix>.pdparams`` ...) and ``meta`` to
+    ``directory``, atomically. A full disk or an unwritable folder is a CheckpointError;
+    earlier checkpoints stay."""
+    meta = dict(meta, prefix=prefix)
     try:
         with staged_directory(directory) as staging:
-            paddle.static.save(program, os.path.join(staging, PREFIX))
+            paddle.static.save(program, os.path.join(staging, prefix))
             files = {}
             for name in sorted(os.listdir(staging)):
                 path = os.path.join(staging, name)
@@ -113,7 +115,7 @@ def resolve_checkpoint(path):
 def read_checkpoint(path):
     """(meta, state) of a verified checkpoint; state maps variable names to arrays."""
     directory, meta = verify_checkpoint(path)
-    return meta, read_state(os.path.join(directory, PREFIX))
+    return meta, read_state(os.path.join(directory, meta.get("prefix", PREFIX)))
 
 
 def verify_checkpoint(path):

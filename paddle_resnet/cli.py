@@ -1,7 +1,7 @@
 """What every entry point does with its command line: flags -> Config -> action."""
 import sys
 
-from paddle_resnet.config import build_parser, config_from_args, list_recipes, to_yaml
+from paddle_resnet.config import build_parser, config_from_args, list_recipes, parse_bool, to_yaml
 from paddle_resnet.errors import UserError
 
 
@@ -18,9 +18,11 @@ def main_with(description, action, argv=None, inference=False):
             print("\n".join(list_recipes()))
             return 0
         config = config_from_args(args)
-        if getattr(args, "show_config", False):
+        show = getattr(args, "show_config", None)
+        if show is not None and (show == "exit" or parse_bool(show, "--show-config")):
             print(to_yaml(config), end="")
-            return 0
+            if show == "exit":
+                return 0
         action(config)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -30,6 +30,7 @@ INFERENCE_MODES = ("accuracy", "benchmark", "predict")
 TRT_PRECISIONS = ("FP32", "FP16", "INT8")
 CPU_PRECISIONS = ("fp32", "bf16", "int8")
 PTQ_ALGOS = ("KL", "hist", "mse", "avg", "abs_max")
+DEFAULT_INFERENCE_DIR = "./inference"
 
 
 # ---------------------------------------------------------------- checks of one value
@@ -72,7 +73,7 @@ def key(default, flag, help, check=None, choices=None, aliases=(), deprecated=()
 class RunConfig:
     output_dir: str = key("./output", "--output-dir",
                           "folder for checkpoints, reports and the class index",
-                          resume_may_change=True)
+                          aliases=("--checkpoint-dir",), resume_may_change=True)
     run_scope: str = key("train_eval", "--run-scope", "what to run", choices=RUN_SCOPES,
                          resume_may_change=True)
     epochs: int = key(90, "--epochs", "number of training epochs (a resumed run may extend "
@@ -99,6 +100,14 @@ class RunConfig:
         None, "--from-checkpoint",
         "checkpoint folder (<output-dir>/<arch>/<epoch>, or <output-dir>/<arch> for the newest) "
         "to resume from, at the next epoch", resume_may_change=True)
+    last_epoch_of_checkpoint: Optional[str] = key(
+        None, "--last-epoch-of-checkpoint", "with --from-checkpoint <output-dir>/<arch>: the "
+        "epoch to resume from (auto or unset: the newest)",
+        lambda v: None if v == "auto" or (v.isdigit() and int(v) >= 1)
+        else f"must be auto or an epoch >= 1, got {v!r}", resume_may_change=True)
+    model_prefix: str = key("model", "--model-prefix", "file name prefix of checkpoint "
+                            "parameters (<prefix>.pdparams); --from-pretrained-params FOLDER "
+                            "reads FOLDER/<prefix>.pdparams", resume_may_change=True)
     from_pretrained_params: Optional[str] = key(
         None, "--from-pretrained-params",
         "parameters to start from: this toolkit's .pdparams (or its prefix), a torchvision/"
@@ -113,6 +122,16 @@ class RunConfig:
         "(--no-cpu-onednn: Paddle's plain kernels; unset: on for NCHW crops up to 64 px, where it "
         "was measured faster, off above; no effect on GPUs)",
         resume_may_change=True)
+    cpu_affinity: bool = key(True, "--enable-cpu-affinity",
+                             "pin each GPU rank to the CPU cores nvidia-smi topo -m gives its "
+                             "GPU (no effect without GPUs)", resume_may_change=True)
+    profile_start_step: Optional[int] = key(
+        None, "--profile-start-step", "profile training steps from this global step (Paddle "
+        "profiler trace in <output-dir>/profile; NVTX ranges and the CUDA profiler window "
+        "for nsys on GPUs)", at_least(0), resume_may_change=True)
+    profile_stop_step: Optional[int] = key(
+        None, "--profile-stop-step", "first step no longer profiled (default: start + 10)",
+        at_least(1), resume_may_change=True)
     sync_bn: bool = key(False, "--sync-bn",
                         "batch-norm statistics over all ranks (Fleet sync_batch_norm; GPUs only)")
     verbose: bool = key(False, VERBOSE_FLAG,
@@ -131,6 +150,9 @@ class DataConfig:
     batch_size: int = key(256, "--batch-size",
                           "images per device per step (training and evaluation)", at_least(1))
     seed: int = key(42, "--dali-random-seed", "seed of DALI shuffling and augmentation")
+    output_fp16: bool = key(False, "--dali-output-fp16", "DALI outputs fp16 images (pure fp16 "
+                            "training reads them as they are; otherwise the program casts them "
+                            "to fp32)")
     num_threads: int = key(0, "--dali-num-threads", "DALI threads per process (0: all cores)",
                            at_least(0), resume_may_change=True)
     crop_size: int = key(224, "--crop-size", "side of the square network input", at_least(8))
@@ -147,6 +169,9 @@ class DataConfig:
         (0.0, 0.0, 0.0), "--color-jitter",
         "training ColorJitter strengths: brightness,contrast,saturation (e.g. 0.4,0.4,0.4)",
         each(in_range(0, 1, "[0, 1)")))
+    normalize_scale: float = key(1.0 / 255.0, "--normalize-scale", "the pixel scale that "
+                                 "--normalize-mean and --normalize-std refer to (1/255: the 0-1 "
+                                 "scale; 1: pixel values)", positive)
     normalize_mean: Tuple[float, float, float] = key((0.485, 0.456, 0.406), "--normalize-mean",
                                                      "per-channel mean (0-1 scale)")
     normalize_std: Tuple[float, float, float] = key((0.229, 0.224, 0.225), "--normalize-std",
@@ -160,6 +185,10 @@ class ModelConfig:
     num_classes: int = key(1000, "--num-of-class", "number of classes (must match the data)",
                            at_least(2))
     data_layout: str = key("NCHW", "--data-layout", "tensor layout", choices=DATA_LAYOUTS)
+    image_channels: int = key(3, "--image-channels", "input channels: 3 (RGB), or 4 (RGB and a "
+                              "zero channel padded by DALI, so NHWC fp16 convolutions get "
+                              "tensor-core friendly shapes; --image-shape 4,224,224)",
+                              choices=(3, 4))
     zero_init_residual: bool = key(False, "--zero-init-residual",
                                    "zero gamma in each block's last BN")
 
@@ -183,6 +212,8 @@ class LRConfig:
 
 @dataclass(frozen=True)
 class OptimizerConfig:
+    name: str = key("Momentum", "--optimizer", "optimizer (SGD with momentum, as NVIDIA's)",
+                    choices=("Momentum",))
     momentum: float = key(0.875, "--momentum", "SGD momentum", in_range(0, 1, "[0, 1)"))
     nesterov: bool = key(False, "--nesterov", "Nesterov momentum")
     weight_decay: float = key(3.0517578125e-05, "--weight-decay",
@@ -206,6 +237,9 @@ class AmpConfig:
     use_dynamic_loss_scaling: bool = key(False, "--use-dynamic-loss-scaling",
                                          "dynamic loss scaling")
     use_pure_fp16: bool = key(False, "--use-pure-fp16", "pure fp16 (O2) instead of mixed (O1)")
+    fuse_resunit: bool = key(False, "--fuse-resunit", "cuDNN v8 ResUnit fusion of the training "
+                             "program (with --amp; needs a Paddle built with the cuDNN frontend, "
+                             "e.g. NGC 23.12+)")
 
 
 @dataclass(frozen=True)
@@ -229,9 +263,10 @@ class AspConfig:
 
 @dataclass(frozen=True)
 class InferenceConfig:
-    model_dir: str = key("./inference", "--inference-dir",
-                         "inference model folder (export_model.py writes, inference.py reads)",
-                         aliases=("--trt-inference-dir",))
+    model_dir: Optional[str] = key(
+        None, "--inference-dir", f"inference model folder: export_model.py writes it, "
+        f"inference.py reads it (default {DEFAULT_INFERENCE_DIR}); train.py exports the final "
+        "model there when given", aliases=("--trt-inference-dir",))
     backend: str = key("auto", "--backend",
                        "predictor backend (auto: trt on GPU machines, cpu otherwise)",
                        choices=BACKENDS)
@@ -240,16 +275,20 @@ class InferenceConfig:
     batch_sizes: Tuple[int, ...] = key((1, 32), "--benchmark-batch-sizes",
                                        "benchmark: comma-separated batch sizes",
                                        lambda v: nonempty(v) or each(at_least(1))(v))
+    device_id: int = key(0, "--device", "GPU of the gpu and trt backends", at_least(0))
     trt_precision: str = key("FP32", "--trt-precision", "TensorRT precision",
-                             choices=TRT_PRECISIONS)
-    trt_workspace_size: int = key(1024, "--trt-workspace-size", "TensorRT workspace in MB",
-                                  at_least(1))
+                             choices=TRT_PRECISIONS, aliases=("--precision",))
+    trt_workspace_size: int = key(1024, "--trt-workspace-size", "TensorRT workspace in MB (a "
+                                  "value of 2^20 or more is taken as bytes, as NVIDIA's scripts "
+                                  "pass it)", at_least(1), aliases=("--workspace-size",))
     trt_min_subgraph_size: int = key(3, "--trt-min-subgraph-size",
-                                     "smallest subgraph handed to TensorRT", at_least(1))
-    trt_use_static: bool = key(False, "--trt-use-static", "serialize TensorRT engines for reuse")
+                                     "smallest subgraph handed to TensorRT", at_least(1),
+                                     aliases=("--min-subgraph-size",))
+    trt_use_static: bool = key(False, "--trt-use-static", "serialize TensorRT engines for reuse",
+                               aliases=("--use-static",))
     trt_use_calib_mode: bool = key(False, "--trt-use-calib-mode",
                                    "INT8: calibrate on validation images (post-training "
-                                   "quantization)")
+                                   "quantization)", aliases=("--use-calib-mode",))
     use_synthetic: bool = key(False, "--use-synthetic", "benchmark on synthetic input",
                               deprecated=("--trt-use-synthat",))
     cpu_precision: str = key("fp32", "--cpu-precision", "oneDNN precision", choices=CPU_PRECISIONS)
@@ -267,6 +306,11 @@ class InferenceConfig:
                         aliases=("--trt-log-path",))
     export_log_path: str = key("./export.json", "--export-log-path", "JSON export report",
                                aliases=("--trt-export-log-path",))
+
+    @property
+    def directory(self):
+        """The inference model folder, given or default."""
+        return self.model_dir or DEFAULT_INFERENCE_DIR
 
 
 @dataclass(frozen=True)
@@ -297,6 +341,8 @@ GROUPS = {"run": "Global", "data": "Dataset and augmentation", "model": "Model",
           "amp": "Mixed precision", "asp": "Sparsity (ASP)",
           "qat": "Quantization-aware training", "inference": "Paddle Inference"}
 INFERENCE_SECTIONS = ("inference",)
+# Keys of those sections that train.py takes too: where to export the final model.
+TRAINING_INFERENCE_KEYS = ("inference.model_dir",)
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 
@@ -309,6 +355,23 @@ def _field(dotted, source="config"):
             if f.name == name:
                 return f
     raise ConfigError(f"{source}: unknown config key {dotted!r}")
+
+
+def _bool(value):
+    text = str(value).lower()
+    if text in ("1", "true", "yes", "on", "y", "t"):
+        return True
+    if text in ("0", "false", "no", "off", "n", "f"):
+        return False
+    raise ValueError("expects true or false")
+
+
+def parse_bool(value, source):
+    """``value`` ("True", "0", "yes", ...) as a bool; ConfigError naming ``source`` if it is none."""
+    try:
+        return _bool(value)
+    except ValueError as err:
+        raise ConfigError(f"{source} {value!r}: {err}") from None
 
 
 def _convert(dotted, value, source):
@@ -332,12 +395,7 @@ def _convert(dotted, value, source):
                 raise ValueError(f"expects {len(args)} comma-separated values")
             return items
         if target is bool:
-            text = str(value).lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError("expects true or false")
+            return _bool(value)
         if target is int and isinstance(value, float) and not value.is_integer():
             raise ValueError("expects a whole number")
         return target(value)
@@ -430,7 +488,7 @@ def describe_key(dotted):
 def _problem(f, value):
     choices, check = f.metadata["choices"], f.metadata["check"]
     if choices and value not in choices and value is not None:
-        return f"must be one of {', '.join(choices)}, got {value!r}"
+        return f"must be one of {', '.join(map(str, choices))}, got {value!r}"
     return check(value) if check and value is not None else None
 
 
@@ -470,8 +528,39 @@ class _DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, True if self.nargs == 0 else values)
 
 
+class _BoolFlag(argparse.Action):
+    """``--x`` (true), ``--no-x`` (false) and ``--x VALUE`` (true/false, 1/0, yes/no, on/off),
+    the form NVIDIA's scripts use (``--use-static True``). The value is checked when the
+    Config is built."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        negatives = [f"--no-{flag[2:]}" for flag in option_strings]
+        super().__init__(list(option_strings) + negatives, dest, nargs="?", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string.startswith("--no-"):
+            if values is not None:
+                parser.error(f"{option_string} takes no value")
+            values = False
+        setattr(namespace, self.dest, True if values is None else values)
+
+    def format_usage(self):
+        return " | ".join(self.option_strings)
+
+
+def image_shape_values(text):
+    """NVIDIA's --image-shape C,H,W as the keys it sets: channels and the square crop."""
+    try:
+        channels, height, width = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--image-shape {text!r}: expected C,H,W, e.g. 4,224,224") from None
+    if height != width:
+        raise ConfigError(f"--image-shape {text!r}: the crop is square (H = W)")
+    return {"model.image_channels": channels, "data.crop_size": height}
+
+
 def _help(f):
-    choices = f": {' / '.join(f.metadata['choices'])}" if f.metadata["choices"] else ""
+    choices = f": {' / '.join(map(str, f.metadata['choices']))}" if f.metadata["choices"] else ""
     return f"{f.metadata['help']}{choices}"
 
 
@@ -482,14 +571,18 @@ def build_parser(description, inference=False):
     parser.add_argument("--config", help="YAML recipe: a path or a name in configs/ "
                                          "(see --list-configs)")
     parser.add_argument("--list-configs", action="store_true", help="list the recipes and exit")
-    parser.add_argument("--show-config", action="store_true",
-                        help="print the resolved configuration as YAML and exit")
+    parser.add_argument("--show-config", nargs="?", const="exit", metavar="BOOL",
+                        help="print the resolved configuration as YAML and exit; with a value "
+                             "(NVIDIA's --show-config True) print it and go on")
+    parser.add_argument("--image-shape", metavar="C,H,W",
+                        help="NVIDIA's input shape, e.g. 4,224,224: sets --image-channels and "
+                             "--crop-size")
     parser.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                         help="set any config key, e.g. --set data.num_threads=2 (repeatable)")
     groups = {}
     for dotted, f in all_keys():
         section = dotted.partition(".")[0]
-        if section in INFERENCE_SECTIONS and not inference:
+        if section in INFERENCE_SECTIONS and not inference and dotted not in TRAINING_INFERENCE_KEYS:
             continue
         if section not in groups:
             groups[section] = parser.add_argument_group(GROUPS[section])
@@ -497,8 +590,7 @@ def build_parser(description, inference=False):
         text = f"{_help(f)} [{dotted}, default {f.default}]"
         flags = (meta["flag"],) + meta["aliases"]
         if f.type in (bool, Optional[bool]):
-            group.add_argument(*flags, dest=dotted, action=argparse.BooleanOptionalAction,
-                               help=text)
+            group.add_argument(*flags, dest=dotted, action=_BoolFlag, metavar="BOOL", help=text)
         else:
             group.add_argument(*flags, dest=dotted, metavar=dotted.split(".")[1].upper(),
                                help=text)
@@ -531,6 +623,8 @@ def config_from_args(namespace):
     values = {}
     if given.get("config"):
         values.update(_read_yaml(resolve_config_path(given["config"])))
+    if given.get("image_shape"):
+        values.update(image_shape_values(given["image_shape"]))
     for assignment in given.get("set") or []:
         dotted, sep, raw = assignment.partition("=")
         if not sep:

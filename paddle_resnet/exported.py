@@ -38,7 +38,8 @@ def describe(config, input_shape, sparse):
         "input": INPUT_NAME, "output": "probabilities (softmax)",
         "preprocess": {"resize_short": data.resize_short, "crop_size": data.crop_size,
                        "normalize_mean": list(data.normalize_mean),
-                       "normalize_std": list(data.normalize_std)},
+                       "normalize_std": list(data.normalize_std),
+                       "normalize_scale": data.normalize_scale},
         "sparse_2to4": list(sparse),
         "quantization": None,
     }
@@ -107,14 +108,18 @@ def preprocessing(data_config, info):
     return dataclasses.replace(data_config, crop_size=pre["crop_size"],
                                resize_short=pre["resize_short"],
                                normalize_mean=tuple(pre["normalize_mean"]),
-                               normalize_std=tuple(pre["normalize_std"]))
+                               normalize_std=tuple(pre["normalize_std"]),
+                               normalize_scale=pre.get("normalize_scale", 1.0 / 255.0),
+                               output_fp16=False)   # the predictor's input is fp32
 
 
 def validation_batches(data_split, data_config, info):
     """Batches of ``data_split`` preprocessed as the model was exported (the validation
     pipeline): what accuracy, prediction and INT8 calibration feed the model."""
+    shape = info["input_shape"]
+    channels = shape[0] if info["layout"] == "NCHW" else shape[-1]
     return make_loader(data_split, preprocessing(data_config, info), info["layout"],
-                       training=False)
+                       training=False, channels=channels)
 
 
 def record_quantization(model_dir, record):

@@ -52,8 +52,13 @@ def resolve_backend(requested):
     return requested
 
 
-def predictor_settings(inference_config, backend, input_shape, max_batch, device_id=0,
-                       quantized=False):
+def workspace_bytes(size):
+    """--trt-workspace-size in MB; NVIDIA's scripts pass bytes (1 << 30) to the same flag
+    name (--workspace-size), so a value of 2^20 or more is bytes already."""
+    return size if size >= 1 << 20 else size << 20
+
+
+def predictor_settings(inference_config, backend, input_shape, max_batch, quantized=False):
     """The ``paddle.inference.Config`` calls for ``backend``; ``input_shape`` excludes the
     batch; ``quantized``: the model carries int8 scales (model.json ``quantization``)."""
     inf = inference_config
@@ -81,13 +86,14 @@ def predictor_settings(inference_config, backend, input_shape, max_batch, device
         if inf.cpu_precision == "int8":
             calls.append(_call("enable_mkldnn_int8"))
         return calls
-    calls.append(_call("enable_use_gpu", 1024, device_id))
+    calls.append(_call("enable_use_gpu", 1024, inf.device_id))
     if backend == "gpu":
         return calls
     precision = {"FP32": PrecisionType.Float32, "FP16": PrecisionType.Half,
                  "INT8": PrecisionType.Int8}[inf.trt_precision]
     calls.append(_call("enable_tensorrt_engine",
-                       workspace_size=inf.trt_workspace_size << 20, max_batch_size=max_batch,
+                       workspace_size=workspace_bytes(inf.trt_workspace_size),
+                       max_batch_size=max_batch,
                        min_subgraph_size=inf.trt_min_subgraph_size, precision_mode=precision,
                        use_static=inf.trt_use_static,
                        # a quantized model's own scales need no calibration

@@ -4,6 +4,7 @@ import time
 import numpy as np
 
 from paddle_resnet.metrics import Meter, accuracy_from_counts, eval_counts
+from paddle_resnet.profiling import NoProfiler
 
 
 def _num_images(feed):
@@ -32,8 +33,9 @@ def train_step(exe, programs, feed, mixup_weight=None):
 
 
 def train_one_epoch(exe, programs, loader, epoch, report, print_interval, world_size=1,
-                    mixup_alpha=0.0, seed=0):
-    """One pass of ``loader`` through the train program; returns the epoch's averages."""
+                    mixup_alpha=0.0, seed=0, profiler=NoProfiler()):
+    """One pass of ``loader`` through the train program; returns the epoch's averages.
+    ``profiler`` (profiling.step_profiler) wraps each step."""
     weights = mixup_weights(mixup_alpha, seed, epoch)
     meter, timing = Meter(), Meter()
     total = len(loader)
@@ -41,7 +43,8 @@ def train_one_epoch(exe, programs, loader, epoch, report, print_interval, world_
     epoch_start = tic = time.perf_counter()
     for step, feed in enumerate(loader):
         fed = time.perf_counter()
-        values = train_step(exe, programs, feed, next(weights))
+        with profiler.step((epoch - 1) * total + step):
+            values = train_step(exe, programs, feed, next(weights))
         done = time.perf_counter()
         images = _num_images(feed)
         meter.update(values, images)
@@ -75,7 +78,8 @@ def evaluate(exe, programs, loader, epoch, report, all_reduce=None):
     start = time.perf_counter()
     bar = report.progress(len(loader), f"validation {epoch}")
     for feed in loader:
-        top_classes, losses = exe.run(programs.eval, feed=feed, fetch_list=fetch_list)
+        top_classes, losses = exe.run(programs.eval_compiled or programs.eval, feed=feed,
+                                      fetch_list=fetch_list)
         totals += eval_counts(top_classes, losses, np.array(feed["label"]))
         bar.update()
     bar.close()

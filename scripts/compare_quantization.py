@@ -41,7 +41,7 @@ def predictions(config, precision, batch_size):
     top = [classifier(batch["data"]).argmax(1) for batch in batches]
     seconds = time.perf_counter() - start
     session = onnxruntime.InferenceSession(
-        os.path.join(config.inference.model_dir, exported.ONNX_FILE),
+        os.path.join(config.inference.directory, exported.ONNX_FILE),
         providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     onnx_top = [session.run(None, {name: batch["data"]})[0].argmax(1) for batch in batches]

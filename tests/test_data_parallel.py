@@ -218,8 +218,8 @@ def test_incomplete_launcher_environment_is_one_line(fmnist_root, tmp_path):
 def test_sync_bn_is_set_for_fleet_and_refused_on_the_cpu(fmnist_root, tmp_path, capsys):
     """The program with sync_batch_norm ops cannot even be built here: CPU builds of
     Paddle do not register the op. What a CPU can check: the strategy, the refusal."""
-    assert program.distributed_strategy(build_config({"run.sync_bn": True})).sync_batch_norm
-    assert not program.distributed_strategy(build_config({})).sync_batch_norm
+    assert program.distributed_strategy(build_config({"run.sync_bn": True}), False).sync_batch_norm
+    assert not program.distributed_strategy(build_config({}), False).sync_batch_norm
     assert train.main(train_args(fmnist_root, tmp_path, "--sync-bn")[1:]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
         "error: --sync-bn needs GPUs")

@@ -88,11 +88,14 @@ def open_split(data_config, split):
     return DataSplit(split, tuple(classes), count)
 
 
-def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=None):
+def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=None,
+                   channels=3):
     """A DALI pipeline over the (encoded image, label) nodes ``read_encoded()`` returns.
 
     ``device_id=None`` builds a CPU-only pipeline. Output: (images, labels), images
-    float32 normalised in ``layout`` ("NCHW" or "NHWC"), labels int64 of shape [N, 1].
+    normalised in ``layout`` ("NCHW" or "NHWC"), float32 (fp16 with
+    ``data_config.output_fp16``), with a zero fourth channel when ``channels`` is 4;
+    labels int64 of shape [N, 1].
     """
     cfg = data_config
     pipe = Pipeline(batch_size=cfg.batch_size,
@@ -114,11 +117,15 @@ def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=
             images = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
             images = fn.resize(images, resize_shorter=cfg.resize_short)
             mirror = 0
+        # pad_output pads the channels to a power of two (4) with zeros, as NVIDIA's
+        # reference does for tensor-core friendly NHWC fp16 convolutions.
         images = fn.crop_mirror_normalize(
-            images, dtype=types.FLOAT, output_layout="CHW" if layout == "NCHW" else "HWC",
+            images, dtype=types.FLOAT16 if cfg.output_fp16 else types.FLOAT,
+            output_layout="CHW" if layout == "NCHW" else "HWC",
             crop=(cfg.crop_size, cfg.crop_size),
-            mean=[255.0 * m for m in cfg.normalize_mean],
-            std=[255.0 * s for s in cfg.normalize_std], mirror=mirror)
+            mean=[m / cfg.normalize_scale for m in cfg.normalize_mean],
+            std=[s / cfg.normalize_scale for s in cfg.normalize_std], mirror=mirror,
+            pad_output=channels == 4)
         labels = fn.cast(labels, dtype=types.INT64)
         if device_id is not None:
             labels = labels.gpu()
@@ -221,8 +228,9 @@ def _record_source(data_split, data_config, training, rank, world_size, seed):
 
 
 def make_loader(data_split, data_config, layout, training, rank=0, world_size=1, epoch=0,
-                device_id=None):
-    """The loader of one epoch (training) or one full pass (evaluation) for this rank."""
+                device_id=None, channels=3):
+    """The loader of one epoch (training) or one full pass (evaluation) for this rank;
+    ``layout`` and ``channels`` are the model's input (model.data_layout, image_channels)."""
     seed = data_config.seed + 1000 * epoch + rank
     if data_split.image_list is not None:
         read_encoded, describe_failure, num_images = _folder_source(data_split.image_list, data_config.batch_size,
@@ -231,7 +239,7 @@ def make_loader(data_split, data_config, layout, training, rank=0, world_size=1,
     else:
         read_encoded, describe_failure, num_images = _record_source(data_split, data_config, training, rank,
                                                    world_size, seed)
-    pipe = (build_pipeline(read_encoded, data_config, layout, training, seed, device_id)
+    pipe = (build_pipeline(read_encoded, data_config, layout, training, seed, device_id, channels)
             if num_images else None)
     return DaliLoader(pipe, num_images, data_config.batch_size, device_id is not None,
                       describe_failure)

@@ -38,6 +38,7 @@ def build_model(model_config):
         num_classes=model_config.num_classes,
         data_format=model_config.data_layout,
         zero_init_residual=model_config.zero_init_residual,
+        in_channels=model_config.image_channels,
     )
 
 

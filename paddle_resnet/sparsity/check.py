@@ -15,7 +15,8 @@ def load_for_check(path):
     if exported.is_exported_model(path):
         return exported.read_params(path), set(exported.read_info(path).get("sparse_2to4", []))
     if os.path.isdir(path):
-        path = os.path.join(checkpoint.verify_checkpoint(path)[0], checkpoint.PREFIX)
+        directory, meta = checkpoint.verify_checkpoint(path)
+        path = os.path.join(directory, meta.get("prefix", checkpoint.PREFIX))
     # The weights and their ASP masks; not the optimizer state of the .pdopt file.
     params = checkpoint.read_state(path, optimizer=False)
     return params, set(sparse_parameters(params))

@@ -25,10 +25,22 @@ def read_weights(run_config):
     (None, None) when neither is given. A checkpoint's state is keyed by program variable
     names; a pretrained file's by whatever names the file uses (see ``program_state``)."""
     if run_config.from_checkpoint:
-        return ckpt.read_checkpoint(run_config.from_checkpoint)
+        path = run_config.from_checkpoint
+        if run_config.last_epoch_of_checkpoint not in (None, "auto"):    # NVIDIA's flag
+            path = os.path.join(path, run_config.last_epoch_of_checkpoint)
+        return ckpt.read_checkpoint(path)
     if run_config.from_pretrained_params:
-        return None, read_tensors(run_config.from_pretrained_params)[1]
+        return None, read_tensors(pretrained_file(run_config))[1]
     return None, None
+
+
+def pretrained_file(run_config):
+    """--from-pretrained-params: a file, a prefix, or (NVIDIA's form) a folder holding
+    <--model-prefix>.pdparams."""
+    path = run_config.from_pretrained_params
+    if os.path.isdir(path):
+        return os.path.join(path, run_config.model_prefix + ".pdparams")
+    return path
 
 
 def program_state(state, meta, model, config, source):

@@ -36,7 +36,8 @@ def main(out, amp):
         prediction = paddle.nn.Linear(6, 1)(x)
         loss = paddle.mean(paddle.square(prediction - y))
         strategy = program.distributed_strategy(build_config({
-            "amp.enabled": amp, "amp.scale_loss": 128.0, "amp.use_dynamic_loss_scaling": amp}))
+            "amp.enabled": amp, "amp.scale_loss": 128.0, "amp.use_dynamic_loss_scaling": amp}),
+            on_gpu=False)
         optimizer = fleet.distributed_optimizer(paddle.optimizer.SGD(0.05), strategy=strategy)
         with distributed.collective_rewrite(main_program, startup):
             optimizer.minimize(loss, startup)

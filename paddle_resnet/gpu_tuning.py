@@ -1,0 +1,78 @@
+"""The GPU settings of NVIDIA's Paddle ResNet-50 (``program.py`` ``create_strategy`` and
+``dist_optimizer``, 2024), as data, and where they go.
+
+- ``build_strategy_fields``: the BuildStrategy fusions under AMP (batch norm + ReLU,
+  add + ReLU, batch norm + add + ReLU, in-place gradient accumulation) and, for the eval
+  program, ``fix_op_run_order``.
+- ``FLAGS``: cuDNN exhaustive algorithm search and a 4 GB workspace limit, set with
+  ``paddle.set_flags`` on GPU builds; ``FLAGS_apply_pass_to_program``, without which Fleet
+  does not apply the build strategy to a static program (NVIDIA sets it only in its
+  README's docker line).
+- ``--fuse-resunit``: the cuDNN v8 ResUnit fusion pass on the training program, applied
+  with Paddle's pass manager as Paddle's own test does (Fleet's build-strategy copy drops
+  the field). Paddle builds without the cuDNN frontend (every PyPI wheel, 2.6.2 included)
+  do not have the pass: a one-line error, not a silent dense run.
+
+On CPUs none of this applies: the fusions are CUDA kernels.
+"""
+import os
+
+import paddle
+from paddle.distributed import passes
+
+from paddle_resnet.errors import ConfigError
+
+FLAGS = {"FLAGS_cudnn_exhaustive_search": True, "FLAGS_conv_workspace_size_limit": 4096}
+APPLY_PASSES = "FLAGS_apply_pass_to_program"
+RESUNIT_PASS = "fuse_resunit"
+
+
+def build_strategy_fields(config, training):
+    """{BuildStrategy field: value} for the train (``training``) or eval program."""
+    fields = {}
+    if not training:
+        # NVIDIA's workaround for Paddle issue 39567 (per-rank metric all-reduces matched out
+        # of order). Our eval program has no collective op: metrics are summed on the host
+        # (distributed.all_reduce_sum), so this only keeps the op order fixed.
+        fields["fix_op_run_order"] = True
+    if config.amp.enabled:
+        fields.update(fuse_bn_act_ops=True, fuse_elewise_add_act_ops=True,
+                      fuse_bn_add_act_ops=True, enable_addto=True)
+    return fields
+
+
+def fleet_fields(config):
+    """DistributedStrategy fields beyond AMP/ASP/QAT: batch norm's persistent cuDNN mode."""
+    return {"cudnn_batchnorm_spatial_persistent": True} if config.amp.enabled else {}
+
+
+def build_strategy(config, training):
+    strategy = paddle.static.BuildStrategy()
+    for name, value in build_strategy_fields(config, training).items():
+        setattr(strategy, name, value)
+    return strategy
+
+
+def check_resunit(config, on_gpu):
+    """ConfigError when --fuse-resunit cannot run here."""
+    if not config.amp.fuse_resunit:
+        return
+    if not config.amp.enabled:
+        raise ConfigError("--fuse-resunit fuses fp16 cuDNN kernels: it needs --amp")
+    if not on_gpu:
+        raise ConfigError("--fuse-resunit needs NVIDIA GPUs (cuDNN v8 fused ResUnit kernels)")
+    if not hasattr(paddle.static.BuildStrategy(), RESUNIT_PASS):
+        raise ConfigError(f"--fuse-resunit: Paddle {paddle.__version__} is not built with the "
+                          "cuDNN frontend (fuse_resunit_pass); use NVIDIA's NGC PaddlePaddle "
+                          "container 23.12 or newer")
+
+
+def apply_gpu_flags():
+    """cuDNN search and workspace flags, and Fleet's pass switch (GPU builds only)."""
+    os.environ[APPLY_PASSES] = "1"      # read by Fleet's RawProgramOptimizer at minimize()
+    paddle.set_flags(dict(FLAGS, **{APPLY_PASSES: True}))
+
+
+def fuse_resunits(main, startup):
+    """The cuDNN ResUnit fusion pass on the training program (checked by check_resunit)."""
+    passes.PassManager([passes.new_pass(RESUNIT_PASS)]).apply([main], [startup])
