@@ -398,7 +398,10 @@ def _convert(dotted, value, source):
             return _bool(value)
         if target is int and isinstance(value, float) and not value.is_integer():
             raise ValueError("expects a whole number")
-        return target(value)
+        value = target(value)
+        # NVIDIA's scripts write choices capitalised (--lr-scheduler Cosine)
+        choices = f.metadata["choices"] or ()
+        return next((c for c in choices if str(c).lower() == str(value).lower()), value)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{source}: {dotted}={value!r}: {err}") from None
 

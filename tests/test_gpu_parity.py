@@ -184,6 +184,8 @@ TRAIN_ALIASES = [
     (["--enable-cpu-affinity", "False"], "run.cpu_affinity", False),
     (["--qat"], "qat.enabled", True),
     (["--optimizer", "Momentum"], "optimizer.name", "Momentum"),
+    (["--lr-scheduler", "Cosine"], "lr.schedule", "cosine"),       # NVIDIA capitalises
+    (["--model-arch-name", "ResNet50"], "model.arch", "ResNet50"),  # registry: any case
 ]
 INFERENCE_ALIASES = [
     (["--precision", "FP16"], "inference.trt_precision", "FP16"),

@@ -24,7 +24,8 @@ def list_models():
 
 def get_arch(name: str) -> Arch:
     try:
-        return _REGISTRY[name]
+        # NVIDIA's reference names its model ResNet50
+        return _REGISTRY[name] if name in _REGISTRY else _REGISTRY[name.lower()]
     except KeyError:
         raise ConfigError(
             f"unknown model.arch {name!r}; known: {', '.join(list_models())}"
