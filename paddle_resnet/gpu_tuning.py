@@ -61,10 +61,19 @@ def check_resunit(config, on_gpu):
         raise ConfigError("--fuse-resunit fuses fp16 cuDNN kernels: it needs --amp")
     if not on_gpu:
         raise ConfigError("--fuse-resunit needs NVIDIA GPUs (cuDNN v8 fused ResUnit kernels)")
-    if not hasattr(paddle.static.BuildStrategy(), RESUNIT_PASS):
+    if not _has_resunit_pass():
         raise ConfigError(f"--fuse-resunit: Paddle {paddle.__version__} is not built with the "
                           "cuDNN frontend (fuse_resunit_pass); use NVIDIA's NGC PaddlePaddle "
                           "container 23.12 or newer")
+
+
+def _has_resunit_pass():
+    """Paddle 2.6 has no such field; 3.x builds without the cuDNN frontend refuse to set it."""
+    try:
+        setattr(paddle.static.BuildStrategy(), RESUNIT_PASS, True)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
 
 
 def apply_gpu_flags():
