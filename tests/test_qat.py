@@ -11,7 +11,6 @@ import pytest
 import export_model
 import inference
 import program
-import train
 from conftest import flat, small_config, train_in_fresh_process
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import exported, quantization
@@ -87,7 +86,11 @@ def test_eval_only_of_a_qat_checkpoint_equals_its_training_evaluation(qat_run, t
     fresh = small_config(qat_run.data.image_root, tmp_path, **QAT, **{
         "run.run_scope": "eval_only",
         "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18", "3")})
-    after = train.run(fresh, report_stream=open(os.devnull, "w"))
+    # In a new process, as the training run was: this process has run oneDNN kernels,
+    # which can change the CPU kernels a later plain evaluation picks, and one flipped
+    # rounding step of a simulated quantization moves the loss by 1e-4 (seen on 2.6.2).
+    train_in_fresh_process(fresh)
+    after = [r["data"] for r in read_report(fresh.report_file) if r["type"] == "VAL"][-1]
     assert after["val.top1"] == during["val.top1"]
     assert abs(after["val.loss"] - during["val.loss"]) < 1e-5
 
