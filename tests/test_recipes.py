@@ -4,7 +4,7 @@ import paddle
 import pytest
 
 import program
-from conftest import once_on_paddle3
+from conftest import once
 from paddle_resnet.config import (ConfigError, DataConfig, build_parser, config_from_args,
                                   list_recipes)
 from paddle_resnet.data.dali import make_loader, open_split
@@ -65,9 +65,9 @@ def test_recipe_matches_its_document(name):
 
 
 # One ResNet-50 and one ResNeXt recipe on both versions; the others, which differ in
-# values only, on 3.3.1 alone.
+# values only, on 2.6.2 alone.
 @pytest.mark.parametrize("name", [pytest.param(name, marks=() if name in (
-    "resnet50_tf_250e_mixup", "resnext101_32x4d_tf_90e") else once_on_paddle3)
+    "resnet50_tf_250e_mixup", "resnext101_32x4d_tf_90e") else once)
     for name in sorted(RECIPES)])
 def test_recipe_builds_and_trains_a_step_on_the_cpu(name):
     config = recipe(name, "--image-root", "x", "--num-of-class", "10", "--crop-size", "64",

@@ -10,7 +10,7 @@ import pytest
 
 import inference
 import train
-from conftest import ROOT, flat, once_on_paddle3, small_config
+from conftest import ROOT, flat, once, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError, ConfigError, DataError
@@ -38,7 +38,7 @@ def test_resume_refuses_a_checkpoint_of_another_run(trained, fmnist_root, tmp_pa
     assert "lr.base: 0.8 -> 0.4" in message and "model.zero_init_residual: False -> True" in message
 
 
-@once_on_paddle3
+@once
 def test_resuming_an_asp_checkpoint_without_asp_is_refused(trained, fmnist_root, tmp_path):
     sparse_out = tmp_path / "sparse"
     params = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams")

@@ -14,7 +14,7 @@ from PIL import Image
 
 import program
 import train
-from conftest import ROOT, once_on_paddle3, small_config
+from conftest import ROOT, once, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError
@@ -115,7 +115,7 @@ def test_the_importer_says_what_it_read(torch_models, tmp_path):
     assert note.split("; ")[1].startswith("warning")
 
 
-@once_on_paddle3
+@once
 @pytest.mark.parametrize("extra", [{"asp.enabled": True, "asp.prune_model": True},
                                    {"qat.enabled": True, "lr.base": 0.05}])
 def test_asp_and_qat_start_from_an_imported_file(torch_models, fmnist_root, tmp_path, extra):
