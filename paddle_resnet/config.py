@@ -511,6 +511,12 @@ def validate(config):
          f"lr.warmup_epochs (--warmup-epochs) must be between 0 and run.epochs ({run.epochs}), "
          f"got {config.lr.warmup_epochs}"),
         (not config.asp.prune_model or config.asp.enabled, "--prune-model needs --asp"),
+        # Fleet's ASP and QAT meta-optimizers do not list each other as inner optimizers,
+        # so Fleet applies ASP and silently drops QAT (Paddle 2.6.2 and 3.3.1): the
+        # training would run unquantized and the quantized evaluation give chance.
+        (not (config.asp.enabled and config.qat.enabled),
+         "--asp and --qat exclude each other (Fleet applies only ASP and silently drops "
+         "QAT); to quantize a 2:4 model, export it with --ptq-algo"),
         (not (run.from_checkpoint and run.from_pretrained_params),
          "--from-checkpoint and --from-pretrained-params exclude each other"),
     ]

@@ -3,6 +3,7 @@ layer of both programs, learning, exact resume with the scales, evaluation-only 
 export of a QAT checkpoint, and INT8 inference of the export."""
 import collections
 import os
+import types
 
 import numpy as np
 import paddle
@@ -113,3 +114,14 @@ def test_qat_export_runs_in_int8(qat_run, tmp_path):
         np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-3)
     with pytest.raises(ConfigError, match="a --qat model has its scales"):
         export_model.export(build_config(dict(flat(config), **{"inference.ptq_algo": "abs_max"})))
+
+
+def test_fleet_still_drops_qat_beside_asp():
+    """Why --asp --qat is refused (config.validate): neither Fleet meta-optimizer takes the
+    other as its inner optimizer, so Fleet applies ASP alone; a 2:4 + QAT run trained
+    unquantized and its quantized evaluation gave chance (10 %). When this fails, Paddle
+    combines them and the refusal can go."""
+    from paddle.distributed.fleet.meta_optimizers import ASPOptimizer, QATOptimizer
+    sgd = types.SimpleNamespace(_learning_rate=0.1, _learning_rate_map={})  # all they read
+    assert "QATOptimizer" not in ASPOptimizer(sgd).meta_optimizers_white_list
+    assert "ASPOptimizer" not in QATOptimizer(sgd).meta_optimizers_white_list
