@@ -6,7 +6,7 @@ import sys
 import pytest
 
 import train
-from conftest import ROOT
+from conftest import ROOT, once
 
 FAST = ["--model-arch-name", "resnet18", "--num-of-class", "10", "--crop-size", "32",
         "--resize-short", "32", "--batch-size", "16", "--epochs", "1", "--warmup-epochs", "0"]
@@ -51,6 +51,7 @@ def test_num_of_class_disagrees(capsys, fmnist_root):
     fails_with(capsys, argv, "has 10 class folders but model.num_classes (--num-of-class) is 1000")
 
 
+@once
 def test_corrupt_jpeg_mid_run_keeps_earlier_report(capsys, fmnist_root, tmp_path):
     data = copy_tree(fmnist_root, tmp_path)
     broken = sorted((data / "val" / "bag").iterdir())[3]

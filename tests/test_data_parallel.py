@@ -20,9 +20,6 @@ from paddle_resnet.report import read_report
 
 TOY = os.path.join(ROOT, "tests", "ranks", "toy_reduction.py")
 
-# scripts/test.sh runs these on their own, never beside another suite (pytest.ini).
-pytestmark = pytest.mark.ranks
-
 
 def launch(args, log_dir, nproc=2, launcher=(), timeout=300):
     """``python -m paddle.distributed.launch`` as users run it; returns the finished process."""

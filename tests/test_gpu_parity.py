@@ -13,7 +13,7 @@ import export_model
 import inference
 import program
 import train
-from conftest import ROOT, flat, small_config
+from conftest import ROOT, flat, once, small_config
 from paddle_resnet import affinity, checkpoint as ckpt, exported, gpu_tuning, predictor, profiling
 from paddle_resnet.config import build_config, build_parser, config_from_args
 from paddle_resnet.data.dali import DataSplit, make_loader
@@ -82,6 +82,7 @@ def test_four_channel_pipeline_pads_a_zero_channel(fmnist_root, layout):
     assert not np.take(four, 3, axis=axis).any()
 
 
+@once
 def test_fp16_pipeline_output_trains_on_the_cpu(fmnist_root, tmp_path):
     half = loader_batch(fmnist_root, output_fp16=True)
     assert half.dtype == np.float16
@@ -120,6 +121,7 @@ def test_four_channels_train_export_at_the_end_and_predict(four_channel_run, fmn
     assert measured["top1"] == result["val.top1"]
 
 
+@once
 def test_export_at_the_end_equals_export_model(four_channel_run, tmp_path):
     config, _ = four_channel_run
     again = build_config(dict(flat(config), **{
@@ -221,6 +223,7 @@ def test_nvidia_values_are_checked():
     assert predictor.workspace_bytes(1 << 30) == predictor.workspace_bytes(1024) == 1 << 30
 
 
+@once
 def test_last_epoch_and_model_prefix_find_nvidia_style_checkpoints(trained, tmp_path):
     folder = os.path.join(trained.run.output_dir, "resnet18")
     config = build_config(dict(flat(trained), **{

@@ -10,7 +10,7 @@ import pytest
 
 import program
 import train
-from conftest import ROOT, small_config
+from conftest import ROOT, once, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.onednn import TRAINING_OPS, onednn_wanted
@@ -88,6 +88,7 @@ def test_onednn_learns_like_the_plain_kernels(fmnist_root, tmp_path):
     assert abs(finals[1] - finals[0]) < 0.15, finals
 
 
+@once
 def test_resume_with_onednn_is_bit_identical(fmnist_root, tmp_path):
     common = [sys.executable, "train.py", "--model-arch-name", "resnet18", "--num-of-class", "10",
               "--image-root", fmnist_root, "--crop-size", "32", "--resize-short", "32",

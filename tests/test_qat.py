@@ -12,7 +12,7 @@ import pytest
 import export_model
 import inference
 import program
-from conftest import flat, small_config, train_in_fresh_process
+from conftest import flat, once, small_config, train_in_fresh_process
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import exported, quantization
 from paddle_resnet.config import build_config
@@ -66,6 +66,7 @@ def test_qat_training_learns_and_saves_the_scales(qat_run):
     assert len(scales) >= 21 and all(np.isfinite(state[n]).all() for n in scales)
 
 
+@once
 def test_qat_resume_is_exact(qat_run, tmp_path):
     """Also the moving-average accumulators, which Paddle names in an order that changes
     from process to process (name_qat_accumulators)."""

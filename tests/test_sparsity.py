@@ -11,7 +11,7 @@ from paddle.incubate import asp
 import export_model
 import program
 import train
-from conftest import flat, small_config
+from conftest import flat, once, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError, ConfigError
@@ -91,6 +91,7 @@ def test_resume_keeps_the_masks(sparse_run, tmp_path):
         assert sparsity.is_2to4(after[name])
 
 
+@once
 def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, tmp_path):
     model_dir = str(tmp_path / "model")
     config = build_config(dict(flat(sparse_run), **{

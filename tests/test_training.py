@@ -12,7 +12,7 @@ import pytest
 from visualdl import LogReader
 
 import train
-from conftest import ROOT, flat, small_config
+from conftest import ROOT, flat, once, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError
@@ -51,6 +51,7 @@ def test_checkpoints_hold_everything_needed(trained):
     assert not glob.glob(os.path.join(trained.run.output_dir, "resnet18", ".*"))
 
 
+@once
 def test_evaluation_is_exact_whatever_the_batch_size(trained, fmnist_root):
     results = []
     for batch_size in (16, 7, 130):
@@ -129,6 +130,7 @@ def test_truncated_checkpoint_is_named(trained, tmp_path):
         ckpt.read_checkpoint(str(tmp_path / "missing"))
 
 
+@once
 def test_pretrained_params_skip_mismatched_classifier(trained, fmnist_root, tmp_path, capsys):
     params = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams")
     config = small_config(fmnist_root, tmp_path, **{
@@ -158,6 +160,7 @@ def test_evaluation_rejects_weights_of_another_model(trained):
         run(config)
 
 
+@once
 def test_benchmark_mode_times_the_requested_steps_and_saves_nothing(fmnist_root, tmp_path):
     config = small_config(fmnist_root, tmp_path, **{
         "run.benchmark": True, "run.benchmark_steps": 4, "run.benchmark_warmup_steps": 12,
@@ -185,6 +188,7 @@ def test_plot_report_draws_the_last_run(trained, tmp_path):
     assert (width, height) == (1500, 400)          # three panels, figsize 15x4 at 100 dpi
 
 
+@once
 def test_visualdl_logs_the_training_and_validation_scalars(fmnist_root, tmp_path):
     logdir = tmp_path / "vdl"
     config = small_config(fmnist_root, tmp_path / "out", **{"run.epochs": 1,

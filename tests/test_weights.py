@@ -24,6 +24,10 @@ from paddle_resnet.weights import program_state, read_weights
 from paddle_resnet.weights.files import read_tensors
 from seeded_weights import CROP, imagenet_normalise, seeded_state
 
+# The import is plain Python over NumPy arrays and the program's parameter names, which
+# other tests load on both versions.
+pytestmark = once
+
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "paddleclas_reference.npz")
 
 
@@ -115,7 +119,6 @@ def test_the_importer_says_what_it_read(torch_models, tmp_path):
     assert note.split("; ")[1].startswith("warning")
 
 
-@once
 @pytest.mark.parametrize("extra", [{"asp.enabled": True, "asp.prune_model": True},
                                    {"qat.enabled": True, "lr.base": 0.05}])
 def test_asp_and_qat_start_from_an_imported_file(torch_models, fmnist_root, tmp_path, extra):
