@@ -8,6 +8,7 @@ import types
 import numpy as np
 import paddle
 import pytest
+from paddle.distributed.fleet.meta_optimizers import ASPOptimizer, QATOptimizer
 
 import export_model
 import inference
@@ -122,7 +123,6 @@ def test_fleet_still_drops_qat_beside_asp():
     other as its inner optimizer, so Fleet applies ASP alone; a 2:4 + QAT run trained
     unquantized and its quantized evaluation gave chance (10 %). When this fails, Paddle
     combines them and the refusal can go."""
-    from paddle.distributed.fleet.meta_optimizers import ASPOptimizer, QATOptimizer
     sgd = types.SimpleNamespace(_learning_rate=0.1, _learning_rate_map={})  # all they read
     assert "QATOptimizer" not in ASPOptimizer(sgd).meta_optimizers_white_list
     assert "ASPOptimizer" not in QATOptimizer(sgd).meta_optimizers_white_list
