@@ -106,6 +106,7 @@ def test_list_and_show_configs(capsys):
     assert "base: 0.1" in shown and "arch: resnet18" in shown
 
 
+@once
 def test_paddle_distributed_launch_with_one_process(fmnist_root, tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path / "log"),

@@ -59,7 +59,7 @@ def two_ranks(fmnist_root, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("amp", [False, True])
+@pytest.mark.parametrize("amp", [False, pytest.param(True, marks=once)])
 def test_gradients_are_averaged_across_ranks(tmp_path, amp):
     """Every rank ends equal to one process on the whole batch: a sum would double the
     steps, no reduction would leave the ranks apart. With AMP an infinite gradient on
@@ -116,6 +116,7 @@ def test_two_rank_evaluation_equals_one_rank(two_ranks, fmnist_root, tmp_path):
     assert two["val.loss"] == pytest.approx(one["val.loss"], rel=1e-6)
 
 
+@once
 def test_resume_with_two_ranks_continues_exactly(two_ranks, fmnist_root, tmp_path):
     """Epoch 2 resumed from the two-rank run's epoch-1 checkpoint, in new processes,
     equals the uninterrupted run bit for bit."""
@@ -198,6 +199,7 @@ def test_a_killed_rank_ends_the_job_and_keeps_the_checkpoints(fmnist_root, tmp_p
     assert meta["epoch"] >= 1
 
 
+@once
 def test_more_ranks_than_batches_is_one_line(fmnist_root, tmp_path):
     result = launch(train_args(fmnist_root, tmp_path, "--batch-size", "96"), tmp_path / "logs")
     assert result.returncode != 0

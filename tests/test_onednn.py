@@ -69,6 +69,7 @@ def test_onednn_gradients_equal_the_plain_ones(fmnist_root, tmp_path):
                                                             "run.cpu_onednn": True}))
 
 
+@once
 def test_onednn_learns_like_the_plain_kernels(fmnist_root, tmp_path):
     """Four epochs from the same initial weights on the same batches, plain and oneDNN.
     The kernels sum in another order, and 16-image batches make this small run's path
