@@ -19,8 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PADDLE3 = int(importlib.metadata.version("paddlepaddle").split(".")[0]) >= 3
 # The slowest tests whose Paddle-facing code other tests run on both versions: they run
-# once, on the pinned 2.6.2, to keep the whole suite within CI's time (the 3.3.1 run,
-# set up while 2.6.2's runs, starts later and ends with it; scripts/test.sh).
+# once, on the pinned 2.6.2, to keep the whole suite within CI's time (the two versions
+# run one after the other; scripts/test.sh).
 once = pytest.mark.skipif(PADDLE3, reason="version-independent beyond the tests that run "
                                           "on both versions; run once, on Paddle 2.6.2")
 
