@@ -18,31 +18,40 @@ import time
 
 import numpy as np
 
-from paddle_resnet import exported, predictor
+from paddle_resnet import devices, exported, predictor
 from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import DataSplit, open_split
 from paddle_resnet.data.folder import (ImageList, check_class_names, check_num_classes,
                                        list_images, unreadable_images)
 from paddle_resnet.errors import DataError
+from paddle_resnet.openvino_runtime import OpenVinoClassifier
 from paddle_resnet.metrics import (accuracy_from_counts, eval_counts, format_latency_table,
                                    latency_summary, time_steps, top_k)
 from paddle_resnet.report import Report
 
 
-def build_classifier(config, max_batch):
-    """(classifier, model.json content, backend) for the exported model of ``config``."""
+def build_classifier(config, max_batch, report=None):
+    """(classifier, model.json content, backend) for the exported model of ``config``;
+    OpenVINO's line on what runs goes to ``report``."""
     inf = config.inference
     exported.check_dir(inf.directory)
     info = exported.read_info(inf.directory)
     backend = predictor.resolve_backend(inf.backend)
+    quantized = bool(info.get("quantization"))
+    if backend == "openvino":
+        classifier = OpenVinoClassifier(inf.directory, inf, info["input_shape"], max_batch,
+                                        quantized)
+        if report is not None:
+            report.print(classifier.describe())
+        return classifier, info, backend
     calls = predictor.predictor_settings(inf, backend, info["input_shape"], max_batch,
-                                         quantized=bool(info.get("quantization")))
+                                         quantized=quantized)
     return predictor.Classifier(inf.directory, calls, info["input_shape"]), info, backend
 
 
 def accuracy(config, report):
     """Top-1 / top-k over every image of <image-root>/val, exactly once."""
-    classifier, info, backend = build_classifier(config, config.data.batch_size)
+    classifier, info, backend = build_classifier(config, config.data.batch_size, report)
     val_split = open_split(config.data, "val")
     check_num_classes(val_split, info["num_classes"], f"{config.data.image_root}/val")
     check_class_names(val_split.classes, exported.read_classes(config.inference.directory),
@@ -64,7 +73,7 @@ def accuracy(config, report):
 def benchmark(config, report):
     """For each batch size: warm-up runs, then timed runs on synthetic or real images."""
     inf, run_cfg = config.inference, config.run
-    classifier, info, backend = build_classifier(config, max(inf.batch_sizes))
+    classifier, info, backend = build_classifier(config, max(inf.batch_sizes), report)
     pool = _benchmark_images(config, info, max(inf.batch_sizes))
     rows = []
     for batch_size in inf.batch_sizes:
@@ -128,7 +137,7 @@ def predict(config, report):
 
 
 def _predict(config, report, files):
-    classifier, info, _ = build_classifier(config, config.data.batch_size)
+    classifier, info, _ = build_classifier(config, config.data.batch_size, report)
     classes = exported.read_classes(config.inference.directory)
     images = DataSplit.of_images("predict", ImageList(tuple(files), (0,) * len(files),
                                                        tuple(classes)))
@@ -153,6 +162,9 @@ MODES = {"accuracy": accuracy, "benchmark": benchmark, "predict": predict}
 def run(config, report_stream=None):
     report = Report(config.inference.log_path, stream=report_stream or sys.stdout)
     report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
+    note = devices.cpu_fallback_note()
+    if note:
+        report.print(note)
     try:
         return MODES[config.inference.mode](config, report)
     finally:

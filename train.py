@@ -16,20 +16,19 @@ import paddle
 import export_model
 import program as program_builder
 from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import affinity, distributed
+from paddle_resnet import affinity, devices, distributed
 from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import make_loader, open_split, train_steps
 from paddle_resnet.atomic import check_writable_folder
 from paddle_resnet.data.folder import (check_class_names, check_num_classes, check_same_classes,
                                        write_class_index)
-from paddle_resnet.errors import ConfigError
 from paddle_resnet.metrics import latency_summary, time_steps
 from paddle_resnet.profiling import step_profiler
 from paddle_resnet.quantization import quantize_eval_program
 from paddle_resnet.report import Report
 from paddle_resnet.sparsity import training as sparse_training
 from paddle_resnet.trainer import evaluate, mixup_weights, train_one_epoch, train_step
-from paddle_resnet.weights import program_state, read_weights
+from paddle_resnet.weights import check_quantization, program_state, read_weights
 
 
 def open_data(config, training, evaluating):
@@ -45,11 +44,11 @@ def open_data(config, training, evaluating):
     return train_split, val_split, (train_split or val_split).classes
 
 
-def check_start(config, meta, classes, training):
+def check_start(config, meta, classes, training, resuming):
     """Before anything is built or written: a resumed checkpoint must belong to this run,
     a fresh run must not mix its checkpoints with another's, and the data's class names
     must be the checkpoint's."""
-    resuming = meta if training and config.run.from_checkpoint else None
+    resuming = meta if resuming else None
     if resuming:
         ckpt.check_same_run(meta, config, config.run.from_checkpoint)
     if training and not config.run.benchmark:
@@ -60,13 +59,13 @@ def check_start(config, meta, classes, training):
 
 
 def load_start_weights(config, programs, training, report, world_size, steps_per_epoch, meta,
-                       state):
+                       state, resuming):
     """Resume, or load pretrained weights, or keep the initialisation; returns the
     number of epochs already done."""
     run_cfg = config.run
     if state is None:
         return 0
-    if meta is not None and training:
+    if resuming:
         ckpt.restore_state(programs.train, state)
         # The LR schedule runs over epochs: continue at the same epoch, whatever the
         # number of steps an epoch now has (it changes with the world size).
@@ -86,10 +85,16 @@ def load_start_weights(config, programs, training, report, world_size, steps_per
     source = run_cfg.from_checkpoint or run_cfg.from_pretrained_params
     state, note = program_state(state, meta, programs.model, config, source)
     report.print(note)
-    # Training may start with a new classifier; evaluation needs every weight.
+    if meta is not None and training:
+        report.print(f"quantization-aware training starts from the weights of {source} "
+                     f"(epoch {meta['epoch']}, trained without --qat): new optimizer state "
+                     f"and LR schedule, {config.run.epochs} epoch(s)")
+    # Training may start with a new classifier; evaluation needs every weight. A 2:4
+    # model brings its masks, unless this run prunes anew.
     classifier = (programs.model.fc.weight.name, programs.model.fc.bias.name) if training else ()
     skipped = ckpt.load_pretrained(programs.train if training else programs.eval, state, source,
-                                   config.model.arch, may_skip=classifier)
+                                   config.model.arch, may_skip=classifier,
+                                   masks=config.asp.enabled and not config.asp.prune_model)
     for name in skipped:
         report.print(f"warning: pretrained parameter skipped: {name}")
     report.log("PRETRAINED", {"file": source, "skipped": skipped}, kind="PARAMETER", console=False)
@@ -98,20 +103,27 @@ def load_start_weights(config, programs, training, report, world_size, steps_per
 
 def run(config, report_stream=None):
     """Run ``config.run.run_scope``; returns the final metrics (rank 0's view)."""
+    with distributed.launcher_stop_reported():
+        return _run(config, report_stream)
+
+
+def _run(config, report_stream):
     run_cfg, data_cfg = config.run, config.data
     training = run_cfg.run_scope != "eval_only"
     evaluating = run_cfg.run_scope != "train_only" and not run_cfg.benchmark
+    if training:
+        devices.check_training_options(config)
     rank, world_size = distributed.init_fleet()
-    place, device_id = distributed.device()
+    place, device_id = devices.device()
     if device_id is not None and run_cfg.cpu_affinity:
         affinity.pin_to_gpu(device_id)
-    if config.run.sync_bn and device_id is None:
-        # On CPUs Fleet leaves batch_norm as it is: the option would silently do nothing.
-        raise ConfigError("--sync-bn needs GPUs: Paddle has no CPU sync_batch_norm, and Fleet "
-                          "keeps per-rank batch norm on CPU ranks")
     train_split, val_split, classes = open_data(config, training, evaluating)
     meta, state = read_weights(run_cfg)
-    check_start(config, meta, classes, training)
+    resuming = ckpt.continues_the_run(meta, config, training)
+    check_start(config, meta, classes, training, resuming)
+    if not training and state is not None:
+        check_quantization(meta, state, config, run_cfg.from_checkpoint
+                           or run_cfg.from_pretrained_params)
     if rank == 0:
         check_writable_folder(run_cfg.output_dir, "--output-dir")
 
@@ -122,9 +134,7 @@ def run(config, report_stream=None):
     exe = paddle.static.Executor(place)
     exe.run(programs.startup)
     if training and config.amp.enabled and config.amp.use_pure_fp16:
-        # Pure fp16 keeps fp16 parameters: the eval program must read them as fp16 too.
-        programs.optimizer.amp_init(place, scope=paddle.static.global_scope(),
-                                    test_program=programs.eval, use_fp16_test=True)
+        program_builder.init_pure_fp16(programs, place)
     if config.qat.enabled:
         # Before any weights are loaded, so a QAT checkpoint's scales find their variables.
         quantize_eval_program(programs.eval, place)
@@ -133,11 +143,12 @@ def run(config, report_stream=None):
                     visualdl_dir=run_cfg.visualdl_log_dir)
     report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
     report.print(f"{config.model.arch}: {len(classes)} classes, rank {rank}/{world_size}, "
-                 f"{'GPU ' + str(device_id) if device_id is not None else 'CPU'}")
+                 f"{devices.describe(device_id)}")
     start_epoch = load_start_weights(config, programs, training, report, world_size,
-                                     steps_per_epoch, meta, state)
+                                     steps_per_epoch, meta, state, resuming)
     if config.asp.enabled and training:
-        sparse_training.prepare(programs, config.asp, report, resumed=start_epoch > 0)
+        sparse_training.prepare(programs, config.asp, report, resumed=start_epoch > 0,
+                                place=place)
     if rank == 0:
         write_class_index(os.path.join(run_cfg.output_dir, "classes.json"), classes)
     all_reduce = distributed.all_reduce_sum(place) if world_size > 1 else None
@@ -149,7 +160,8 @@ def run(config, report_stream=None):
 
     metrics = {}
     with distributed.peers_watched(rank, world_size, os.path.join(run_cfg.output_dir,
-                                                                 config.model.arch)):
+                                                                 config.model.arch),
+                                   run_cfg.collective_timeout):
         if not training or (config.asp.prune_model and evaluating):
             # Evaluation only; or pruning's immediate cost, before retraining recovers it.
             metrics.update(run_eval(start_epoch))

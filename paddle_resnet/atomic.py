@@ -8,7 +8,15 @@ folders that ``recover_staged`` (run before every save and every read) resolves:
 a retired folder means the new one was complete, so the replacement is finished;
 a partial folder alone is an interrupted write and is removed. Folders of a
 process that is still alive are left alone.
+
+Whether the writer is alive is read from a lock, not from its process id: the writer
+holds an exclusive ``flock`` on ``.<name>.lock-<host>-<pid>`` for the whole
+replacement, and the kernel (or the network file system's lock manager) releases it
+when the process dies, wherever it ran. So a job restarted on another node (a
+preempted cluster job) finishes what the dead node's process left, where a process id
+of another host could not be checked at all.
 """
+import fcntl
 import contextlib
 import os
 import re
@@ -17,7 +25,7 @@ import socket
 
 from paddle_resnet.errors import UserError
 
-_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|retired)-(?P<host>.+)-(?P<pid>\d+)$")
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|retired|lock)-(?P<host>.+)-(?P<pid>\d+)$")
 
 
 @contextlib.contextmanager
@@ -70,9 +78,26 @@ def _hidden(directory, kind, owner):
     return os.path.join(parent, f".{name}.{kind}-{owner}")
 
 
-def _owner_alive(host, pid):
+def _holds_lock(lock_path):
+    """True while a live process holds the writer's lock at ``lock_path``."""
+    try:
+        descriptor = os.open(lock_path, os.O_RDWR)
+    except FileNotFoundError:
+        return False                      # never locked (an older version), or released
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)              # closing releases a lock taken just now
+    return False
+
+
+def _owner_alive(parent, name, host, pid):
+    """Whether the writer ``host``-``pid`` of ``parent/name`` still works on it: on this
+    machine its process id says; for another machine's, its lock does."""
     if host != socket.gethostname():
-        return True                       # another machine's process: cannot tell, keep it
+        return _holds_lock(os.path.join(parent, f".{name}.lock-{host}-{pid}"))
     if pid == os.getpid():
         return False                      # our own leftovers from an earlier failure
     try:
@@ -80,7 +105,7 @@ def _owner_alive(host, pid):
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
@@ -94,7 +119,7 @@ def recover_staged(parent):
         match = _LEFTOVER.match(entry)
         if not match or match["kind"] != "retired":
             continue
-        if _owner_alive(match["host"], int(match["pid"])):
+        if _owner_alive(parent, match["name"], match["host"], int(match["pid"])):
             continue
         owner = f"{match['host']}-{match['pid']}"
         target = os.path.join(parent, match["name"])
@@ -106,10 +131,31 @@ def recover_staged(parent):
         shutil.rmtree(retired, ignore_errors=True)
     for entry in sorted(os.listdir(parent)):
         match = _LEFTOVER.match(entry)
-        if match and not _owner_alive(match["host"], int(match["pid"])):
-            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-            actions.append(f"{os.path.join(parent, entry)}: removed an interrupted write")
+        if not match or _owner_alive(parent, match["name"], match["host"], int(match["pid"])):
+            continue
+        path = os.path.join(parent, entry)
+        if match["kind"] == "lock":
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        actions.append(f"{path}: removed an interrupted write")
     return actions
+
+
+@contextlib.contextmanager
+def _writer_lock(directory):
+    """Hold the lock that tells other processes (on any host) that this one is replacing
+    ``directory``; removed when the replacement is over."""
+    path = _hidden(directory, "lock", _owner())
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        os.close(descriptor)
 
 
 @contextlib.contextmanager
@@ -119,22 +165,24 @@ def staged_directory(directory):
     parent = os.path.dirname(os.path.abspath(directory))
     os.makedirs(parent, exist_ok=True)
     recover_staged(parent)
-    staging = _hidden(directory, "partial", _owner())
-    os.makedirs(staging)
-    try:
-        yield staging
-        for name in os.listdir(staging):
-            with open(os.path.join(staging, name), "rb+") as handle:
-                os.fsync(handle.fileno())
-        _fsync_dir(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    if os.path.exists(directory):
-        retired = _hidden(directory, "retired", _owner())
-        os.replace(directory, retired)
-        os.replace(staging, directory)
-        shutil.rmtree(retired)
-    else:
-        os.replace(staging, directory)
-    _fsync_dir(parent)
+    with _writer_lock(directory):
+        staging = _hidden(directory, "partial", _owner())
+        os.makedirs(staging)
+        try:
+            yield staging
+            for folder, _, names in os.walk(staging):     # files and subfolders alike
+                for name in names:
+                    with open(os.path.join(folder, name), "rb+") as handle:
+                        os.fsync(handle.fileno())
+                _fsync_dir(folder)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if os.path.exists(directory):
+            retired = _hidden(directory, "retired", _owner())
+            os.replace(directory, retired)
+            os.replace(staging, directory)
+            shutil.rmtree(retired)
+        else:
+            os.replace(staging, directory)
+        _fsync_dir(parent)

@@ -20,6 +20,7 @@ from paddle.base.data_feeder import convert_dtype
 from paddle_resnet.atomic import recover_staged, staged_directory
 from paddle_resnet.config import run_differences
 from paddle_resnet.errors import CheckpointError
+from paddle_resnet.quantization import QAT_SUFFIXES
 from paddle_resnet.sparsity.pattern import MASK_SUFFIX
 
 PREFIX = "model"
@@ -73,6 +74,15 @@ def check_same_run(meta, config, source):
         raise CheckpointError(f"{source} belongs to another run: {'; '.join(differences[:4])}"
                               f"{' ...' if len(differences) > 4 else ''} (only where files go "
                               "and how often to log, save and validate may change on resume)")
+
+
+def continues_the_run(meta, config, training):
+    """Training from a checkpoint resumes its run, unless it starts quantization-aware
+    training from a model trained without (NVIDIA's QAT phase, e.g. of a 2:4 model: new
+    optimizer state and schedule; the weights, and the ASP masks, are kept)."""
+    if not training or meta is None:
+        return False
+    return not (config.qat.enabled and not meta["config"].get("qat", {}).get("enabled"))
 
 
 def check_output_free(config, resuming_meta):
@@ -144,18 +154,30 @@ def read_state(prefix, optimizer=True):
         prefix = prefix[: -len(".pdparams")]
     if not os.path.exists(prefix + ".pdparams"):
         raise CheckpointError(f"{prefix}.pdparams does not exist")
+    if not optimizer:
+        return read_pickle(prefix + ".pdparams")
     try:
-        if optimizer:
-            return dict(paddle.static.load_program_state(prefix))
-        with open(prefix + ".pdparams", "rb") as handle:   # the format load_program_state reads
-            return dict(pickle.load(handle, encoding="latin1"))
+        return dict(paddle.static.load_program_state(prefix))
     except Exception as err:  # pickle and Paddle raise several types for broken files
         raise CheckpointError(f"{prefix}.pdparams: cannot be read ({type(err).__name__}: "
                               f"{str(err).splitlines()[0] if str(err) else ''})") from None
 
 
-# Variables the quantization passes add (quantize_linear's scales and zero points).
-QAT_SUFFIXES = ("@scale", "@zero_point")
+def read_pickle(path):
+    """{name: value} of a Paddle parameter pickle (what ``paddle.save`` and
+    ``load_program_state`` write and read), whatever the file is named."""
+    try:
+        with open(path, "rb") as handle:
+            state = pickle.load(handle, encoding="latin1")
+    except Exception as err:  # pickle raises several types for broken files
+        why = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        if path.endswith(".pdparams"):
+            raise CheckpointError(f"{path}: cannot be read (truncated or damaged? {why})") from None
+        raise CheckpointError(f"{path}: not a weights file (neither PyTorch, safetensors nor "
+                              f"a Paddle pickle: {why})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: holds a {type(state).__name__}, not named tensors")
+    return state
 
 
 def persistable_variables(program):
@@ -172,9 +194,10 @@ def restore_state(program, state):
     _assign(variables, state)
 
 
-def load_pretrained(program, state, source, arch, may_skip=()):
+def load_pretrained(program, state, source, arch, may_skip=(), masks=False):
     """Copy the parameters whose names and shapes match; return the ones skipped, each as
-    "name (why)". ASP masks are left alone: pruning sets them.
+    "name (why)". ASP masks are copied with ``masks`` where the file has them; otherwise
+    they are left alone (pruning sets them).
 
     Only parameters named in ``may_skip`` (a new classifier) may be skipped: any other
     mismatch means ``source`` holds another architecture, a CheckpointError. Values are
@@ -183,7 +206,9 @@ def load_pretrained(program, state, source, arch, may_skip=()):
     chosen, skipped, unexpected = [], [], []
     for param in program.all_parameters():
         if param.name.endswith(MASK_SUFFIX):
-            continue                    # ASP masks come from pruning, not from weights
+            if masks and param.name in state:
+                chosen.append(param)
+            continue                    # otherwise ASP masks come from pruning
         if param.name not in state:
             reason = "not in the file"
         elif tuple(state[param.name].shape) != tuple(param.shape):
@@ -202,7 +227,19 @@ def load_pretrained(program, state, source, arch, may_skip=()):
     chosen += [v for v in persistable_variables(program)
                if v.name.endswith(QAT_SUFFIXES) and v.name in state]
     _assign(chosen, state, cast=True)
+    # Pure fp16: the optimizer updates fp32 master copies and casts them back, so the
+    # loaded weights must reach the masters too (they hold the random initialisation,
+    # cast when the startup program ran, and the first step would bring it back).
+    masters = master_weights(program)
+    _assign([program.global_block().var(masters[v.name]) for v in chosen if v.name in masters],
+            {masters[name]: value for name, value in state.items() if name in masters}, cast=True)
     return skipped
+
+
+def master_weights(program):
+    """{parameter: its fp32 master copy} of a pure-fp16 train program (empty otherwise)."""
+    return {op.input("Param")[0]: op.input("MasterParam")[0] for op in program.global_block().ops
+            if "MasterParam" in op.input_names and op.input("MasterParam")}
 
 
 def _assign(variables, state, cast=False):

@@ -25,7 +25,7 @@ LR_SCHEDULES = ("cosine", "step")
 MASK_ALGOS = ("mask_1d", "mask_2d_greedy", "mask_2d_best")
 DATA_FORMATS = ("folder", "recordio", "tfrecord")
 DATA_LAYOUTS = ("NCHW", "NHWC")
-BACKENDS = ("auto", "trt", "gpu", "cpu")
+BACKENDS = ("auto", "trt", "gpu", "cpu", "openvino")
 INFERENCE_MODES = ("accuracy", "benchmark", "predict")
 TRT_PRECISIONS = ("FP32", "FP16", "INT8")
 CPU_PRECISIONS = ("fp32", "bf16", "int8")
@@ -132,6 +132,11 @@ class RunConfig:
     profile_stop_step: Optional[int] = key(
         None, "--profile-stop-step", "first step no longer profiled (default: start + 10)",
         at_least(1), resume_may_change=True)
+    collective_timeout: int = key(
+        1800, "--collective-timeout", "multi-rank jobs: seconds a rank may go without "
+        "progress (a step, an evaluation batch) before it ends the job, naming the stuck "
+        "rank (NCCL's customary 30 minutes; longer than any checkpoint save)", at_least(1),
+        resume_may_change=True)
     sync_bn: bool = key(False, "--sync-bn",
                         "batch-norm statistics over all ranks (Fleet sync_batch_norm; GPUs only)")
     verbose: bool = key(False, VERBOSE_FLAG,
@@ -268,7 +273,9 @@ class InferenceConfig:
         f"inference.py reads it (default {DEFAULT_INFERENCE_DIR}); train.py exports the final "
         "model there when given", aliases=("--trt-inference-dir",))
     backend: str = key("auto", "--backend",
-                       "predictor backend (auto: trt on GPU machines, cpu otherwise)",
+                       "predictor backend (auto: trt on GPU machines, cpu otherwise; cpu is "
+                       "Paddle Inference with oneDNN, openvino is OpenVINO, pip install "
+                       "openvino)",
                        choices=BACKENDS)
     mode: str = key("benchmark", "--mode", "what inference.py does", choices=INFERENCE_MODES)
     images: Tuple[str, ...] = key((), "--images", "predict: comma-separated image files or folders")
@@ -291,7 +298,8 @@ class InferenceConfig:
                                    "quantization)", aliases=("--use-calib-mode",))
     use_synthetic: bool = key(False, "--use-synthetic", "benchmark on synthetic input",
                               deprecated=("--trt-use-synthat",))
-    cpu_precision: str = key("fp32", "--cpu-precision", "oneDNN precision", choices=CPU_PRECISIONS)
+    cpu_precision: str = key("fp32", "--cpu-precision", "CPU precision of the cpu and openvino "
+                             "backends", choices=CPU_PRECISIONS)
     cpu_threads: int = key(0, "--cpu-threads", "CPU math threads (0: all cores)", at_least(0))
     ptq_algo: Optional[str] = key(None, "--ptq-algo", "export_model.py: quantize the exported "
                                   "model to INT8 after training (post-training quantization), "
@@ -299,6 +307,13 @@ class InferenceConfig:
                                   choices=PTQ_ALGOS)
     onnx: bool = key(False, "--onnx", "export_model.py: also write model.onnx (paddle2onnx, "
                      "opset 13) beside the Paddle model, fp32 or quantized")
+    openvino: bool = key(False, "--openvino", "export_model.py: also write OpenVINO's model "
+                         "(openvino/model.xml, what --backend openvino reads; pip install "
+                         "openvino)")
+    verify_images: int = key(0, "--verify-images", "export_model.py: run the export on this "
+                             "many validation images through every backend and precision this "
+                             "machine has, against the fp32 Paddle predictor; fail on "
+                             "disagreement (0: no check)", at_least(0))
     calibration_images: int = key(512, "--calibration-images", "export_model.py --ptq-algo: "
                                   "training images (validation preprocessing) to calibrate on",
                                   at_least(1))
@@ -511,12 +526,13 @@ def validate(config):
          f"lr.warmup_epochs (--warmup-epochs) must be between 0 and run.epochs ({run.epochs}), "
          f"got {config.lr.warmup_epochs}"),
         (not config.asp.prune_model or config.asp.enabled, "--prune-model needs --asp"),
-        # Fleet's ASP and QAT meta-optimizers do not list each other as inner optimizers,
-        # so Fleet applies ASP and silently drops QAT (Paddle 2.6.2 and 3.3.1): the
-        # training would run unquantized and the quantized evaluation give chance.
-        (not (config.asp.enabled and config.qat.enabled),
-         "--asp and --qat exclude each other (Fleet applies only ASP and silently drops "
-         "QAT); to quantize a 2:4 model, export it with --ptq-algo"),
+        # NVIDIA's sparse INT8 order: prune and fine-tune with the masks, then train with
+        # quantization from that 2:4 model, masks kept (QAT from freshly pruned weights
+        # would learn scales of a model that has not recovered yet).
+        (not (config.asp.prune_model and config.qat.enabled),
+         "--prune-model with --qat: prune and fine-tune first (--asp --prune-model), then "
+         "train with quantization from that 2:4 model (--asp --qat --from-pretrained-params "
+         "<its model.pdparams>, or --from-checkpoint <its folder>)"),
         (not (run.from_checkpoint and run.from_pretrained_params),
          "--from-checkpoint and --from-pretrained-params exclude each other"),
     ]
@@ -640,9 +656,14 @@ def config_from_args(namespace):
             raise ConfigError(f"--set {assignment!r}: expected SECTION.KEY=VALUE")
         _field(dotted, "--set")
         values[dotted] = _convert(dotted, yaml.safe_load(raw) if raw else None, "--set")
-    for dotted, raw in given.items():
-        if "." in dotted:
-            values[dotted] = _convert(dotted, raw, "flag")
+    flags = {dotted: _convert(dotted, raw, "flag") for dotted, raw in given.items() if "." in dotted}
+    if given.get("image_shape"):
+        for dotted, value in image_shape_values(given["image_shape"]).items():
+            if dotted in flags and flags[dotted] != value:
+                flag = _field(dotted).metadata["flag"]
+                raise ConfigError(f"--image-shape {given['image_shape']} sets {flag} {value}, "
+                                  f"but {flag} {flags[dotted]} is given too")
+    values.update(flags)
     return build_config(values)
 
 

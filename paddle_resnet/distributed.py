@@ -23,16 +23,13 @@ from paddle.distributed import fleet
 from paddle.distributed.fleet.meta_optimizers.common import CollectiveHelper
 from paddle.static.amp.decorator import OptimizerWithMixedPrecision
 
-from paddle_resnet import VERBOSE
+from paddle_resnet import VERBOSE, watchdog
 from paddle_resnet.bootstrap import paddle_chatter
+from paddle_resnet.devices import gpu_available
 from paddle_resnet.errors import UserError
 
 STREAM_SYNC_OPS = ("c_sync_comm_stream", "c_sync_calc_stream")
 PADDLE3 = int(paddle.__version__.split(".")[0]) >= 3
-
-
-def gpu_available():
-    return paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
 
 
 def launcher_ranks(environ=os.environ):
@@ -134,13 +131,35 @@ def _stopped_by_launcher(signum, frame):
 
 
 @contextlib.contextmanager
-def peers_watched(rank, world_size, checkpoints):
-    """Turn another rank's death into one line naming it, however it reaches this rank.
+def launcher_stop_reported(environ=os.environ):
+    """For a whole run under ``paddle.distributed.launch`` with several ranks: a SIGTERM
+    from the launcher (another rank ended, e.g. refused the same bad input first) becomes
+    one line of this rank's own, where Paddle's handler printed a C++ "Termination
+    signal" dump. ``peers_watched`` says more once training runs."""
+    if len([e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]) <= 1:
+        yield
+        return
+    rank = environ.get("PADDLE_TRAINER_ID", "?")
+    previous = signal.signal(signal.SIGTERM, _stopped_by_launcher)
+    try:
+        yield
+    except StoppedByLauncher:
+        raise UserError(f"rank {rank}: stopped by the launcher (SIGTERM): another rank ended "
+                        "first; its log in the launcher's --log_dir says why") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def peers_watched(rank, world_size, checkpoints, timeout):
+    """Turn another rank's death, or its being stuck for ``timeout`` seconds, into one
+    line naming it, however it reaches this rank.
 
     When a rank dies (killed, out of memory, a data error), the survivors' next
     all-reduce fails at once (gloo: the connection closes), and Paddle's own error says
     only "std::exception". Or the launcher, seeing the dead rank first, sends SIGTERM,
-    which would otherwise end this rank without a word.
+    which would otherwise end this rank without a word. A rank that is stuck but alive
+    (stopped, hung) makes the others wait inside a collective: ``watchdog`` ends them.
     """
     if world_size == 1:
         yield
@@ -149,9 +168,16 @@ def peers_watched(rank, world_size, checkpoints):
     who = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {others}"
     resume = (f"The checkpoints in {checkpoints} are intact: resume with "
               f"--from-checkpoint {checkpoints}")
+
+    def stuck(idle):
+        return (f"rank {rank}: no progress for {idle:.0f} s (--collective-timeout {timeout}): "
+                f"{who} is stuck (stopped, or hung) and this rank waits for it in a "
+                f"collective operation. {resume}")
+
     previous = signal.signal(signal.SIGTERM, _stopped_by_launcher)
     try:
-        yield
+        with watchdog.watching(timeout, stuck):
+            yield
     except StoppedByLauncher:
         raise UserError(f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
                         f"launcher's --log_dir), and the launcher ended this rank (SIGTERM). "
@@ -183,14 +209,6 @@ def check_ranks_agree(program, all_reduce, where):
         raise UserError(f"the {int(ranks)} ranks hold different parameters {where} (checksum "
                         f"spread {spread:.3g}): gradients were not reduced alike")
     return checksum
-
-
-def device():
-    """(place, DALI device id or None) for this process: its GPU, or the CPU."""
-    if gpu_available():
-        device_id = int(os.environ.get("FLAGS_selected_gpus", "0").split(",")[0])
-        return paddle.CUDAPlace(device_id), device_id
-    return paddle.CPUPlace(), None
 
 
 def all_reduce_program(name, shape, dtype):

@@ -4,8 +4,11 @@ the predictor and the sparsity checker. This module is its only owner.
     <dir>/inference.pdmodel, inference.pdiparams   program and weights (paddle.static.save_inference_model)
     <dir>/classes.json                             label index -> class name
     <dir>/model.json                               architecture, input, preprocessing, sparse weights
+    <dir>/model.onnx                               export_model.py --onnx
+    <dir>/openvino/model.xml, model.bin            OpenVINO's conversion, cached on first use
 """
 import dataclasses
+import contextlib
 import json
 import os
 
@@ -13,7 +16,7 @@ import numpy as np
 import paddle
 
 from paddle_resnet import VERBOSE
-from paddle_resnet.atomic import recover_staged
+from paddle_resnet.atomic import recover_staged, staged_directory
 from paddle_resnet.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.data.dali import make_loader
 from paddle_resnet.data.folder import read_class_index, write_class_index
@@ -27,6 +30,8 @@ INFO_FILE = "model.json"
 _PREFIX = MODEL_FILE.rsplit(".", 1)[0]
 INPUT_NAME = "data"
 ONNX_FILE = "model.onnx"
+OPENVINO_DIR = "openvino"
+OPENVINO_FILE = "model.xml"
 
 
 def describe(config, input_shape, sparse):
@@ -74,6 +79,28 @@ def is_exported_model(path):
 def model_paths(model_dir):
     """(program file, parameters file), as paddle.inference.Config takes them."""
     return os.path.join(model_dir, MODEL_FILE), os.path.join(model_dir, PARAMS_FILE)
+
+
+def openvino_model(model_dir, core, ov):
+    """The exported model as OpenVINO reads it: converted once (about a second for
+    ResNet-50), then read from ``<dir>/openvino/model.xml`` while that is newer than its
+    source. The source is inference.pdmodel, or for a quantized model model.onnx (written
+    now if missing): OpenVINO 2026.4's Paddle reader refuses Paddle's per-channel
+    quantize/dequantize ops ("quant_axis is NOT in the range of [-1]"), its ONNX reader
+    takes them. A folder that cannot be written is converted every time."""
+    cached = os.path.join(model_dir, OPENVINO_DIR, OPENVINO_FILE)
+    source = os.path.join(model_dir, MODEL_FILE)
+    if read_info(model_dir).get("quantization"):
+        source = os.path.join(model_dir, ONNX_FILE)
+        if not os.path.exists(source):
+            write_onnx(model_dir)
+    if os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(source):
+        return core.read_model(cached)
+    model = core.read_model(source)
+    with contextlib.suppress(OSError):                  # read-only: convert each time
+        with staged_directory(os.path.dirname(cached)) as staging:
+            ov.save_model(model, os.path.join(staging, OPENVINO_FILE), compress_to_fp16=False)
+    return model
 
 
 def read_info(model_dir):

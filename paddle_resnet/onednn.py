@@ -20,7 +20,8 @@ conv kernel refuses ("ConvOneDNNHandlerT is not implemented for data type bfloat
 filters instead fails on tensors the rewrite declared bf16 that plain kernels filled
 with fp32.
 """
-from paddle_resnet.distributed import PADDLE3, gpu_available, uses_gloo
+from paddle_resnet.devices import gpu_available
+from paddle_resnet.distributed import PADDLE3, uses_gloo
 from paddle_resnet.errors import ConfigError
 
 # Forward and backward ops that run faster on oneDNN (see above); the rest stay plain.

@@ -7,9 +7,9 @@ import importlib.util
 from paddle_resnet.errors import UserError
 
 # module -> pip requirement that provides it (requirements-tools.txt pins them)
-PACKAGES = {"onnxruntime": "onnxruntime", "paddle2onnx": "paddle2onnx",
+PACKAGES = {"onnxruntime": "onnxruntime", "paddle2onnx": "paddle2onnx", "onnx": "onnx",
             "matplotlib": "matplotlib", "visualdl": "visualdl", "torch": "torch",
-            "safetensors": "safetensors"}
+            "safetensors": "safetensors", "openvino": "openvino"}
 
 
 def _installed(module):
@@ -20,6 +20,7 @@ has_onnxruntime = _installed("onnxruntime")
 has_paddle2onnx = _installed("paddle2onnx")
 has_matplotlib = _installed("matplotlib")
 has_visualdl = _installed("visualdl")
+has_openvino = _installed("openvino")
 
 
 def require(module, purpose):

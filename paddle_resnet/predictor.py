@@ -14,9 +14,8 @@ import paddle.inference as paddle_infer
 from paddle.base import core
 from paddle.inference import PrecisionType
 
-from paddle_resnet import VERBOSE, exported
+from paddle_resnet import VERBOSE, devices, exported
 from paddle_resnet.bootstrap import native_chatter
-from paddle_resnet.distributed import gpu_available
 from paddle_resnet.errors import ConfigError, UserError
 from paddle_resnet.quantization import cpu_has_int8_dot_products
 
@@ -42,13 +41,16 @@ def cpu_supports_bf16():
 
 
 def resolve_backend(requested):
-    """``auto`` becomes trt on GPU machines and cpu elsewhere; GPU backends need a GPU."""
-    has_gpu = gpu_available()
+    """``auto`` becomes trt on GPU machines with TensorRT, gpu on those without, and cpu
+    elsewhere; the GPU backends need a GPU (and trt TensorRT's libraries)."""
     if requested == "auto":
-        return "trt" if has_gpu else "cpu"
-    if requested in ("trt", "gpu") and not has_gpu:
-        raise ConfigError(f"--backend {requested} needs an NVIDIA GPU and paddlepaddle-gpu; "
-                          "this machine has none (use --backend cpu)")
+        if not devices.gpu_available():
+            return "cpu"
+        return "trt" if devices.tensorrt_version() else "gpu"
+    if requested == "trt":
+        devices.require_tensorrt("--backend trt")
+    if requested == "gpu":
+        devices.require_gpu("--backend gpu", "use --backend cpu")
     return requested
 
 
@@ -64,8 +66,9 @@ def predictor_settings(inference_config, backend, input_shape, max_batch, quanti
     inf = inference_config
     if backend != "trt" and inf.trt_precision != "FP32":
         raise ConfigError(f"--trt-precision {inf.trt_precision} needs --backend trt, not {backend}")
-    if backend != "cpu" and inf.cpu_precision != "fp32":
-        raise ConfigError(f"--cpu-precision {inf.cpu_precision} needs --backend cpu, not {backend}")
+    if backend not in ("cpu", "openvino") and inf.cpu_precision != "fp32":
+        raise ConfigError(f"--cpu-precision {inf.cpu_precision} needs --backend cpu or openvino, "
+                          f"not {backend}")
     if inf.cpu_precision == "bf16" and not cpu_supports_bf16():
         raise ConfigError("--cpu-precision bf16: this CPU has no bfloat16 support (avx512_bf16 / AMX)")
     int8 = inf.cpu_precision == "int8" or inf.trt_precision == "INT8"

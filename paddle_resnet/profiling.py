@@ -12,9 +12,10 @@ Inside the window [start, stop) of global steps:
 import contextlib
 import os
 
-import paddle
 import paddle.profiler as profiler
 from paddle.base import core
+
+from paddle_resnet.devices import gpu_available
 
 DEFAULT_STEPS = 10
 TRACE_FOLDER = "profile"
@@ -29,10 +30,11 @@ def window(run_config):
 
 
 def _nvtx():
-    """(push, pop, capture start, capture stop) of this build, or None on CPU builds."""
+    """(push, pop, capture start, capture stop), or None where no GPU runs the steps (the
+    CPU build lacks them; the GPU build without a GPU has nothing to capture)."""
     names = ("nvprof_nvtx_push", "nvprof_nvtx_pop", "nvprof_start", "nvprof_stop")
     functions = [getattr(core, name, None) for name in names]
-    if not paddle.is_compiled_with_cuda() or None in functions:
+    if not gpu_available() or None in functions:
         return None
     return functions
 
@@ -63,7 +65,7 @@ class StepProfiler:
 
     def _begin(self):
         targets = [profiler.ProfilerTarget.CPU]
-        if paddle.is_compiled_with_cuda():
+        if gpu_available():
             targets.append(profiler.ProfilerTarget.GPU)
         self._paddle = profiler.Profiler(
             targets=targets, on_trace_ready=profiler.export_chrome_tracing(self.trace_dir))

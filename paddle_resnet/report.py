@@ -22,6 +22,18 @@ def _format_value(value):
     return str(value)
 
 
+# Narrower terminals (a 0-column pseudo-terminal, as some job schedulers give) get the
+# lines: tqdm draws nothing at all there.
+BAR_COLUMNS = 40
+
+
+def _fits_a_bar(stream):
+    try:
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns >= BAR_COLUMNS
+    except (AttributeError, OSError, ValueError):   # not a file, or no size to ask for
+        return False
+
+
 class Report:
     """Appends to the JSON-lines file (a new run never erases an old one's lines);
     only rank 0 writes and prints."""
@@ -31,7 +43,7 @@ class Report:
         self.enabled = enabled
         self.stream = stream
         # A person watching: progress bars instead of a line every few steps.
-        self.interactive = enabled and stream.isatty()
+        self.interactive = enabled and _fits_a_bar(stream)
         self._visualdl, self._logged_steps = None, 0
         if enabled and visualdl_dir:
             self._visualdl = require("visualdl", "--visualdl-log-dir").LogWriter(logdir=visualdl_dir)

@@ -3,6 +3,7 @@ import time
 
 import numpy as np
 
+from paddle_resnet import watchdog
 from paddle_resnet.metrics import Meter, accuracy_from_counts, eval_counts
 from paddle_resnet.profiling import NoProfiler
 
@@ -27,6 +28,7 @@ def train_step(exe, programs, feed, mixup_weight=None):
         feed = dict(feed, **{programs.mixup_feed: mixup_weight})
     lr = programs.lr_scheduler.get_lr()
     results = exe.run(programs.train, feed=feed, fetch_list=list(programs.train_fetches.values()))
+    watchdog.beat()
     programs.lr_scheduler.step()
     values = {name: float(np.mean(value)) for name, value in zip(programs.train_fetches, results)}
     return dict(values, lr=lr)
@@ -81,6 +83,7 @@ def evaluate(exe, programs, loader, epoch, report, all_reduce=None):
         top_classes, losses = exe.run(programs.eval_compiled or programs.eval, feed=feed,
                                       fetch_list=fetch_list)
         totals += eval_counts(top_classes, losses, np.array(feed["label"]))
+        watchdog.beat()
         bar.update()
     bar.close()
     if all_reduce is not None:

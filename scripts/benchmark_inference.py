@@ -1,4 +1,6 @@
-"""CPU inference benchmark: Paddle Inference (oneDNN fp32, bf16, int8) against onnxruntime (fp32).
+"""CPU inference benchmark: the toolkit's backends (Paddle Inference with oneDNN, and
+OpenVINO) at fp32, bf16 and int8, against onnxruntime (fp32, and int8 by its own static
+QDQ quantization).
 
     .venv/bin/pip install -r requirements-tools.txt
     .venv/bin/python scripts/benchmark_inference.py --arch resnet50 --batch-sizes 1,32
@@ -6,9 +8,11 @@
 One ResNet (randomly initialised: speed does not depend on the weights) is exported
 with export_model.py, once more quantized to int8 (--ptq-algo abs_max, calibrated on
 real images of --calibration-root), converted to ONNX with paddle2onnx, and all run on
-the same input in the same process. Each of --repeats rounds runs every runtime once
+the same input in the same process. The OpenVINO rows are inference.py's own backend
+(its int8 runs the model's PTQ scales). Each of --repeats rounds runs every runtime once
 per batch size, interleaved, and the medians are reported, so a shared machine's drift
-falls on all alike. Prints a table and writes the figures and the ratios to --output.
+falls on all alike. Prints a table and writes the figures and the ratios (each
+precision's fastest toolkit backend against the fastest runtime) to --output.
 """
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
@@ -26,7 +30,9 @@ import program
 from paddle_resnet import exported, predictor
 from paddle_resnet.bootstrap import available_cores
 from paddle_resnet.config import InferenceConfig, build_config
+from paddle_resnet.data.dali import open_split
 from paddle_resnet.metrics import latency_summary, time_steps
+from paddle_resnet.openvino_runtime import OpenVinoClassifier
 from paddle_resnet.optional import require
 
 
@@ -57,6 +63,34 @@ def to_onnx(model_dir, path):
     return path
 
 
+def onnx_runner(session):
+    name = session.get_inputs()[0].name
+    return lambda x: session.run(None, {name: x})[0]
+
+
+def ort_static_int8(fp32_path, model_dir, workdir, calibration_root, count=64):
+    """The fp32 ONNX model quantized by onnxruntime itself (static, QDQ, per-channel
+    weights), calibrated on ``count`` real images as the export's PTQ is: its int8 peer."""
+    quantization = require("onnxruntime.quantization", "the onnxruntime int8 peer")
+    config = build_config({"data.image_root": calibration_root, "data.batch_size": 16})
+    info = exported.read_info(model_dir)
+    split = open_split(config.data, "train").spread(count)
+    batches = [{"data": b["data"]} for b in exported.validation_batches(split, config.data, info)]
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter(batches)
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    path = os.path.join(workdir, "model_int8_ort.onnx")
+    quantization.quantize_static(fp32_path, path, Reader(), quant_format=quantization.QuantFormat.QDQ,
+                                 per_channel=True, activation_type=quantization.QuantType.QInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+    return path
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="resnet50")
@@ -79,13 +113,21 @@ def main():
     options.intra_op_num_threads = threads
     session = onnxruntime.InferenceSession(to_onnx(model_dir, os.path.join(workdir, "model.onnx")),
                                            options, providers=["CPUExecutionProvider"])
-    input_name = session.get_inputs()[0].name
-    runners = {"onnxruntime fp32": lambda x: session.run(None, {input_name: x})[0]}
+    runners = {"onnxruntime fp32": onnx_runner(session)}
+    runners["onnxruntime int8"] = onnx_runner(onnxruntime.InferenceSession(
+        ort_static_int8(os.path.join(workdir, "model.onnx"), model_dir, workdir,
+                        args.calibration_root), options, providers=["CPUExecutionProvider"]))
     input_shape = [3, args.size, args.size]
+    max_batch = max(int(b) for b in args.batch_sizes.split(","))
     for precision, folder in (("fp32", model_dir), ("bf16", model_dir), ("int8", int8_dir)):
-        calls = predictor.predictor_settings(InferenceConfig(cpu_precision=precision), "cpu",
-                                             input_shape, 64, quantized=precision == "int8")
+        settings = InferenceConfig(cpu_precision=precision)
+        calls = predictor.predictor_settings(settings, "cpu", input_shape, 64,
+                                             quantized=precision == "int8")
         runners[f"paddle {precision}"] = predictor.Classifier(folder, calls, input_shape)
+        openvino = OpenVinoClassifier(folder, settings, input_shape, max_batch,
+                                      quantized=precision == "int8")
+        print(f"openvino {precision}: {openvino.describe()}", flush=True)
+        runners[f"openvino {precision}"] = openvino
 
     rng = np.random.default_rng(0)
     rounds = []
@@ -112,8 +154,10 @@ def main():
     for batch_size in sorted({r["batch_size"] for r in results}):
         by_name = {r["runtime"]: r["ips"] for r in results if r["batch_size"] == batch_size}
         for precision in ("fp32", "bf16", "int8"):
-            ratios[f"paddle {precision} / onnxruntime fp32, batch {batch_size}"] = (
-                by_name[f"paddle {precision}"] / by_name["onnxruntime fp32"])
+            ours = max(by_name[f"{backend} {precision}"] for backend in ("paddle", "openvino"))
+            peers = [ips for name, ips in by_name.items() if name.endswith(precision)]
+            ratios[f"best toolkit backend / fastest runtime, {precision}, batch {batch_size}"] = (
+                ours / max(peers))
     for name, ratio in ratios.items():
         print(f"{name}: {ratio:.2f}x")
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)

@@ -3,16 +3,24 @@ agreement with fp32 and speed, over a whole validation tree; and the same models
 exported to ONNX, run by onnxruntime.
 
     .venv/bin/python scripts/compare_quantization.py output/demo/resnet18 demo_data/fashion_mnist_demo
+    # a 2:4 model: its PTQ exports, its QAT checkpoint, the dense model for reference
+    .venv/bin/python scripts/compare_quantization.py output/demo_asp/resnet18 \
+        demo_data/fashion_mnist_demo --qat-checkpoint output/demo_sparse_qat/resnet18 \
+        --dense-checkpoint output/demo/resnet18 --output benchmarks/sparse_int8_resnet18_demo.json
 
 Exports the checkpoint in fp32 and once per algorithm with --ptq-algo (the same
-calibration images each time), runs every model through oneDNN on the CPU on all
-validation images, prints a table and writes --output (JSON).
+calibration images each time), and the QAT checkpoint if given, runs every model
+through oneDNN on the CPU on all validation images, prints a table and writes --output
+(JSON). A 2:4 checkpoint's exports are checked to hold the pattern (every pruned
+weight, in the Paddle model and in model.onnx).
 """
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -49,6 +57,24 @@ def predictions(config, precision, batch_size):
     return np.concatenate(top), np.concatenate(onnx_top), labels, len(labels) / seconds
 
 
+def flat(sections):
+    return {f"{section}.{key}": value for section, keys in sections.items()
+            for key, value in keys.items()}
+
+
+def pattern_held(model_dir):
+    """How many weights of the export are listed as 2:4 and hold it in the Paddle model and
+    in model.onnx (None for a dense export); raises if one does not."""
+    marked = exported.read_info(model_dir)["sparse_2to4"]
+    if not marked:
+        return None
+    result = subprocess.run([sys.executable, "-m", "paddle_resnet.sparsity", model_dir],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{model_dir}: the export lost the 2:4 pattern\n{result.stdout}")
+    return len(marked)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", help="a checkpoint folder (or an arch folder: the newest)")
@@ -56,47 +82,60 @@ def main():
     parser.add_argument("--algos", default=",".join(PTQ_ALGOS))
     parser.add_argument("--calibration-images", type=int, default=512)
     parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--qat-checkpoint", help="also export this QAT checkpoint (trained "
+                        "from CHECKPOINT) and run it in int8")
+    parser.add_argument("--dense-checkpoint", help="a reference row: this fp32 checkpoint "
+                        "(the dense model CHECKPOINT was pruned from)")
     parser.add_argument("--output", default="benchmarks/ptq_resnet18_demo.json")
     args = parser.parse_args()
-    meta, _ = ckpt.read_checkpoint(args.checkpoint)
-    trained = {f"{section}.{key}": value for section, keys in meta["config"].items()
-               for key, value in keys.items()}
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
-        def export(name, **values):
-            config = dict(trained, **{"run.from_checkpoint": args.checkpoint, "inference.onnx": True,
-                                      "data.image_root": args.image_root,
-                                      "inference.model_dir": os.path.join(workdir, name),
-                                      "inference.export_log_path": os.path.join(workdir, name + ".json")},
-                          **values)
+        def export(name, checkpoint, **values):
+            meta, _ = ckpt.read_checkpoint(checkpoint)
+            config = dict(flat(meta["config"]), **{
+                "run.from_checkpoint": checkpoint, "run.from_pretrained_params": None,
+                "inference.onnx": True,
+                "data.image_root": args.image_root,
+                "inference.model_dir": os.path.join(workdir, name),
+                "inference.export_log_path": os.path.join(workdir, name + ".json")}, **values)
             start = time.perf_counter()
             export_model.export(build_config(config))
-            return config, time.perf_counter() - start
+            held = pattern_held(config["inference.model_dir"])
+            return config, time.perf_counter() - start, held
 
-        fp32_config, _ = export("fp32")
-        top32, onnx32, labels, fp32_ips = predictions(fp32_config, "fp32", args.batch_size)
-        rows.append({"model": "fp32", "top1": float((top32 == labels).mean()), "agreement": 1.0,
-                     "img_per_s": round(fp32_ips, 1),
-                     "onnx_top1": float((onnx32 == labels).mean()),
-                     "onnx_agreement": float((onnx32 == top32).mean())})
+        def measure(name, config, precision, seconds, held):
+            top, onnx_top, labels, ips = predictions(config, precision, args.batch_size)
+            reference = top if not rows else top32
+            row = {"model": name, "top1": float((top == labels).mean()),
+                   "agreement": float((top == reference).mean()), "img_per_s": round(ips, 1),
+                   "export_seconds": round(seconds, 1),
+                   "onnx_top1": float((onnx_top == labels).mean()),
+                   "onnx_agreement": float((onnx_top == reference).mean()), "sparse_2to4": held}
+            rows.append(row)
+            print(row, flush=True)
+            return top
+
+        fp32 = export("fp32", args.checkpoint)
+        top32 = measure("fp32", fp32[0], "fp32", *fp32[1:])
         for algo in args.algos.split(","):
-            config, seconds = export(algo, **{"inference.ptq_algo": algo,
-                                              "inference.calibration_images": args.calibration_images})
-            top8, onnx8, labels8, ips = predictions(config, "int8", args.batch_size)
-            assert (labels8 == labels).all()
-            rows.append({"model": f"int8 PTQ {algo}", "top1": float((top8 == labels).mean()),
-                         "agreement": float((top8 == top32).mean()), "img_per_s": round(ips, 1),
-                         "export_seconds": round(seconds, 1),
-                         "onnx_top1": float((onnx8 == labels).mean()),
-                         "onnx_agreement": float((onnx8 == top32).mean())})
-            print(rows[-1], flush=True)
-    print(f"{'model':<18} {'top-1':>8} {'agrees':>8} {'img/s':>8} {'ONNX top-1':>11} {'agrees':>8}")
+            ptq = export(algo, args.checkpoint, **{
+                "inference.ptq_algo": algo, "inference.calibration_images": args.calibration_images})
+            measure(f"int8 PTQ {algo}", ptq[0], "int8", *ptq[1:])
+        if args.qat_checkpoint:
+            qat = export("qat", args.qat_checkpoint)
+            measure("int8 QAT", qat[0], "int8", *qat[1:])
+        if args.dense_checkpoint:
+            dense = export("dense", args.dense_checkpoint)
+            measure("dense fp32 (reference)", dense[0], "fp32", *dense[1:])
+
+    print(f"{'model':<24} {'top-1':>8} {'agrees':>8} {'img/s':>8} {'ONNX top-1':>11} {'agrees':>8}")
     for row in rows:
-        print(f"{row['model']:<18} {100 * row['top1']:7.2f}% {100 * row['agreement']:7.2f}% "
+        print(f"{row['model']:<24} {100 * row['top1']:7.2f}% {100 * row['agreement']:7.2f}% "
               f"{row['img_per_s']:8.1f} {100 * row['onnx_top1']:10.2f}% "
               f"{100 * row['onnx_agreement']:7.2f}%")
     with open(args.output, "w") as handle:
-        json.dump({"checkpoint": args.checkpoint, "images": int(len(labels)),
+        json.dump({"checkpoint": args.checkpoint, "qat_checkpoint": args.qat_checkpoint,
+                   "dense_checkpoint": args.dense_checkpoint, "images": int(len(top32)),
                    "calibration_images": args.calibration_images, "rows": rows}, handle, indent=1)
     print(f"wrote {args.output}")
 

@@ -5,15 +5,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# PADDLE_VERSION and VENV select another Paddle in another environment (the 3.x smoke
-# test uses 3.3.1 in .venv-paddle3; PyPI has Paddle 3.x for the CPU only).
+# PADDLE_VERSION and VENV select another Paddle in another environment (the test suite
+# uses 3.3.1 in .venv-paddle3; PyPI has Paddle 3.x for the CPU only). PADDLE_BUILD picks
+# the build: auto (the GPU build where nvidia-smi finds a GPU), gpu or cpu; the test suite
+# runs the GPU build on CPU-only machines too, in .venv-gpu.
 PADDLE_VERSION=${PADDLE_VERSION:-2.6.2}
 VENV=${VENV:-.venv}
-if [[ "$PADDLE_VERSION" == 2.* ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  paddle_package="paddlepaddle-gpu==${PADDLE_VERSION}"
-else
-  paddle_package="paddlepaddle==${PADDLE_VERSION}"
+PADDLE_BUILD=${PADDLE_BUILD:-auto}
+if [ "$PADDLE_BUILD" = auto ]; then
+  PADDLE_BUILD=cpu
+  if [[ "$PADDLE_VERSION" == 2.* ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    PADDLE_BUILD=gpu
+  fi
 fi
+case "$PADDLE_BUILD" in
+  gpu) paddle_package="paddlepaddle-gpu==${PADDLE_VERSION}" ;;
+  cpu) paddle_package="paddlepaddle==${PADDLE_VERSION}" ;;
+  *) echo "setup: PADDLE_BUILD must be auto, gpu or cpu, not $PADDLE_BUILD" >&2; exit 2 ;;
+esac
 
 if [ ! -d /usr/share/datasets/fashion-mnist ]; then
   echo "setup: installing the Debian package dataset-fashion-mnist"

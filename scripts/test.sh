@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# The test suite: set up, then run pytest on the CPU with Paddle 2.6.2 (the pinned
-# version), then with Paddle 3.3.1 in its legacy static IR (.venv-paddle3, set up in the
-# background while the 2.6.2 tests run; SKIP_PADDLE3=1 skips it). Extra arguments go to
-# both pytest runs; the exit status is non-zero if either failed.
+# The test suite: set up, then run pytest in three tracks, one after the other:
+#   1. Paddle 2.6.2 in .venv (the pinned version; the GPU build on GPU machines): all tests;
+#   2. the GPU build, paddlepaddle-gpu 2.6.2, in .venv-gpu, executing on the CPU: the tests
+#      whose behaviour can differ on that build (marker gpu_wheel) and the GPU programs
+#      built and checked as data (cuda_build); skipped where .venv already is the GPU
+#      build, and with SKIP_GPU_WHEEL=1;
+#   3. Paddle 3.3.1 in its legacy static IR, in .venv-paddle3 (SKIP_PADDLE3=1 skips it).
+# The environments of tracks 2 and 3 are set up in the background while track 1 runs.
+# Extra arguments go to every pytest run; the exit status is non-zero if any failed.
 #
 # One Paddle process tree at a time. Two test runs side by side on two cores went into
 # futex storms (threads of a training subprocess spent 65 s in the kernel for 3 s of
@@ -13,24 +18,39 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export KMP_BLOCKTIME=0 OMP_WAIT_POLICY=PASSIVE
 bash scripts/setup.sh
-setup3_pid=""
-if [ "${SKIP_PADDLE3:-0}" != 1 ]; then
-  setup3_log=$(mktemp)
-  VENV=.venv-paddle3 PADDLE_VERSION=3.3.1 bash scripts/setup.sh > "$setup3_log" 2>&1 &
-  setup3_pid=$!
+
+gpu_wheel_track=1
+[ "${SKIP_GPU_WHEEL:-0}" = 1 ] && gpu_wheel_track=0
+if .venv/bin/python -c 'import sys, paddle_resnet, paddle; sys.exit(0 if paddle.is_compiled_with_cuda() else 1)'; then
+  gpu_wheel_track=0                # .venv is the GPU build already: track 1 covers it
 fi
-echo "== the suite on Paddle 2.6.2"
+paddle3_track=1
+[ "${SKIP_PADDLE3:-0}" = 1 ] && paddle3_track=0
+
+setup_log=$(mktemp)
+trap 'rm -f "$setup_log"' EXIT
+(
+  [ "$gpu_wheel_track" = 1 ] && { VENV=.venv-gpu PADDLE_BUILD=gpu bash scripts/setup.sh || exit 1; }
+  [ "$paddle3_track" = 1 ] && { VENV=.venv-paddle3 PADDLE_VERSION=3.3.1 bash scripts/setup.sh || exit 1; }
+  exit 0
+) > "$setup_log" 2>&1 &
+setup_pid=$!
+
 status=0
+echo "== track 1: the suite on Paddle 2.6.2"
 .venv/bin/python -m pytest tests "$@" || status=$?
-if [ -n "$setup3_pid" ]; then
-  echo "== the suite on Paddle 3.3.1 (legacy static IR)"
-  if wait "$setup3_pid"; then
-    tail -n 1 "$setup3_log"
-    .venv-paddle3/bin/python -m pytest tests "$@" || status=$?
-  else
-    cat "$setup3_log"
-    status=1
-  fi
-  rm -f "$setup3_log"
+
+if ! wait "$setup_pid"; then
+  cat "$setup_log"
+  exit 1
+fi
+grep '^setup: paddle' "$setup_log" || true
+if [ "$gpu_wheel_track" = 1 ]; then
+  echo "== track 2: the GPU build (paddlepaddle-gpu 2.6.2) without a GPU"
+  .venv-gpu/bin/python -m pytest tests -m "gpu_wheel or cuda_build" "$@" || status=$?
+fi
+if [ "$paddle3_track" = 1 ]; then
+  echo "== track 3: the suite on Paddle 3.3.1 (legacy static IR)"
+  .venv-paddle3/bin/python -m pytest tests "$@" || status=$?
 fi
 exit "$status"

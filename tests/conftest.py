@@ -1,7 +1,6 @@
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import glob
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -12,17 +11,42 @@ import sys
 import pytest
 
 import train
+from paddle_resnet import devices, distributed
 from paddle_resnet.config import build_config
 from paddle_resnet.data.fashion_mnist import write_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-PADDLE3 = int(importlib.metadata.version("paddlepaddle").split(".")[0]) >= 3
+PADDLE3 = distributed.PADDLE3
 # The slowest tests whose Paddle-facing code other tests run on both versions: they run
 # once, on the pinned 2.6.2, to keep the whole suite within CI's time (the two versions
 # run one after the other; scripts/test.sh).
 once = pytest.mark.skipif(PADDLE3, reason="version-independent beyond the tests that run "
                                           "on both versions; run once, on Paddle 2.6.2")
+
+# Markers chosen by the machine and the Paddle build (pytest.ini lists them):
+#   gpu         needs a usable NVIDIA GPU (the GPU counterparts of the cpu_only tests)
+#   cpu_only    checks behaviour without a GPU (refusals, the CPU fallback)
+#   cuda_build  builds GPU programs: needs paddlepaddle-gpu, with or without a GPU
+#   gpu_wheel   also run on the GPU build on a CPU-only machine (scripts/test.sh's third
+#               track runs -m "gpu_wheel or cuda_build" in .venv-gpu): the code whose
+#               behaviour can differ on that build
+SKIP_REASONS = {
+    "gpu": None if devices.gpu_available() else f"needs an NVIDIA GPU: {devices.why_no_gpu()}",
+    "cpu_only": ("checks the behaviour without a GPU, and this machine has one"
+                 if devices.gpu_available() else None),
+    "cuda_build": None if devices.cuda_build() else (
+        "builds GPU programs: needs the GPU build of Paddle (paddlepaddle-gpu; scripts/test.sh "
+        "runs these in .venv-gpu)"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for marker, reason in SKIP_REASONS.items():
+            if reason and marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
 
 TRAIN_PER_CLASS = 16     # 160 training images: 10 steps of 16
 VAL_PER_CLASS = 13       # 130 validation images: not a multiple of the batch size

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -12,9 +13,11 @@ from paddle_resnet import atomic
 # A child process that replaces ``target`` and SIGKILLs itself after the ``kill_after``-th
 # os.replace (0: while the new content is still being written).
 CHILD = textwrap.dedent("""
-    import os, signal, sys
+    import os, signal, socket, sys, time
     from paddle_resnet import atomic
     target, kill_after = sys.argv[1], int(sys.argv[2])
+    if len(sys.argv) > 3:                 # another host: the name the folders record
+        socket.gethostname = lambda: sys.argv[3]
     real_replace, done = os.replace, []
 
     def replace(source, destination):
@@ -29,11 +32,14 @@ CHILD = textwrap.dedent("""
             handle.write("new")
         if kill_after == 0:
             os.kill(os.getpid(), signal.SIGKILL)
+        if kill_after < 0:                # a live writer: say so, then keep writing
+            open(target + ".writing", "w").close()
+            time.sleep(60)
 """)
 
 
-def replace_and_die(target, kill_after):
-    result = subprocess.run([sys.executable, "-c", CHILD, str(target), str(kill_after)],
+def replace_and_die(target, kill_after, host=()):
+    result = subprocess.run([sys.executable, "-c", CHILD, str(target), str(kill_after), *host],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == -9, result.stderr
 
@@ -69,3 +75,36 @@ def test_a_live_writers_folder_is_left_alone(tmp_path):
     live.mkdir()
     assert atomic.recover_staged(str(tmp_path)) == []
     assert live.exists()
+
+
+@pytest.mark.parametrize("kill_after, survivor", [(0, "old"), (1, "new"), (2, "new")])
+def test_a_dead_writer_of_another_host_is_recovered(tmp_path, kill_after, survivor):
+    """A job restarted on another node finishes or undoes what the dead node left: its
+    lock was released with its process, whatever host name the folders record."""
+    target = tmp_path / "3"
+    target.mkdir()
+    (target / "value").write_text("old")
+    replace_and_die(target, kill_after, host=["node-b"])
+    assert any("node-b" in name for name in os.listdir(tmp_path))
+    atomic.recover_staged(str(tmp_path))
+    assert content(target) == survivor
+    assert os.listdir(tmp_path) == ["3"]                 # no hidden folder, no lock file
+
+
+def test_a_live_writer_of_another_host_is_left_alone(tmp_path):
+    target = tmp_path / "4"
+    writer = subprocess.Popen([sys.executable, "-c", CHILD, str(target), "-1", "node-b"])
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(str(target) + ".writing"):
+            assert time.monotonic() < deadline and writer.poll() is None
+            time.sleep(0.05)
+        before = sorted(os.listdir(tmp_path))
+        assert atomic.recover_staged(str(tmp_path)) == []
+        assert sorted(os.listdir(tmp_path)) == before     # its staging folder and lock stay
+        assert any(name.startswith(".4.partial-node-b-") for name in before)
+    finally:
+        writer.kill()
+        writer.wait()
+    atomic.recover_staged(str(tmp_path))
+    assert os.listdir(tmp_path) == ["4.writing"]          # dead now: its write removed

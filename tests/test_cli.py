@@ -106,6 +106,7 @@ def test_list_and_show_configs(capsys):
     assert "base: 0.1" in shown and "arch: resnet18" in shown
 
 
+@pytest.mark.gpu_wheel
 @once
 def test_paddle_distributed_launch_with_one_process(fmnist_root, tmp_path):
     out = tmp_path / "out"
@@ -115,3 +116,44 @@ def test_paddle_distributed_launch_with_one_process(fmnist_root, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert (out / "resnet18" / "1" / "meta.json").exists()
     assert "val.images 130" in result.stdout + open(tmp_path / "log" / "workerlog.0").read()
+
+
+def run_tool(*argv):
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def only_line(result):
+    lines = [line for line in result.stderr.strip().splitlines() if "FLAGS" not in line]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def test_a_broken_image_outside_training_is_one_line_not_a_crash(trained, fmnist_root, tmp_path):
+    """DALI's CPU decoder crashed the process (SIGSEGV, exit 139) on a failing sample of a
+    large batch: evaluation and calibration screen their images before DALI sees them."""
+    data = copy_tree(fmnist_root, tmp_path)
+    broken = sorted((data / "val" / "bag").iterdir())[3]
+    broken.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG")
+    checkpoint = f"{trained.run.output_dir}/resnet18"
+    evaluate = ["train.py", *FAST[:6], "--batch-size", "130", "--run-scope", "eval_only",
+                "--image-root", str(data), "--from-checkpoint", checkpoint]
+    for _ in range(2):                 # today's code crashed in 5 runs of 6 on this batch
+        result = run_tool(*evaluate)
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert only_line(result) == f"error: {broken}: cannot be decoded as an image"
+    first_class = sorted((data / "train").iterdir())[0]
+    calibration = sorted(first_class.iterdir())[0]        # the first image: calibrated on
+    calibration.write_bytes(b"")
+    export = run_tool("export_model.py", *FAST[:6], "--from-checkpoint", checkpoint,
+                      "--image-root", str(data), "--inference-dir", str(tmp_path / "int8"),
+                      "--export-log-path", str(tmp_path / "export.json"), "--ptq-algo",
+                      "abs_max", "--calibration-images", "64", "--batch-size", "64")
+    assert export.returncode == 2, export.stderr[-2000:]
+    assert only_line(export) == f"error: {calibration}: cannot be decoded as an image"
+    assert not (tmp_path / "int8").exists()                 # nothing half-written in place
+    # training too, and without DALI's own "[ERROR] [jpeg_parser]" line above ours
+    training = run_tool("train.py", *FAST, "--image-root", str(data),
+                        "--output-dir", str(tmp_path / "out"))
+    assert training.returncode == 2
+    assert only_line(training) == f"error: {calibration}: cannot be decoded as an image"

@@ -67,7 +67,7 @@ def test_unknown_flag_exits_with_usage(capsys):
     (["--rand-crop-scale", "0.9,0.1"], "data.rand_crop_scale (--rand-crop-scale) must satisfy"),
     (["--data-layout", "NCWH"], "model.data_layout (--data-layout) must be one of NCHW, NHWC"),
     (["--prune-model"], "--prune-model needs --asp"),
-    (["--asp", "--qat"], "--asp and --qat exclude each other"),
+    (["--asp", "--prune-model", "--qat"], "--prune-model with --qat: prune and fine-tune first"),
     (["--mask-algo", "mask_3d"], "asp.mask_algo (--mask-algo) must be one of"),
     (["--lr-milestones", "60,30"], "lr.milestones (--lr-milestones) must be increasing"),
     (["--color-jitter", "0.4,1.2,0"], "data.color_jitter (--color-jitter) must be in [0, 1), got 1.2"),

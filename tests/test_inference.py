@@ -39,6 +39,7 @@ def quiet():
     return open(os.devnull, "w")
 
 
+@pytest.mark.gpu_wheel
 def test_export_writes_model_classes_and_report(exported):
     config, report = exported
     model_dir = config.inference.model_dir
@@ -52,6 +53,7 @@ def test_export_writes_model_classes_and_report(exported):
         assert "coat" in json.load(handle).values()
 
 
+@pytest.mark.gpu_wheel
 def test_predictor_agrees_with_eval_program(exported, fmnist_root):
     config, _ = exported
     batch = next(iter(make_loader(DataSplit.of_images("val", scan_split(fmnist_root, "val")), config.data, "NCHW", False)))
@@ -77,6 +79,7 @@ def build(config, **inference_values):
     return inference.build_classifier(build_config(values), 16)[0]
 
 
+@pytest.mark.gpu_wheel
 def test_accuracy_mode_matches_training_evaluation(exported, trained, tmp_path):
     config, _ = exported
     values = dict(flat(config), **{"inference.mode": "accuracy",
@@ -151,8 +154,6 @@ def test_bad_input(exported, capsys, tmp_path):
                         str(not_image)], "1 of 1 images cannot be decoded as images", log)
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--batch-size", "0"],
                "data.batch_size (--batch-size) must be at least 1", log)
-    fails_with(capsys, ["--trt-inference-dir", model_dir, "--backend", "trt"],
-               "--backend trt needs an NVIDIA GPU", log)
     fails_with(capsys, ["--trt-inference-dir", model_dir, "--backend", "cpu", "--trt-precision",
                         "INT8"], "--trt-precision INT8 needs --backend trt", log)
     classifier = build(config)
@@ -175,6 +176,7 @@ def test_predict_keeps_the_good_images_and_names_the_bad(exported, fmnist_root, 
         f"error: 1 of 14 images cannot be decoded as images, e.g. {folder / 'broken.jpg'}")
 
 
+@pytest.mark.gpu_wheel
 def test_tensorrt_settings_without_a_gpu():
     """The TensorRT path cannot run here: check the Config calls it would make."""
     settings = InferenceConfig(trt_precision="INT8", trt_use_calib_mode=True,
@@ -203,6 +205,26 @@ def test_tensorrt_settings_without_a_gpu():
         predictor.predictor_settings(InferenceConfig(trt_precision="INT8"), "trt", [3, 8, 8], 1)
 
 
+@pytest.mark.cuda_build
+@pytest.mark.gpu_wheel
+@pytest.mark.parametrize("precision, mode", [("FP32", PrecisionType.Float32),
+                                             ("FP16", PrecisionType.Half),
+                                             ("INT8", PrecisionType.Int8)])
+def test_tensorrt_settings_apply_to_a_real_config(exported, precision, mode):
+    """The GPU build takes every TensorRT call (no GPU needed to configure) and reports
+    what a predictor would run."""
+    config, _ = exported
+    real = paddle_infer.Config(*exported_model.model_paths(config.inference.model_dir))
+    for call in predictor.predictor_settings(
+            InferenceConfig(trt_precision=precision, trt_use_static=True, device_id=1), "trt",
+            [3, 32, 32], 8, quantized=precision == "INT8"):
+        call.apply(real)
+    assert real.use_gpu() and real.gpu_device_id() == 1
+    assert real.tensorrt_engine_enabled() and real.tensorrt_dynamic_shape_enabled()
+    assert real.tensorrt_precision_mode() == mode
+
+
+@pytest.mark.gpu_wheel
 def test_cpu_settings_apply_to_a_real_config(exported):
     config, _ = exported
     real = paddle_infer.Config(*exported_model.model_paths(config.inference.model_dir))

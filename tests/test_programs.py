@@ -5,6 +5,10 @@ import program
 from paddle_resnet.config import build_config
 from paddle_resnet.optim import lr_at_step
 
+# The GPU build of Paddle changes how these programs are built: also run there
+# (scripts/test.sh's GPU-wheel track).
+pytestmark = pytest.mark.gpu_wheel
+
 
 def config(**values):
     base = {"model.arch": "resnet18", "model.num_classes": 10, "data.image_root": "x",

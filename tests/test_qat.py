@@ -13,12 +13,17 @@ from paddle.distributed.fleet.meta_optimizers import ASPOptimizer, QATOptimizer
 import export_model
 import inference
 import program
+import train
 from conftest import flat, once, small_config, train_in_fresh_process
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import exported, quantization
 from paddle_resnet.config import build_config
-from paddle_resnet.errors import ConfigError
+from paddle_resnet.errors import CheckpointError, ConfigError
 from paddle_resnet.report import read_report
+
+# The GPU build of Paddle changes how these programs are built: also run there
+# (scripts/test.sh's GPU-wheel track).
+pytestmark = pytest.mark.gpu_wheel
 
 QAT = {"qat.enabled": True}
 
@@ -70,7 +75,7 @@ def test_qat_training_learns_and_saves_the_scales(qat_run):
 @once
 def test_qat_resume_is_exact(qat_run, tmp_path):
     """Also the moving-average accumulators, which Paddle names in an order that changes
-    from process to process (name_qat_accumulators)."""
+    from process to process (name_qat_variables)."""
     resumed = small_config(qat_run.data.image_root, tmp_path, **QAT, **{
         "lr.base": 0.05, "run.epochs": 3,
         "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18", "2")})
@@ -119,10 +124,43 @@ def test_qat_export_runs_in_int8(qat_run, tmp_path):
 
 
 def test_fleet_still_drops_qat_beside_asp():
-    """Why --asp --qat is refused (config.validate): neither Fleet meta-optimizer takes the
-    other as its inner optimizer, so Fleet applies ASP alone; a 2:4 + QAT run trained
-    unquantized and its quantized evaluation gave chance (10 %). When this fails, Paddle
-    combines them and the refusal can go."""
+    """Why --asp --qat keeps the masks itself (program.distributed_strategy,
+    sparsity.training.enforce_masks): neither Fleet meta-optimizer takes the other as its
+    inner optimizer, so Fleet applied ASP alone; a 2:4 + QAT run trained unquantized and
+    its quantized evaluation gave chance (10 %). When this fails, Paddle combines them and
+    Fleet's ASP can do it again."""
     sgd = types.SimpleNamespace(_learning_rate=0.1, _learning_rate_map={})  # all they read
     assert "QATOptimizer" not in ASPOptimizer(sgd).meta_optimizers_white_list
     assert "ASPOptimizer" not in QATOptimizer(sgd).meta_optimizers_white_list
+
+
+def test_qat_models_are_evaluated_and_exported_only_as_qat_models(qat_run, trained, tmp_path):
+    """Without --qat a QAT checkpoint was scored as fp32 (exit 0, no word); with --qat a
+    dense one went through untrained quantizers. Both are refused; a QAT checkpoint's
+    .pdparams evaluates like the checkpoint (its scales come from the .pdopt beside it)."""
+    qat_folder = os.path.join(qat_run.run.output_dir, "resnet18", "3")
+    as_fp32 = build_config(dict(flat(qat_run), **{
+        "qat.enabled": False, "run.run_scope": "eval_only", "run.from_checkpoint": qat_folder,
+        "run.output_dir": str(tmp_path / "fp32")}))
+    with pytest.raises(CheckpointError, match="a quantization-aware .--qat. model: give --qat"):
+        train.run(as_fp32, report_stream=open(os.devnull, "w"))
+    export = build_config(dict(flat(as_fp32), **{
+        "inference.model_dir": str(tmp_path / "model"),
+        "inference.export_log_path": str(tmp_path / "export.json")}))
+    with pytest.raises(CheckpointError, match="give --qat"):
+        export_model.export(export)
+    assert not (tmp_path / "model").exists()
+    dense = build_config(dict(flat(trained), **{
+        "qat.enabled": True, "run.run_scope": "eval_only", "run.output_dir": str(tmp_path / "d"),
+        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18")}))
+    with pytest.raises(CheckpointError, match="not a quantization-aware model"):
+        train.run(dense, report_stream=open(os.devnull, "w"))
+    by_file = build_config(dict(flat(qat_run), **{
+        "run.run_scope": "eval_only", "run.output_dir": str(tmp_path / "file"),
+        "run.from_pretrained_params": os.path.join(qat_folder, "model.pdparams")}))
+    by_checkpoint = build_config(dict(flat(by_file), **{
+        "run.from_pretrained_params": None, "run.from_checkpoint": qat_folder,
+        "run.output_dir": str(tmp_path / "checkpoint")}))
+    results = [train.run(c, report_stream=open(os.devnull, "w")) for c in (by_file, by_checkpoint)]
+    assert results[0]["val.top1"] == results[1]["val.top1"]
+    assert results[0]["val.loss"] == pytest.approx(results[1]["val.loss"], abs=1e-6)

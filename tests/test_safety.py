@@ -1,9 +1,13 @@
 """Nothing silently wrong: runs never mix, labels never shift, ASP state is kept, outputs
 that cannot be written are named before work is lost, and Paddle's chatter stays hidden."""
+import fcntl
 import os
+import pty
 import shutil
 import subprocess
+import struct
 import sys
+import termios
 
 import paddle
 import pytest
@@ -12,6 +16,7 @@ import inference
 import train
 from conftest import ROOT, flat, once, small_config
 from paddle_resnet import checkpoint as ckpt
+from paddle_resnet import devices
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError, ConfigError, DataError
 
@@ -38,6 +43,7 @@ def test_resume_refuses_a_checkpoint_of_another_run(trained, fmnist_root, tmp_pa
     assert "lr.base: 0.8 -> 0.4" in message and "model.zero_init_residual: False -> True" in message
 
 
+@pytest.mark.gpu_wheel
 @once
 def test_resuming_an_asp_checkpoint_without_asp_is_refused(trained, fmnist_root, tmp_path):
     sparse_out = tmp_path / "sparse"
@@ -140,6 +146,7 @@ CHATTER = ("valid_optimizer_list", "meta_optimizer=", "OMP_NUM_THREADS set to",
            "UserWarning", "] [    INFO]", "New Executor is Running", "DeprecationWarning")
 
 
+@pytest.mark.gpu_wheel
 def test_the_console_shows_no_paddle_chatter_unless_verbose(fmnist_root, tmp_path):
     command = [sys.executable, "train.py", "--model-arch-name", "resnet18", "--num-of-class",
                "10", "--crop-size", "32", "--resize-short", "32", "--batch-size", "16",
@@ -151,9 +158,52 @@ def test_the_console_shows_no_paddle_chatter_unless_verbose(fmnist_root, tmp_pat
     console = quiet_run.stdout + quiet_run.stderr
     assert not [word for word in CHATTER if word in console], console
     assert quiet_run.stderr == ""
-    assert quiet_run.stdout.splitlines()[0] == "resnet18: 10 classes, rank 0/1, CPU"
+    device = devices.describe(0 if devices.gpu_available() else None)
+    assert quiet_run.stdout.splitlines()[0] == f"resnet18: 10 classes, rank 0/1, {device}"
     assert "summary" in quiet_run.stdout and "checkpoints" in quiet_run.stdout
     loud = subprocess.run(command + ["--output-dir", str(tmp_path / "loud"), "--verbose"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert loud.returncode == 0
     assert "valid_optimizer_list" in loud.stdout + loud.stderr
+
+
+def test_a_checkpoint_replacement_left_by_a_dead_node_is_finished(trained, tmp_path):
+    """Node B was killed between the two renames of replacing epoch 3, and the job
+    restarted on node A: evaluation and resume must see epoch 3, not epoch 2, and the
+    hidden folders must go."""
+    arch = tmp_path / "resnet18"
+    shutil.copytree(os.path.join(trained.run.output_dir, "resnet18"), arch)
+    owner = "node-b-4242"
+    shutil.copytree(arch / "3", arch / f".3.retired-{owner}")      # the replaced folder
+    os.rename(arch / "3", arch / f".3.partial-{owner}")             # the complete new one
+    (arch / f".3.lock-{owner}").touch()                             # its lock, released
+    assert ckpt.resolve_checkpoint(str(arch)) == str(arch / "3")
+    assert ckpt.read_checkpoint(str(arch))[0]["epoch"] == 3
+    assert sorted(os.listdir(arch)) == ["1", "2", "3"]
+
+
+def test_a_terminal_of_no_columns_gets_the_lines(fmnist_root, tmp_path):
+    """tqdm draws nothing on a 0-column terminal (some schedulers' pseudo-terminals): the
+    run prints its DLLogger lines there instead."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 0, 0, 0))
+    command = [sys.executable, "train.py", "--model-arch-name", "resnet18", "--num-of-class",
+               "10", "--crop-size", "32", "--resize-short", "32", "--batch-size", "16",
+               "--epochs", "1", "--warmup-epochs", "0", "--run-scope", "train_only",
+               "--print-interval", "5", "--image-root", fmnist_root,
+               "--output-dir", str(tmp_path)]
+    job = subprocess.Popen(command, cwd=ROOT, stdout=follower, stderr=follower)
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:                       # the child closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(leader)
+    assert job.wait(timeout=300) == 0, output.decode()[-2000:]
+    text = output.decode()
+    assert "[LOG] epoch 1 step 5:" in text and "[LOG] epoch 1 step 10:" in text, text

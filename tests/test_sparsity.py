@@ -18,6 +18,10 @@ from paddle_resnet.errors import CheckpointError, ConfigError
 from paddle_resnet.report import read_report
 from paddle_resnet.sparsity import pattern as sparsity
 
+# The GPU build of Paddle changes how these programs are built: also run there
+# (scripts/test.sh's GPU-wheel track).
+pytestmark = pytest.mark.gpu_wheel
+
 
 def quiet():
     return open(os.devnull, "w")

@@ -27,6 +27,7 @@ def records(config, kind):
     return [r for r in read_report(config.report_file) if r["type"] == kind]
 
 
+@pytest.mark.gpu_wheel
 def test_training_lowers_the_loss(trained):
     epochs = records(trained, "EPOCH")
     assert [r["step"] for r in epochs] == [[1], [2], [3]]
@@ -38,6 +39,7 @@ def test_training_lowers_the_loss(trained):
         assert key in steps[0]["data"]
 
 
+@pytest.mark.gpu_wheel
 def test_checkpoints_hold_everything_needed(trained):
     for epoch in (1, 2, 3):
         directory = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", epoch)
@@ -70,6 +72,7 @@ def test_evaluation_is_exact_whatever_the_batch_size(trained, fmnist_root):
     assert final["val.top1"] == results[0]["val.top1"]
 
 
+@pytest.mark.gpu_wheel
 def test_resume_continues_exactly(fmnist_root, tmp_path):
     """Three epochs straight, and one epoch + resume + two: bit-identical weights.
 

@@ -107,6 +107,7 @@ def test_paddleclas_weights_give_the_same_logits(tmp_path, name):
     assert_close(ours, fixture[name + ".logits"])
 
 
+@pytest.mark.gpu_wheel
 def test_the_importer_says_what_it_read(torch_models, tmp_path):
     out, _ = torch_models
     config = config_for("resnet50", tmp_path)
@@ -119,6 +120,7 @@ def test_the_importer_says_what_it_read(torch_models, tmp_path):
     assert note.split("; ")[1].startswith("warning")
 
 
+@pytest.mark.gpu_wheel
 @pytest.mark.parametrize("extra", [{"asp.enabled": True, "asp.prune_model": True},
                                    {"qat.enabled": True, "lr.base": 0.05}])
 def test_asp_and_qat_start_from_an_imported_file(torch_models, fmnist_root, tmp_path, extra):
@@ -193,3 +195,17 @@ def test_an_unknown_naming_names_the_file_and_a_tensor(tmp_path):
 def test_a_missing_file_is_one_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="nothing.pth does not exist"):
         read_tensors(str(tmp_path / "nothing.pth"))
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("notes.pth", b"these are not weights\n", r"notes\.pth: not a weights file \(neither "
+                                              r"PyTorch, safetensors nor a Paddle pickle"),
+    ("empty.safetensors", b"", r"empty\.safetensors: is empty, not a weights file"),
+    ("empty.pth", b"", r"empty\.pth: is empty, not a weights file"),
+])
+def test_a_text_or_empty_file_is_named_as_no_weights_file(tmp_path, name, content, message):
+    """Named as what it is, not as "<file>.pdparams does not exist"."""
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=message):
+        read_tensors(str(path))

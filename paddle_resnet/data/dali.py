@@ -25,7 +25,8 @@ from nvidia.dali.plugin.paddle import DALIGenericIterator
 
 from paddle_resnet.bootstrap import available_cores
 from paddle_resnet.data import records
-from paddle_resnet.data.folder import ImageList, read_class_index, scan_split, unreadable_images
+from paddle_resnet.data.folder import (ImageList, read_class_index, scan_split,
+                                       structurally_broken, unreadable_images)
 from paddle_resnet.errors import DataError
 
 PREFETCH_DEPTH = 2
@@ -68,6 +69,17 @@ class DataSplit:
 
     def __len__(self):
         return self.num_images
+
+    def spread(self, count):
+        """``count`` images evenly spaced over the split, so every class is in (folder
+        format; a record file stays whole and its reader stops where the caller does)."""
+        if self.image_list is None or count >= self.num_images:
+            return self
+        images = self.image_list
+        chosen = np.linspace(0, self.num_images - 1, count).round().astype(int)
+        return DataSplit.of_images(self.split, ImageList(
+            tuple(images.files[i] for i in chosen), tuple(images.labels[i] for i in chosen),
+            images.classes))
 
     @classmethod
     def of_images(cls, split, image_list):
@@ -188,6 +200,12 @@ def _folder_source(image_list, batch, training, rank, world_size, seed, epoch):
     indices = (train_indices(len(image_list), batch, rank, world_size, seed, epoch)
                if training else eval_indices(len(image_list), rank, world_size))
     files = [image_list.files[i] for i in indices]
+    # The whole split, once per process (its file tuple is the cache key); this rank's
+    # files of this epoch must be clean.
+    broken = sorted(set(structurally_broken(image_list.files)) & set(files))
+    if broken:
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        raise DataError(f"{broken[0]}: cannot be decoded as an image{more}")
     # Whole batches, filled by wrapping around to the first images (cut again by the
     # loader). DALI's own padding repeats the last image, and its CPU decoder
     # crashes when dozens of samples of a batch fail, were that image broken.

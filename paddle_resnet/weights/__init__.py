@@ -14,6 +14,7 @@ import os
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.errors import CheckpointError
 from paddle_resnet.models import get_arch
+from paddle_resnet.quantization import QAT_SUFFIXES
 from paddle_resnet.weights.files import read_tensors
 from paddle_resnet.weights.naming import SOURCES
 
@@ -57,15 +58,36 @@ def program_state(state, meta, model, config, source):
     return _imported(state, structured, config, source)
 
 
-def _own_arch(meta, source):
-    """The architecture a file of this toolkit was trained as, if its meta.json says."""
+def _own_meta(meta, source):
+    """A file of this toolkit's meta.json (given, or beside the file), or {}."""
     if meta is None:
         sibling = os.path.join(os.path.dirname(os.path.abspath(source)), ckpt.META)
         if not os.path.exists(sibling):
-            return None
+            return {}
         with open(sibling) as handle:
             meta = json.load(handle)
-    return meta.get("config", {}).get("model", {}).get("arch")
+    return meta
+
+
+def _own_arch(meta, source):
+    """The architecture a file of this toolkit was trained as, if its meta.json says."""
+    return _own_meta(meta, source).get("config", {}).get("model", {}).get("arch")
+
+
+def check_quantization(meta, state, config, source):
+    """Evaluation and export read weights as they were trained: a quantization-aware
+    model (its meta.json says --qat, or it holds QAT scales) with --qat, any other
+    without. Otherwise a QAT model was scored as fp32 (0.8200 where its own evaluation
+    gave 0.8233), or an fp32 model through untrained quantizers; both without a word."""
+    trained_qat = (_own_meta(meta, source).get("config", {}).get("qat", {}).get("enabled")
+                   or any(name.endswith(QAT_SUFFIXES) for name in state))
+    if trained_qat and not config.qat.enabled:
+        raise CheckpointError(f"{source}: a quantization-aware (--qat) model: give --qat "
+                                   "to evaluate or export it with its trained scales")
+    if config.qat.enabled and not trained_qat:
+        raise CheckpointError(f"{source}: not a quantization-aware model (no --qat in "
+                                   "its meta.json, no QAT scales): drop --qat, or quantize it "
+                                   "with export_model.py --ptq-algo")
 
 
 def _check_layout(file_layout, what, arch_name, source):

@@ -42,6 +42,8 @@ def read_tensors(path):
             path += ".pdparams"          # the prefix form of this toolkit's files
         else:
             raise CheckpointError(f"{path} does not exist")
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"{path}: is empty, not a weights file")
     kind = container(path)
     reader = {"PyTorch": _read_torch, "safetensors": _read_safetensors, "Paddle": _read_paddle}[kind]
     tensors = reader(path)
@@ -87,8 +89,11 @@ def _read_safetensors(path):
 
 
 def _read_paddle(path):
-    # This toolkit's .pdopt beside the parameters holds a QAT run's scales.
-    prefix = path[: -len(".pdparams")] if path.endswith(".pdparams") else path
-    state = ckpt.read_state(path, optimizer=os.path.exists(prefix + ".pdopt"))
+    if path.endswith(".pdparams"):
+        # This toolkit's .pdopt beside the parameters holds a QAT run's scales.
+        prefix = path[: -len(".pdparams")]
+        state = ckpt.read_state(path, optimizer=os.path.exists(prefix + ".pdopt"))
+    else:
+        state = ckpt.read_pickle(path)          # paddle.save writes any file name
     return {name: np.asarray(value) for name, value in state.items()
             if name != _PADDLE_NAME_TABLE and hasattr(value, "shape")}

@@ -19,7 +19,7 @@ import paddle
 from paddle.distributed import fleet
 
 import program
-from paddle_resnet import distributed
+from paddle_resnet import devices, distributed
 from paddle_resnet.config import build_config
 
 GLOBAL_BATCH, STEPS = 8, 3
@@ -41,7 +41,7 @@ def main(out, amp):
         optimizer = fleet.distributed_optimizer(paddle.optimizer.SGD(0.05), strategy=strategy)
         with distributed.collective_rewrite(main_program, startup):
             optimizer.minimize(loss, startup)
-    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe = paddle.static.Executor(devices.device()[0])     # CPU ranks over gloo, or GPUs
     exe.run(startup)
     rng = np.random.RandomState(0)
     share = GLOBAL_BATCH // world_size

@@ -1,0 +1,51 @@
+"""Bounded waiting in multi-rank jobs: a rank that makes no progress for
+``--collective-timeout`` seconds ends the job with one line.
+
+A rank that dies is noticed at once (its peers' next collective fails, or the launcher
+stops them: ``distributed.peers_watched``). A rank that is alive but stuck (stopped with
+SIGSTOP, hung in a driver, swapping) is not: its peers wait in their next collective,
+and gloo's own timeout is hard-coded to about 115 days (NCCL has none by default in
+static mode). Each training step and evaluation batch calls ``beat``; a thread checks
+that the last beat is recent and otherwise prints the error line and ends this process
+(with exit status 2), so that ``paddle.distributed.launch`` ends the job.
+"""
+import contextlib
+import os
+import sys
+import threading
+import time
+
+_last_beat = [time.monotonic()]
+
+
+def beat():
+    """This rank made progress (a step or a batch completed)."""
+    _last_beat[0] = time.monotonic()
+
+
+def _watch(timeout, message, stop):
+    interval = min(5.0, timeout / 4)
+    while not stop.wait(interval):
+        idle = time.monotonic() - _last_beat[0]
+        if idle > timeout:
+            print(f"error: {message(idle)}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            # A thread cannot raise into the main thread while it waits inside a C++
+            # collective: end the process, which the launcher sees.
+            os._exit(2)
+
+
+@contextlib.contextmanager
+def watching(timeout, message):
+    """Inside the block, no ``beat`` for ``timeout`` seconds ends the process after printing
+    ``error: message(idle seconds)``."""
+    beat()
+    stop = threading.Event()
+    thread = threading.Thread(target=_watch, args=(timeout, message, stop), daemon=True,
+                              name="paddle-resnet-watchdog")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

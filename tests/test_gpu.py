@@ -1,0 +1,125 @@
+"""The GPU counterparts of the tests that check behaviour without a GPU: they execute
+what only a GPU can (fp16 kernels, nvJPEG decoding, TensorRT, NCCL). Written against
+Paddle 2.6's and DALI 2.4's documented APIs; skipped, with the reason, on machines
+without a usable NVIDIA GPU, which is every machine this project has had so far: none of
+them has been executed."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+import pytest
+
+import export_model
+import program
+from conftest import ROOT, flat, small_config
+from paddle_resnet import devices, exported, predictor
+from paddle_resnet.config import InferenceConfig, build_config
+from paddle_resnet.data.dali import DataSplit, make_loader, open_split
+from paddle_resnet.data.folder import scan_split
+from paddle_resnet.trainer import train_step
+
+pytestmark = pytest.mark.gpu
+
+NVIDIA_AMP = {"amp.enabled": True, "amp.scale_loss": 128.0, "amp.use_dynamic_loss_scaling": True}
+TOY = os.path.join(ROOT, "tests", "ranks", "toy_reduction.py")
+needs_tensorrt = pytest.mark.skipif(devices.tensorrt_version() is None,
+                                    reason="needs TensorRT's libraries on the library path")
+
+
+def as_array(value):
+    return np.array(value) if isinstance(value, paddle.Tensor) else np.asarray(value)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_amp_training_steps_execute_and_lower_the_loss(fmnist_root, tmp_path, layout):
+    config = small_config(fmnist_root, tmp_path, **NVIDIA_AMP, **{"model.data_layout": layout,
+                                                                   "lr.base": 0.1})
+    programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)
+    place, device_id = devices.device()
+    exe = paddle.static.Executor(place)
+    exe.run(programs.startup)
+    batch = next(iter(make_loader(open_split(config.data, "train"), config.data, layout, True,
+                                  device_id=device_id)))
+    losses = [train_step(exe, programs, batch)["loss"] for _ in range(10)]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
+
+
+def test_dali_gpu_decoding_matches_cpu_decoding(imagenet_root):
+    """nvJPEG and libjpeg-turbo may round an IDCT differently: within 2 pixel levels on
+    average, same labels."""
+    config = build_config({"data.image_root": imagenet_root, "data.batch_size": 8})
+    split = DataSplit.of_images("val", scan_split(imagenet_root, "val"))
+    cpu = list(make_loader(split, config.data, "NCHW", False))
+    gpu = list(make_loader(split, config.data, "NCHW", False, device_id=devices.device()[1]))
+    assert len(cpu) == len(gpu) == 3
+    for on_cpu, on_gpu in zip(cpu, gpu):
+        np.testing.assert_array_equal(as_array(on_gpu["label"]).ravel(), on_cpu["label"].ravel())
+        difference = np.abs(as_array(on_gpu["data"]) - on_cpu["data"])
+        assert difference.mean() < 2 / 255 / min(config.data.normalize_std)
+
+
+@pytest.fixture(scope="module")
+def model_dir(trained, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_export")
+    export_model.export(build_config(dict(flat(trained), **{
+        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+        "inference.model_dir": str(out / "model"),
+        "inference.export_log_path": str(out / "export.json")})))
+    return str(out / "model")
+
+
+def classifier(model_dir, backend, **settings):
+    info = exported.read_info(model_dir)
+    calls = predictor.predictor_settings(InferenceConfig(**settings), backend,
+                                         info["input_shape"], 16)
+    return predictor.Classifier(model_dir, calls, info["input_shape"])
+
+
+def validation_images(trained, model_dir):
+    info = exported.read_info(model_dir)
+    split = open_split(trained.data, "val")
+    return np.concatenate([b["data"] for b in exported.validation_batches(split, trained.data,
+                                                                          info)])
+
+
+@needs_tensorrt
+def test_tensorrt_fp16_agrees_with_fp32(trained, model_dir):
+    images = validation_images(trained, model_dir)[:16]
+    fp32 = classifier(model_dir, "gpu")(images)
+    fp16 = classifier(model_dir, "trt", trt_precision="FP16", trt_min_subgraph_size=1)(images)
+    np.testing.assert_allclose(fp16, fp32, atol=1e-2)
+    assert (fp16.argmax(1) == fp32.argmax(1)).mean() >= 15 / 16
+
+
+@needs_tensorrt
+def test_a_second_predictor_reuses_the_serialized_engine(trained, model_dir):
+    images = validation_images(trained, model_dir)[:16]
+    first = classifier(model_dir, "trt", trt_use_static=True)(images)
+    cache = os.path.join(model_dir, "_opt_cache")        # Paddle's default beside the model
+    engines = {name: os.path.getmtime(os.path.join(cache, name)) for name in os.listdir(cache)}
+    assert engines
+    second = classifier(model_dir, "trt", trt_use_static=True)(images)
+    assert {name: os.path.getmtime(os.path.join(cache, name))
+            for name in os.listdir(cache)} == engines              # read, not rebuilt
+    np.testing.assert_array_equal(second, first)
+
+
+@pytest.mark.skipif(devices.gpu_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("amp", [False, True])
+def test_two_nccl_ranks_equal_one_process(tmp_path, amp):
+    flags = ["--amp"] if amp else []
+    one = subprocess.run([sys.executable, TOY, str(tmp_path / "one"), *flags], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--gpus", "0,1",
+                          "--log_dir", str(tmp_path / "logs"), TOY, str(tmp_path / "two"), *flags],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    single, rank0, rank1 = (np.load(tmp_path / name) for name in ("one.0.npz", "two.0.npz",
+                                                                  "two.1.npz"))
+    assert "c_allreduce_sum" in list(rank0["ops"])
+    for name in ("linear_0.w_0", "linear_0.b_0"):
+        np.testing.assert_array_equal(rank0[name], rank1[name])
+        np.testing.assert_allclose(rank0[name], single[name], rtol=1e-3, atol=1e-4)
