@@ -162,7 +162,8 @@ MODES = {"accuracy": accuracy, "benchmark": benchmark, "predict": predict}
 def run(config, report_stream=None):
     report = Report(config.inference.log_path, stream=report_stream or sys.stdout)
     report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
-    note = devices.cpu_fallback_note()
+    # OpenVINO never runs on Paddle's device: the GPU build's note would be noise there.
+    note = devices.cpu_fallback_note() if config.inference.backend != "openvino" else None
     if note:
         report.print(note)
     try:
