@@ -13,10 +13,10 @@ from PIL import Image  # noqa: F401,I001
 
 from paddle_resnet import bootstrap
 
-VERBOSE = bootstrap.is_verbose()
-bootstrap.prepare_environment(verbose=VERBOSE)
-with bootstrap.paddle_chatter(VERBOSE):
+bootstrap.set_verbose(bootstrap.is_verbose())
+bootstrap.prepare_environment(verbose=bootstrap.verbose())
+with bootstrap.paddle_chatter(bootstrap.verbose()):
     import paddle  # noqa: E402,F401  (after the environment is set: it is read at import)
     from paddle.distributed.fleet.utils import log_util  # noqa: E402
-if not VERBOSE:
+if not bootstrap.verbose():
     log_util.logger.setLevel(logging.ERROR)        # fleet's topology and strategy INFO lines

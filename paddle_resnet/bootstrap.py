@@ -1,7 +1,8 @@
 """The process environment Paddle reads once, when it is first imported, and the
 console's quiet: Paddle's own chatter (glog lines, fleet prints, topology INFO
 lines, deprecation warnings, the OMP_NUM_THREADS banner) is hidden unless the
-command line has ``--verbose`` or the environment PADDLE_RESNET_VERBOSE=1.
+command line asks for it (``--verbose``, ``--verbose True``; ``--verbose False`` and
+``--no-verbose`` do not) or the environment has PADDLE_RESNET_VERBOSE=1.
 
 ``paddle_resnet/__init__.py`` uses it to prepare the process before it imports Paddle,
 which is before any module of the package can. Values the user set are kept.
@@ -13,6 +14,12 @@ import sys
 import warnings
 
 VERBOSE_FLAG = "--verbose"
+TRUE_WORDS = ("1", "true", "yes", "on", "y", "t")
+FALSE_WORDS = ("0", "false", "no", "off", "n", "f")
+# Whether this process shows Paddle's chatter: decided from the command line at import
+# (the environment Paddle reads must be set before it loads), then set from the built
+# Config's run.verbose (cli.main_with), which parses the same flag the same way.
+_verbose = [False]
 
 
 def available_cores():
@@ -20,8 +27,26 @@ def available_cores():
 
 
 def is_verbose(argv=None, environ=os.environ):
+    """What the command line says of --verbose, as the parser will read it (the last
+    occurrence wins; a following true/false word is its value), else the environment."""
     argv = sys.argv[1:] if argv is None else argv
-    return VERBOSE_FLAG in argv or environ.get("PADDLE_RESNET_VERBOSE") == "1"
+    said = environ.get("PADDLE_RESNET_VERBOSE") == "1"
+    for index, arg in enumerate(argv):
+        if arg == "--no-verbose":
+            said = False
+        elif arg == VERBOSE_FLAG or arg.startswith(VERBOSE_FLAG + "="):
+            value = arg.partition("=")[2] or (argv[index + 1] if index + 1 < len(argv) else "")
+            said = value.lower() not in FALSE_WORDS
+    return said
+
+
+def verbose():
+    """Whether Paddle's chatter is shown now."""
+    return _verbose[0]
+
+
+def set_verbose(value):
+    _verbose[0] = bool(value)
 
 
 def threads_per_process(environ=os.environ):

@@ -1,23 +1,237 @@
-"""What every entry point does with its command line: flags -> Config -> action."""
+"""The command line of each tool, generated from the config fields: flags -> Config ->
+action. Each tool (train.py, export_model.py, inference.py) takes the flags of the keys
+it reads; a flag of another tool is refused with one line that says whose it is.
+
+    python -m paddle_resnet.cli --flag-table     # the README's flag table
+"""
+import argparse
 import sys
+from typing import Optional
 
-from paddle_resnet.config import build_parser, config_from_args, list_recipes, parse_bool, to_yaml
-from paddle_resnet.errors import UserError
+import yaml
+
+from paddle_resnet.bootstrap import is_verbose, set_verbose
+from paddle_resnet.config import (all_keys, build_config, config_field, convert_value,
+                                  list_recipes, parse_bool, read_recipe, resolve_config_path,
+                                  to_yaml)
+from paddle_resnet.errors import ConfigError, UserError
+
+TOOLS = ("train", "export_model", "inference")
+# The parser's group of each section.
+GROUPS = {"run": "Global", "data": "Dataset and augmentation", "model": "Model",
+          "lr": "Learning rate", "optimizer": "Optimizer", "loss": "Loss",
+          "amp": "Mixed precision", "asp": "Sparsity (ASP)",
+          "qat": "Quantization-aware training", "inference": "Paddle Inference"}
+# What export_model.py reads: the checkpoint, the network and how it was trained (the
+# eval program is built as training built it), the validation preprocessing (for
+# calibration and verification), the predictors it verifies with, and its outputs.
+EXPORT_KEYS = frozenset({
+    "run.output_dir", "run.from_checkpoint", "run.last_epoch_of_checkpoint",
+    "run.model_prefix", "run.from_pretrained_params", "run.cpu_onednn", "run.verbose",
+    "data.image_root", "data.format", "data.batch_size", "data.output_fp16",
+    "data.num_threads", "data.crop_size", "data.resize_short", "data.normalize_scale",
+    "data.normalize_mean", "data.normalize_std",
+    "model.arch", "model.num_classes", "model.data_layout", "model.image_channels",
+    "model.zero_init_residual",
+    "amp.enabled", "amp.use_pure_fp16", "qat.enabled", "asp.enabled", "asp.exclude",
+    "inference.model_dir", "inference.device_id", "inference.trt_precision",
+    "inference.trt_workspace_size", "inference.trt_min_subgraph_size",
+    "inference.trt_use_static", "inference.cpu_precision", "inference.cpu_threads",
+    "inference.ptq_algo", "inference.onnx", "inference.openvino", "inference.verify_images",
+    "inference.calibration_images", "inference.export_log_path"})
+# What inference.py reads: preprocessing comes from the model's model.json, so no
+# model, training or augmentation key.
+INFERENCE_KEYS = frozenset({
+    "run.benchmark_steps", "run.benchmark_warmup_steps", "run.verbose",
+    "data.image_root", "data.format", "data.batch_size", "data.num_threads",
+    "inference.model_dir", "inference.backend", "inference.mode", "inference.images",
+    "inference.batch_sizes", "inference.device_id", "inference.trt_precision",
+    "inference.trt_workspace_size", "inference.trt_min_subgraph_size",
+    "inference.trt_use_static", "inference.trt_use_calib_mode", "inference.use_synthetic",
+    "inference.cpu_precision", "inference.cpu_threads", "inference.log_path"})
 
 
-def main_with(description, action, argv=None, inference=False):
-    """Parse ``argv`` into the Config and run ``action(config)``; returns the exit code.
+def tool_reads(tool, dotted):
+    """Whether ``tool`` takes the flag of config key ``dotted``. train.py takes every key
+    but the inference section's, except where to export the final model."""
+    if tool == "train":
+        return not dotted.startswith("inference.") or dotted == "inference.model_dir"
+    return dotted in (EXPORT_KEYS if tool == "export_model" else INFERENCE_KEYS)
+
+
+def _is_bool(f):
+    return f.type in (bool, Optional[bool])
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old flag name that still works (a bool with or without its value, as NVIDIA's
+    2022 scripts pass it: --trt-use-synthat True), with a warning naming the new one."""
+
+    def __init__(self, option_strings, dest, replacement, is_bool, **kwargs):
+        self.replacement, self.is_bool = replacement, is_bool
+        super().__init__(option_strings, dest, nargs="?" if is_bool else None, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"warning: {option_string} is deprecated; use {self.replacement}", file=sys.stderr)
+        setattr(namespace, self.dest, True if values is None else values)
+
+
+class _BoolFlag(argparse.Action):
+    """``--x`` (true), ``--no-x`` (false) and ``--x VALUE`` (true/false, 1/0, yes/no, on/off),
+    the form NVIDIA's scripts use (``--use-static True``). The value is checked when the
+    Config is built."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        negatives = [f"--no-{flag[2:]}" for flag in option_strings]
+        super().__init__(list(option_strings) + negatives, dest, nargs="?", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string.startswith("--no-"):
+            if values is not None:
+                parser.error(f"{option_string} takes no value")
+            values = False
+        setattr(namespace, self.dest, True if values is None else values)
+
+    def format_usage(self):
+        return " | ".join(self.option_strings)
+
+
+class _OtherToolsFlag(argparse.Action):
+    """A flag of a config key this tool does not read: refused, naming who reads it."""
+
+    def __init__(self, option_strings, dest, tool, readers, **kwargs):
+        self.tool, self.readers = tool, readers
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is not used by {self.tool}.py (it sets {self.dest}, "
+                     f"read by {' and '.join(f'{t}.py' for t in self.readers)})")
+
+
+def image_shape_values(text):
+    """NVIDIA's --image-shape C,H,W as the keys it sets: channels and the square crop."""
+    try:
+        channels, height, width = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--image-shape {text!r}: expected C,H,W, e.g. 4,224,224") from None
+    if height != width:
+        raise ConfigError(f"--image-shape {text!r}: the crop is square (H = W)")
+    return {"model.image_channels": channels, "data.crop_size": height}
+
+
+def _help(f):
+    choices = f": {' / '.join(map(str, f.metadata['choices']))}" if f.metadata["choices"] else ""
+    return f"{f.metadata['help']}{choices}"
+
+
+def build_parser(tool, description=None):
+    """The command line of ``tool`` (one of TOOLS): every flag sets one config key; no
+    abbreviations; flags of keys the tool does not read are refused."""
+    parser = argparse.ArgumentParser(prog=f"{tool}.py", description=description,
+                                     allow_abbrev=False, argument_default=argparse.SUPPRESS)
+    parser.add_argument("--config", help="YAML recipe: a path or a name in configs/ "
+                                         "(see --list-configs)")
+    parser.add_argument("--list-configs", action="store_true", help="list the recipes and exit")
+    parser.add_argument("--show-config", nargs="?", const="exit", metavar="BOOL",
+                        help="print the resolved configuration as YAML and exit; with a value "
+                             "(NVIDIA's --show-config True) print it and go on")
+    if tool_reads(tool, "model.image_channels"):
+        parser.add_argument("--image-shape", metavar="C,H,W",
+                            help="NVIDIA's input shape, e.g. 4,224,224: sets --image-channels "
+                                 "and --crop-size")
+    parser.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                        help="set any config key, e.g. --set data.num_threads=2 (repeatable)")
+    groups = {}
+    for dotted, f in all_keys():
+        meta = f.metadata
+        flags = (meta["flag"],) + meta["aliases"] + meta["deprecated"]
+        if not tool_reads(tool, dotted):
+            readers = [t for t in TOOLS if tool_reads(t, dotted)]
+            parser.add_argument(*flags, dest=dotted, action=_OtherToolsFlag, tool=tool,
+                                readers=readers)
+            continue
+        section = dotted.partition(".")[0]
+        if section not in groups:
+            groups[section] = parser.add_argument_group(GROUPS[section])
+        group = groups[section]
+        text = f"{_help(f)} [{dotted}, default {f.default}]"
+        names = (meta["flag"],) + meta["aliases"]
+        if _is_bool(f):
+            group.add_argument(*names, dest=dotted, action=_BoolFlag, metavar="BOOL", help=text)
+        else:
+            group.add_argument(*names, dest=dotted, metavar=dotted.split(".")[1].upper(),
+                               help=text)
+        for old in meta["deprecated"]:
+            group.add_argument(old, dest=dotted, action=_DeprecatedAlias, help=argparse.SUPPRESS,
+                               replacement=meta["flag"], is_bool=_is_bool(f))
+    return parser
+
+
+def config_from_args(namespace):
+    """Defaults < recipe < --set < flags, as a validated Config."""
+    given = vars(namespace)
+    values = {}
+    if given.get("config"):
+        values.update(read_recipe(resolve_config_path(given["config"])))
+    if given.get("image_shape"):
+        values.update(image_shape_values(given["image_shape"]))
+    for assignment in given.get("set") or []:
+        dotted, sep, raw = assignment.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {assignment!r}: expected SECTION.KEY=VALUE")
+        config_field(dotted, "--set")
+        values[dotted] = convert_value(dotted, yaml.safe_load(raw) if raw else None, "--set")
+    flags = {dotted: convert_value(dotted, raw, "flag") for dotted, raw in given.items() if "." in dotted}
+    if given.get("image_shape"):
+        for dotted, value in image_shape_values(given["image_shape"]).items():
+            if dotted in flags and flags[dotted] != value:
+                flag = config_field(dotted).metadata["flag"]
+                raise ConfigError(f"--image-shape {given['image_shape']} sets {flag} {value}, "
+                                  f"but {flag} {flags[dotted]} is given too")
+    values.update(flags)
+    return build_config(values)
+
+
+def parse(tool, argv):
+    """The Config of ``tool``'s command line ``argv`` (tests and scripts build it so)."""
+    return config_from_args(build_parser(tool).parse_args(argv))
+
+
+def flag_table_markdown():
+    """The README's flag table, generated from the config fields, with the tools that
+    take each flag."""
+    short = {"train": "train", "export_model": "export", "inference": "infer"}
+    lines = ["| flag | config key | default | tools | meaning |", "|---|---|---|---|---|"]
+    section = None
+    for dotted, f in all_keys():
+        if dotted.partition(".")[0] != section:
+            section = dotted.partition(".")[0]
+            lines.append(f"| **{GROUPS[section]}** | | | | |")
+        meta = f.metadata
+        names = ", ".join(f"`{flag}`" for flag in (meta["flag"],) + meta["aliases"])
+        if meta["deprecated"]:
+            names += " (deprecated: " + ", ".join(f"`{flag}`" for flag in meta["deprecated"]) + ")"
+        default = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
+        tools = ", ".join(short[t] for t in TOOLS if tool_reads(t, dotted))
+        lines.append(f"| {names} | `{dotted}` | {default} | {tools} | {_help(f)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main_with(tool, description, action, argv=None):
+    """Parse ``argv`` into the Config of ``tool`` and run ``action(config)``; returns the
+    exit code.
 
     --list-configs and --show-config answer and stop; bad input (UserError) and a
     file that cannot be written or read (OSError: read-only, full disk, a folder where
     a file should be) become one ``error: ...`` line on stderr and exit code 2.
     """
-    args = build_parser(description, inference=inference).parse_args(argv)
+    args = build_parser(tool, description).parse_args(argv)
     try:
         if getattr(args, "list_configs", False):
             print("\n".join(list_recipes()))
             return 0
         config = config_from_args(args)
+        set_verbose(config.run.verbose or is_verbose(argv=[]))     # or the environment's
         show = getattr(args, "show_config", None)
         if show is not None and (show == "exit" or parse_bool(show, "--show-config")):
             print(to_yaml(config), end="")
@@ -32,3 +246,10 @@ def main_with(description, action, argv=None, inference=False):
         print(f"error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--flag-table"]:
+        print(flag_table_markdown(), end="")
+    else:
+        sys.exit("usage: python -m paddle_resnet.cli --flag-table")

@@ -1,22 +1,20 @@
 """The one configuration object: defaults < YAML recipe < --set < command-line flags.
 
 Each key is declared once, as a field of a frozen section dataclass made by ``key``:
-its default, its flag (and aliases), its help text and its check. The parser, the
-validation and the README's flag table (``python -m paddle_resnet.config
---flag-table``) are all generated from those fields. ``config_from_args`` builds the
-Config once; builders then take the section they need (``build_model(config.model)``).
+its default, its flag (and aliases), its help text and its check. The validation here
+and each tool's command line and the README's flag table (``paddle_resnet/cli.py``) are
+generated from those fields. ``build_config`` makes the Config once; builders then take
+the section they need (``build_model(config.model)``).
 """
-import argparse
 import dataclasses
 import os
-import sys
 import typing
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 import yaml
 
-from paddle_resnet.bootstrap import VERBOSE_FLAG
+from paddle_resnet.bootstrap import FALSE_WORDS, TRUE_WORDS, VERBOSE_FLAG
 from paddle_resnet.errors import ConfigError
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -349,20 +347,14 @@ class Config:
         return self.run.report_file or os.path.join(self.run.output_dir, "report.json")
 
 
-# The parser's group of each section; inference flags exist in export_model.py and
-# inference.py only.
-GROUPS = {"run": "Global", "data": "Dataset and augmentation", "model": "Model",
-          "lr": "Learning rate", "optimizer": "Optimizer", "loss": "Loss",
-          "amp": "Mixed precision", "asp": "Sparsity (ASP)",
-          "qat": "Quantization-aware training", "inference": "Paddle Inference"}
+# Keys of the inference section: read by export_model.py and inference.py, not part of a
+# training run (a resume may change them).
 INFERENCE_SECTIONS = ("inference",)
-# Keys of those sections that train.py takes too: where to export the final model.
-TRAINING_INFERENCE_KEYS = ("inference.model_dir",)
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 
 
-def _field(dotted, source="config"):
+def config_field(dotted, source="config"):
     """The dataclass field of ``section.key``; ConfigError naming ``source`` if there is none."""
     section, _, name = dotted.partition(".")
     if section in _SECTIONS:
@@ -374,9 +366,9 @@ def _field(dotted, source="config"):
 
 def _bool(value):
     text = str(value).lower()
-    if text in ("1", "true", "yes", "on", "y", "t"):
+    if text in TRUE_WORDS:
         return True
-    if text in ("0", "false", "no", "off", "n", "f"):
+    if text in FALSE_WORDS:
         return False
     raise ValueError("expects true or false")
 
@@ -389,9 +381,9 @@ def parse_bool(value, source):
         raise ConfigError(f"{source} {value!r}: {err}") from None
 
 
-def _convert(dotted, value, source):
+def convert_value(dotted, value, source):
     """Coerce ``value`` to the type of config field ``dotted``; ConfigError if it cannot."""
-    f = _field(dotted)
+    f = config_field(dotted)
     kind, args = typing.get_origin(f.type), typing.get_args(f.type)
     try:
         if value is None:
@@ -439,7 +431,7 @@ def list_recipes():
     return sorted(f[:-5] for f in os.listdir(CONFIG_DIR) if f.endswith(".yaml"))
 
 
-def _read_yaml(path):
+def read_recipe(path):
     try:
         with open(path) as handle:
             document = yaml.safe_load(handle) or {}
@@ -456,16 +448,16 @@ def _read_yaml(path):
             raise ConfigError(f"{path}: section {section!r} must be a mapping")
         for key, value in entries.items():
             dotted = f"{section}.{key}"
-            _field(dotted, path)
-            values[dotted] = _convert(dotted, value, path)
+            config_field(dotted, path)
+            values[dotted] = convert_value(dotted, value, path)
     return values
 
 
 def build_config(values, source="config"):
     """A Config from a flat {"section.key": value} mapping, converted and validated."""
     for dotted in values:
-        _field(dotted, source)
-    values = {dotted: _convert(dotted, value, source) for dotted, value in values.items()}
+        config_field(dotted, source)
+    values = {dotted: convert_value(dotted, value, source) for dotted, value in values.items()}
     sections = {}
     for name, section_type in _SECTIONS.items():
         prefix = name + "."
@@ -500,7 +492,7 @@ def run_differences(saved, config):
 
 def describe_key(dotted):
     """``section.key (--flag)``, as errors name a key."""
-    return f"{dotted} ({_field(dotted).metadata['flag']})"
+    return f"{dotted} ({config_field(dotted).metadata['flag']})"
 
 
 def _problem(f, value):
@@ -541,132 +533,6 @@ def validate(config):
             raise ConfigError(message)
 
 
-class _DeprecatedAlias(argparse.Action):
-    """An old flag name that still works, with a warning naming the new one."""
-
-    def __init__(self, option_strings, dest, replacement, **kwargs):
-        self.replacement = replacement
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(f"warning: {option_string} is deprecated; use {self.replacement}", file=sys.stderr)
-        setattr(namespace, self.dest, True if self.nargs == 0 else values)
-
-
-class _BoolFlag(argparse.Action):
-    """``--x`` (true), ``--no-x`` (false) and ``--x VALUE`` (true/false, 1/0, yes/no, on/off),
-    the form NVIDIA's scripts use (``--use-static True``). The value is checked when the
-    Config is built."""
-
-    def __init__(self, option_strings, dest, **kwargs):
-        negatives = [f"--no-{flag[2:]}" for flag in option_strings]
-        super().__init__(list(option_strings) + negatives, dest, nargs="?", **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string.startswith("--no-"):
-            if values is not None:
-                parser.error(f"{option_string} takes no value")
-            values = False
-        setattr(namespace, self.dest, True if values is None else values)
-
-    def format_usage(self):
-        return " | ".join(self.option_strings)
-
-
-def image_shape_values(text):
-    """NVIDIA's --image-shape C,H,W as the keys it sets: channels and the square crop."""
-    try:
-        channels, height, width = (int(v) for v in text.split(","))
-    except ValueError:
-        raise ConfigError(f"--image-shape {text!r}: expected C,H,W, e.g. 4,224,224") from None
-    if height != width:
-        raise ConfigError(f"--image-shape {text!r}: the crop is square (H = W)")
-    return {"model.image_channels": channels, "data.crop_size": height}
-
-
-def _help(f):
-    choices = f": {' / '.join(map(str, f.metadata['choices']))}" if f.metadata["choices"] else ""
-    return f"{f.metadata['help']}{choices}"
-
-
-def build_parser(description, inference=False):
-    """The command-line parser: every flag sets one config key; no abbreviations."""
-    parser = argparse.ArgumentParser(description=description, allow_abbrev=False,
-                                     argument_default=argparse.SUPPRESS)
-    parser.add_argument("--config", help="YAML recipe: a path or a name in configs/ "
-                                         "(see --list-configs)")
-    parser.add_argument("--list-configs", action="store_true", help="list the recipes and exit")
-    parser.add_argument("--show-config", nargs="?", const="exit", metavar="BOOL",
-                        help="print the resolved configuration as YAML and exit; with a value "
-                             "(NVIDIA's --show-config True) print it and go on")
-    parser.add_argument("--image-shape", metavar="C,H,W",
-                        help="NVIDIA's input shape, e.g. 4,224,224: sets --image-channels and "
-                             "--crop-size")
-    parser.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
-                        help="set any config key, e.g. --set data.num_threads=2 (repeatable)")
-    groups = {}
-    for dotted, f in all_keys():
-        section = dotted.partition(".")[0]
-        if section in INFERENCE_SECTIONS and not inference and dotted not in TRAINING_INFERENCE_KEYS:
-            continue
-        if section not in groups:
-            groups[section] = parser.add_argument_group(GROUPS[section])
-        group, meta = groups[section], f.metadata
-        text = f"{_help(f)} [{dotted}, default {f.default}]"
-        flags = (meta["flag"],) + meta["aliases"]
-        if f.type in (bool, Optional[bool]):
-            group.add_argument(*flags, dest=dotted, action=_BoolFlag, metavar="BOOL", help=text)
-        else:
-            group.add_argument(*flags, dest=dotted, metavar=dotted.split(".")[1].upper(),
-                               help=text)
-        for old in meta["deprecated"]:
-            group.add_argument(old, dest=dotted, action=_DeprecatedAlias, help=argparse.SUPPRESS,
-                               replacement=meta["flag"], nargs=0 if f.type in (bool, Optional[bool]) else None)
-    return parser
-
-
-def flag_table_markdown():
-    """The README's flag table, generated from the config fields."""
-    lines = ["| flag | config key | default | meaning |", "|---|---|---|---|"]
-    section = None
-    for dotted, f in all_keys():
-        if dotted.partition(".")[0] != section:
-            section = dotted.partition(".")[0]
-            lines.append(f"| **{GROUPS[section]}** | | | |")
-        meta = f.metadata
-        names = ", ".join(f"`{flag}`" for flag in (meta["flag"],) + meta["aliases"])
-        if meta["deprecated"]:
-            names += " (deprecated: " + ", ".join(f"`{flag}`" for flag in meta["deprecated"]) + ")"
-        default = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
-        lines.append(f"| {names} | `{dotted}` | {default} | {_help(f)} |")
-    return "\n".join(lines) + "\n"
-
-
-def config_from_args(namespace):
-    """Defaults < recipe < --set < flags, as a validated Config."""
-    given = vars(namespace)
-    values = {}
-    if given.get("config"):
-        values.update(_read_yaml(resolve_config_path(given["config"])))
-    if given.get("image_shape"):
-        values.update(image_shape_values(given["image_shape"]))
-    for assignment in given.get("set") or []:
-        dotted, sep, raw = assignment.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {assignment!r}: expected SECTION.KEY=VALUE")
-        _field(dotted, "--set")
-        values[dotted] = _convert(dotted, yaml.safe_load(raw) if raw else None, "--set")
-    flags = {dotted: _convert(dotted, raw, "flag") for dotted, raw in given.items() if "." in dotted}
-    if given.get("image_shape"):
-        for dotted, value in image_shape_values(given["image_shape"]).items():
-            if dotted in flags and flags[dotted] != value:
-                flag = _field(dotted).metadata["flag"]
-                raise ConfigError(f"--image-shape {given['image_shape']} sets {flag} {value}, "
-                                  f"but {flag} {flags[dotted]} is given too")
-    values.update(flags)
-    return build_config(values)
-
-
 def to_yaml(config):
     def plain(value):
         if isinstance(value, tuple):
@@ -675,10 +541,3 @@ def to_yaml(config):
             return {k: plain(v) for k, v in value.items()}
         return value
     return yaml.safe_dump(plain(config.to_dict()), sort_keys=False)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--flag-table"]:
-        print(flag_table_markdown(), end="")
-    else:
-        sys.exit("usage: python -m paddle_resnet.config --flag-table")

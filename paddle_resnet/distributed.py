@@ -23,7 +23,7 @@ from paddle.distributed import fleet
 from paddle.distributed.fleet.meta_optimizers.common import CollectiveHelper
 from paddle.static.amp.decorator import OptimizerWithMixedPrecision
 
-from paddle_resnet import VERBOSE, watchdog
+from paddle_resnet import bootstrap, watchdog
 from paddle_resnet.bootstrap import paddle_chatter
 from paddle_resnet.devices import gpu_available
 from paddle_resnet.errors import UserError
@@ -68,9 +68,9 @@ def init_fleet():
     paddle.enable_static()
     rank, endpoints = launcher_ranks()
     if len(endpoints) > 1 and not gpu_available():
-        with paddle_chatter(VERBOSE):            # "server not ready, wait 3 sec" lines
+        with paddle_chatter(bootstrap.verbose()):    # "server not ready, wait 3 sec" lines
             _init_gloo_ring(rank, endpoints)
-    with paddle_chatter(VERBOSE):
+    with paddle_chatter(bootstrap.verbose()):
         fleet.init(is_collective=True)
     return fleet.worker_index(), fleet.worker_num()
 

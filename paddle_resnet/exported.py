@@ -15,7 +15,7 @@ import os
 import numpy as np
 import paddle
 
-from paddle_resnet import VERBOSE
+from paddle_resnet import bootstrap
 from paddle_resnet.atomic import recover_staged, staged_directory
 from paddle_resnet.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.data.dali import make_loader
@@ -162,7 +162,7 @@ def write_onnx(model_dir):
     quantize/dequantize pairs as ONNX QDQ nodes); returns its path."""
     paddle2onnx = require("paddle2onnx", "--onnx")
     path = os.path.join(model_dir, ONNX_FILE)
-    with paddle_chatter(VERBOSE), native_chatter(VERBOSE):
+    with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
         paddle2onnx.export(*model_paths(model_dir), save_file=path, opset_version=13,
                            verbose=False)
     if not os.path.isfile(path):

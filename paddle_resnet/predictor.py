@@ -14,7 +14,7 @@ import paddle.inference as paddle_infer
 from paddle.base import core
 from paddle.inference import PrecisionType
 
-from paddle_resnet import VERBOSE, devices, exported
+from paddle_resnet import bootstrap, devices, exported
 from paddle_resnet.bootstrap import native_chatter
 from paddle_resnet.errors import ConfigError, UserError
 from paddle_resnet.quantization import cpu_has_int8_dot_products
@@ -120,7 +120,7 @@ class Classifier:
             call.apply(config)
         config.disable_glog_info()
         try:
-            with native_chatter(VERBOSE):
+            with native_chatter(bootstrap.verbose()):
                 self.predictor = paddle_infer.create_predictor(config)
         except Exception as err:  # Paddle raises its own error types here
             raise UserError(f"{model_dir}: cannot create a predictor "

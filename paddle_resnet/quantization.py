@@ -16,7 +16,7 @@ import paddle
 from paddle.static.quantization import PostTrainingQuantization
 from paddle.static.quantization.quanter import _quant_config_default, convert, quant_aware
 
-from paddle_resnet import VERBOSE, exported
+from paddle_resnet import bootstrap, exported
 from paddle_resnet.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.devices import cpu_flags
 from paddle_resnet.errors import ConfigError
@@ -92,7 +92,8 @@ def quantize_in_place(model_dir, batches, algo, count):
             # TensorRT and paddle2onnx read these (paddle2onnx aborts the process on
             # the older fake_quantize ops)
             activation_bits=8, weight_bits=8, onnx_format=True)
-        with paddle_chatter(VERBOSE), native_chatter(VERBOSE):      # progress bars, pass logs
+        # progress bars, pass logs
+        with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
             ptq.quantize()
             ptq.save_quantized_model(out, model_filename=model_file, params_filename=params_file)
         for name in (model_file, params_file):
@@ -151,7 +152,7 @@ def freeze_qat(eval_program, place):
     evaluation gave 89.15 % (95.5 % agreement), and paddle2onnx kept quantize/dequantize
     pairs on 3 of its 20 convolutions; frozen: 89.03 % (98.8 % agreement with the frozen
     model's own fp32 run, 89.11 %) and all 20. Changes the weights in the scope."""
-    with paddle_chatter(VERBOSE):
+    with paddle_chatter(bootstrap.verbose()):
         return convert(eval_program, place, config=QAT_PASS_CONFIG)
 
 
@@ -160,7 +161,7 @@ def quantize_eval_program(eval_program, place):
     scales named as the train program's (shared through the scope, saved in checkpoints).
     Fleet's ``qat_init`` does the same, but only for a run that built the optimizer; this
     serves evaluation-only runs and export too, before any weights are loaded."""
-    with paddle_chatter(VERBOSE):                                 # progress bars
+    with paddle_chatter(bootstrap.verbose()):                  # progress bars
         quantized = quant_aware(eval_program, place, scope=paddle.static.global_scope(),
                                 config=QAT_PASS_CONFIG, for_test=True, return_program=True)
     eval_program._rebuild_from_desc(quantized.desc)

@@ -14,8 +14,8 @@ import json
 import os
 import tempfile
 
-import train
-from paddle_resnet.config import build_parser, config_from_args
+from paddle_resnet.commands import train
+from paddle_resnet.cli import parse
 
 
 def main():
@@ -29,7 +29,7 @@ def main():
     def config(*extra):
         argv = (["--output-dir", scratch] + train_args
                 + ["--benchmark", "--run-scope", "train_only", *extra])
-        return config_from_args(build_parser("benchmark").parse_args(argv))
+        return parse("train", argv)
 
     variants = {"dense": config(), "asp": config("--asp", "--prune-model")}
     runs = {name: [] for name in variants}

@@ -25,7 +25,7 @@ import numpy as np
 import paddle
 import paddle.profiler as profiler
 
-import program
+from paddle_resnet import program
 from paddle_resnet.bootstrap import available_cores
 from paddle_resnet.config import build_config
 from paddle_resnet.metrics import latency_summary, time_steps

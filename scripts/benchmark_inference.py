@@ -25,8 +25,8 @@ import time
 import numpy as np
 import paddle
 
-import export_model
-import program
+from paddle_resnet.commands import export_model
+from paddle_resnet import program
 from paddle_resnet import exported, predictor
 from paddle_resnet.bootstrap import available_cores
 from paddle_resnet.config import InferenceConfig, build_config

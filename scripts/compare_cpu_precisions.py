@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-import inference
+from paddle_resnet.commands import inference
 from paddle_resnet import exported
 from paddle_resnet.config import build_config
 from paddle_resnet.data.dali import open_split

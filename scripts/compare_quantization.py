@@ -26,8 +26,8 @@ import time
 
 import numpy as np
 
-import export_model
-import inference
+from paddle_resnet.commands import export_model
+from paddle_resnet.commands import inference
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import exported
 from paddle_resnet.config import PTQ_ALGOS, build_config

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-import train
+from paddle_resnet.commands import train
 from paddle_resnet import devices, distributed
 from paddle_resnet.config import build_config
 from paddle_resnet.data.fashion_mnist import write_tree

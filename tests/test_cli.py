@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-import train
+from paddle_resnet.commands import train
 from conftest import ROOT, once
 
 FAST = ["--model-arch-name", "resnet18", "--num-of-class", "10", "--crop-size", "32",

@@ -3,13 +3,14 @@ import dataclasses
 import pytest
 import yaml
 
-from paddle_resnet.config import (build_config, build_parser, config_from_args, list_recipes,
-                                  to_yaml)
+from paddle_resnet.bootstrap import is_verbose
+from paddle_resnet.cli import build_parser, config_from_args
+from paddle_resnet.config import build_config, list_recipes, to_yaml
 from paddle_resnet.errors import ConfigError
 
 
 def parse(*argv):
-    return config_from_args(build_parser("test").parse_args(list(argv)))
+    return config_from_args(build_parser("train").parse_args(list(argv)))
 
 
 def test_defaults_are_the_nvidia_paddle_recipe():
@@ -54,7 +55,7 @@ def test_unknown_section_and_recipe_are_named(tmp_path):
 
 def test_unknown_flag_exits_with_usage(capsys):
     with pytest.raises(SystemExit):
-        build_parser("test").parse_args(["--learning-rate", "1"])
+        build_parser("train").parse_args(["--learning-rate", "1"])
     assert "unrecognized arguments: --learning-rate" in capsys.readouterr().err
 
 
@@ -83,27 +84,61 @@ def test_impossible_values_are_named(argv, message):
 
 def test_abbreviated_flags_are_refused(capsys):
     with pytest.raises(SystemExit):
-        build_parser("test").parse_args(["--epoch", "3"])
+        build_parser("train").parse_args(["--epoch", "3"])
     assert "unrecognized arguments: --epoch" in capsys.readouterr().err
 
 
 def test_aliases_reach_the_same_key_and_deprecated_ones_warn(capsys):
-    config = config_from_args(build_parser("t", inference=True).parse_args(
+    config = config_from_args(build_parser("inference").parse_args(
         ["--trt-inference-dir", "m", "--trt-log-path", "l.json", "--trt-use-synthat"]))
     assert config.inference.model_dir == "m" and config.inference.log_path == "l.json"
     assert config.inference.use_synthetic is True
     assert capsys.readouterr().err.strip() == (
         "warning: --trt-use-synthat is deprecated; use --use-synthetic")
-    config = config_from_args(build_parser("t", inference=True).parse_args(
+    config = config_from_args(build_parser("inference").parse_args(
         ["--inference-dir", "n", "--use-synthetic"]))
     assert config.inference.model_dir == "n" and config.inference.use_synthetic is True
     assert capsys.readouterr().err == ""
 
 
-def test_inference_flags_only_where_inference_runs(capsys):
+def test_nvidia_2022_spellings_take_their_values(capsys):
+    """NVIDIA's 2022 scripts pass --trt-use-synthat True; the deprecated spelling takes
+    a value as the current one does."""
+    for value, expected in (("True", True), ("False", False)):
+        config = config_from_args(build_parser("inference").parse_args(
+            ["--trt-use-synthat", value]))
+        assert config.inference.use_synthetic is expected
+    assert "deprecated; use --use-synthetic" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tool, argv, owner", [
+    ("train", ["--trt-precision", "FP16"], "read by export_model.py and inference.py"),
+    ("train", ["--ptq-algo", "KL"], "read by export_model.py)"),
+    ("inference", ["--epochs", "3"], "read by train.py)"),
+    ("inference", ["--model-arch-name", "resnet18"], "read by train.py and export_model.py"),
+    ("inference", ["--onnx"], "read by export_model.py)"),
+    ("export_model", ["--lr", "0.1"], "read by train.py)"),
+    ("export_model", ["--benchmark-batch-sizes", "1,8"], "read by inference.py)"),
+    ("export_model", ["--trt-log-path", "x.json"], "read by inference.py)"),
+])
+def test_each_tool_refuses_the_flags_of_others(capsys, tool, argv, owner):
     with pytest.raises(SystemExit):
-        build_parser("train").parse_args(["--trt-precision", "FP16"])
-    capsys.readouterr()
+        build_parser(tool).parse_args(argv)
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{argv[0]} is not used by {tool}.py" in error and owner in error
+
+
+def test_each_tool_takes_what_it_reads():
+    """The flags the tools' own scripts pass (scripts/deploy/*.sh, NVIDIA's)."""
+    export = config_from_args(build_parser("export_model").parse_args(
+        ["--from-checkpoint", "c", "--trt-inference-dir", "m", "--amp", "--data-layout", "NHWC",
+         "--image-shape", "4,224,224", "--qat", "--ptq-algo", "KL", "--verify-images", "8"]))
+    assert export.model.image_channels == 4 and export.inference.ptq_algo == "KL"
+    infer = config_from_args(build_parser("inference").parse_args(
+        ["--inference-dir", "m", "--backend", "trt", "--precision", "FP16", "--batch-size", "8",
+         "--benchmark-steps", "10", "--benchmark-warmup-steps", "2", "--use-synthetic", "True",
+         "--dali-num-threads", "2", "--verbose"]))
+    assert infer.inference.trt_precision == "FP16" and infer.run.benchmark_steps == 10
     # but train.py takes --inference-dir: where to export the final model
     assert vars(build_parser("train").parse_args(["--inference-dir", "m"])) == {
         "inference.model_dir": "m"}
@@ -116,3 +151,14 @@ def test_every_recipe_loads_and_round_trips():
         flat = {f"{s}.{k}": v for s, entries in yaml.safe_load(to_yaml(config)).items()
                 for k, v in entries.items()}
         assert build_config(flat) == config
+
+
+@pytest.mark.parametrize("argv, verbose", [
+    ([], False), (["--verbose"], True), (["--verbose", "--batch-size", "16"], True),
+    (["--verbose", "False"], False), (["--verbose", "True"], True), (["--verbose=0"], False),
+    (["--verbose", "--no-verbose"], False), (["--no-verbose", "--verbose", "yes"], True)])
+def test_the_environment_and_the_config_agree_on_verbosity(argv, verbose):
+    """Paddle's environment is set from the command line before the parser runs: both
+    must read --verbose the same way."""
+    assert is_verbose(argv, environ={}) is verbose
+    assert parse(*argv).run.verbose is verbose

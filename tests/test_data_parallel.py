@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-import train
+from paddle_resnet.commands import train
 from conftest import PADDLE3, ROOT, once
 from paddle_resnet import devices
 from paddle_resnet import checkpoint as ckpt

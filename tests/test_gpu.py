@@ -11,8 +11,8 @@ import numpy as np
 import paddle
 import pytest
 
-import export_model
-import program
+from paddle_resnet.commands import export_model
+from paddle_resnet import program
 from conftest import ROOT, flat, small_config
 from paddle_resnet import devices, exported, predictor
 from paddle_resnet.config import InferenceConfig, build_config

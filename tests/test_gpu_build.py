@@ -14,7 +14,7 @@ import paddle
 import pytest
 from paddle.static.amp.fp16_lists import AutoMixedPrecisionLists
 
-import program
+from paddle_resnet import program
 from conftest import small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import gpu_tuning

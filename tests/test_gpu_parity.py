@@ -9,14 +9,15 @@ import numpy as np
 import paddle
 import pytest
 
-import export_model
-import inference
-import program
-import train
+from paddle_resnet.commands import export_model
+from paddle_resnet.commands import inference
+from paddle_resnet import program
+from paddle_resnet.commands import train
 from conftest import ROOT, flat, once, small_config
 from paddle_resnet import (affinity, checkpoint as ckpt, devices, exported, gpu_tuning,
                            predictor, profiling)
-from paddle_resnet.config import build_config, build_parser, config_from_args
+from paddle_resnet.cli import build_parser, config_from_args
+from paddle_resnet.config import build_config
 from paddle_resnet.data.dali import DataSplit, make_loader
 from paddle_resnet.data.folder import scan_split
 from paddle_resnet.errors import ConfigError, UserError
@@ -210,14 +211,14 @@ INFERENCE_ALIASES = [
 
 @pytest.mark.parametrize("argv, dotted, value", TRAIN_ALIASES + INFERENCE_ALIASES)
 def test_nvidia_flag_names_reach_our_keys(argv, dotted, value):
-    config = config_from_args(build_parser("x", inference=(argv, dotted, value) in
-                                           INFERENCE_ALIASES).parse_args(argv))
+    config = config_from_args(build_parser(
+        "inference" if (argv, dotted, value) in INFERENCE_ALIASES else "train").parse_args(argv))
     section, _, name = dotted.partition(".")
     assert getattr(getattr(config, section), name) == value
 
 
 def test_nvidia_values_are_checked():
-    parser = build_parser("x", inference=True)
+    parser = build_parser("export_model")
     with pytest.raises(ConfigError, match="expects true or false"):
         config_from_args(parser.parse_args(["--use-static", "maybe"]))
     with pytest.raises(ConfigError, match="must be auto or an epoch"):

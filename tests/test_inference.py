@@ -10,9 +10,9 @@ import paddle.inference as paddle_infer
 import pytest
 from paddle.inference import PrecisionType
 
-import export_model
-import inference
-import program
+from paddle_resnet.commands import export_model
+from paddle_resnet.commands import inference
+from paddle_resnet import program
 from conftest import flat
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import exported as exported_model

@@ -7,9 +7,9 @@ import numpy as np
 import onnxruntime
 import pytest
 
-import export_model
-import inference
-import train
+from paddle_resnet.commands import export_model
+from paddle_resnet.commands import inference
+from paddle_resnet.commands import train
 from conftest import flat, small_config
 from paddle_resnet import exported as exported_model
 from paddle_resnet import quantization

@@ -8,8 +8,8 @@ import numpy as np
 import paddle
 import pytest
 
-import program
-import train
+from paddle_resnet import program
+from paddle_resnet.commands import train
 from conftest import ROOT, once, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.errors import ConfigError

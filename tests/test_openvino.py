@@ -10,9 +10,9 @@ import numpy as np
 import paddle
 import pytest
 
-import export_model
-import inference
-import program
+from paddle_resnet.commands import export_model
+from paddle_resnet.commands import inference
+from paddle_resnet import program
 from conftest import ROOT, flat
 from paddle_resnet import exported, predictor, quantization, verify
 from paddle_resnet.config import build_config

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-import program
+from paddle_resnet import program
 from paddle_resnet.config import build_config
 from paddle_resnet.optim import lr_at_step
 

@@ -10,10 +10,10 @@ import paddle
 import pytest
 from paddle.distributed.fleet.meta_optimizers import ASPOptimizer, QATOptimizer
 
-import export_model
-import inference
-import program
-import train
+from paddle_resnet.commands import export_model
+from paddle_resnet.commands import inference
+from paddle_resnet import program
+from paddle_resnet.commands import train
 from conftest import flat, once, small_config, train_in_fresh_process
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import exported, quantization

@@ -3,10 +3,10 @@ import numpy as np
 import paddle
 import pytest
 
-import program
+from paddle_resnet import program
 from conftest import once
-from paddle_resnet.config import (ConfigError, DataConfig, build_parser, config_from_args,
-                                  list_recipes)
+from paddle_resnet.cli import parse
+from paddle_resnet.config import ConfigError, DataConfig, list_recipes
 from paddle_resnet.data.dali import make_loader, open_split
 from paddle_resnet.optim import lr_at_step
 
@@ -24,7 +24,7 @@ RECIPES = {
 
 
 def recipe(name, *flags):
-    return config_from_args(build_parser("t").parse_args(["--config", name, *flags]))
+    return parse("train", ["--config", name, *flags])
 
 
 def test_every_source_recipe_is_listed():

@@ -8,7 +8,8 @@ import subprocess
 import tomllib
 
 from conftest import ROOT
-from paddle_resnet.config import flag_table_markdown, list_recipes
+from paddle_resnet.cli import flag_table_markdown
+from paddle_resnet.config import list_recipes
 
 
 def test_readme_flag_table_is_the_generated_one():
@@ -17,7 +18,7 @@ def test_readme_flag_table_is_the_generated_one():
     block = readme.split("<!-- flag-table:start")[1].split("-->", 1)[1]
     block = block.split("<!-- flag-table:end -->")[0].lstrip("\n")
     assert block == flag_table_markdown(), (
-        "README flag table is stale: paste the output of python -m paddle_resnet.config --flag-table")
+        "README flag table is stale: paste the output of python -m paddle_resnet.cli --flag-table")
 
 
 def tracked_python_files():
@@ -41,15 +42,48 @@ def test_imports_are_at_the_top_of_every_module():
     assert not nested, nested
 
 
-def test_the_package_never_imports_the_entry_points():
-    entry_points = {"program", "train", "export_model", "inference"}
-    for path in glob.glob(os.path.join(ROOT, "paddle_resnet", "**", "*.py"), recursive=True):
+ENTRY_POINTS = ("train", "export_model", "inference")
+
+
+def top_level_imports(path):
+    """The absolute module names ``path`` imports, anywhere in it."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read())
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+def test_nothing_imports_the_entry_points():
+    """train.py, export_model.py and inference.py are run, never imported: tests and
+    scripts reach the same code in paddle_resnet.commands."""
+    importers = [f"{os.path.relpath(path, ROOT)}: {name}" for path in tracked_python_files()
+                 for name in top_level_imports(path)
+                 if name.split(".")[0] in ENTRY_POINTS + ("program",)]
+    assert not importers, importers
+
+
+def test_entry_points_only_call_their_command():
+    """Each top-level tool is its docstring, one import and one call: the library code
+    lives in the package, and only ``paddle_resnet`` is installed."""
+    for name in ENTRY_POINTS:
+        path = os.path.join(ROOT, f"{name}.py")
+        assert top_level_imports(path) == ["sys", "paddle_resnet.commands"], path
         with open(path) as handle:
-            tree = ast.parse(handle.read())
-        for node in ast.walk(tree):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
-                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
-            assert not entry_points & {name.split(".")[0] for name in names if name}, path
+            body = ast.parse(handle.read()).body
+        assert [type(node) for node in body] == [ast.Expr, ast.Import, ast.ImportFrom, ast.If]
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+        project = tomllib.load(handle)
+    assert "py-modules" not in project["tool"].get("setuptools", {})
+    assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["paddle_resnet*"]
+    for target in project["project"]["scripts"].values():
+        module, _, function = target.partition(":")
+        assert function == "main" and os.path.exists(
+            os.path.join(ROOT, *module.split(".")) + ".py"), target
 
 
 def test_shell_scripts_parse_and_name_real_recipes():
@@ -69,11 +103,3 @@ def test_launch_script_rejects_bad_arguments():
     result = subprocess.run(["bash", launch, "resnet50_paddle_90e", "8", "FP8"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "PRECISION must be AMP or TF32" in result.stderr
-
-
-def test_no_scripts_folder_shadows_an_entry_point():
-    """A script's own folder comes first on sys.path: a folder scripts/inference/ made
-    ``import inference`` in scripts/*.py an empty namespace package."""
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
-        modules = tomllib.load(handle)["tool"]["setuptools"]["py-modules"]
-    assert not [m for m in modules if os.path.exists(os.path.join(ROOT, "scripts", m))]

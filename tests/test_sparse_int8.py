@@ -10,8 +10,8 @@ import paddle
 import pytest
 from paddle.distributed import fleet
 
-import export_model
-import program
+from paddle_resnet.commands import export_model
+from paddle_resnet import program
 from conftest import ROOT, flat, once, train_in_fresh_process
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import exported, optional

@@ -8,9 +8,9 @@ import paddle
 import pytest
 from paddle.incubate import asp
 
-import export_model
-import program
-import train
+from paddle_resnet.commands import export_model
+from paddle_resnet import program
+from paddle_resnet.commands import train
 from conftest import flat, once, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.config import build_config

@@ -11,7 +11,7 @@ import paddle
 import pytest
 from visualdl import LogReader
 
-import train
+from paddle_resnet.commands import train
 from conftest import ROOT, flat, once, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.config import build_config

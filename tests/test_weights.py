@@ -12,8 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-import program
-import train
+from paddle_resnet import program
+from paddle_resnet.commands import train
 from conftest import ROOT, once, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.config import build_config

@@ -18,7 +18,7 @@ import numpy as np
 import paddle
 from paddle.distributed import fleet
 
-import program
+from paddle_resnet import program
 from paddle_resnet import devices, distributed
 from paddle_resnet.config import build_config
 

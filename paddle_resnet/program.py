@@ -12,7 +12,7 @@ import paddle.nn.functional as F
 from paddle.distributed import fleet
 from paddle.incubate import asp
 
-from paddle_resnet import VERBOSE, devices, distributed, gpu_tuning
+from paddle_resnet import bootstrap, devices, distributed, gpu_tuning
 from paddle_resnet.bootstrap import paddle_chatter
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.metrics import top_k
@@ -221,7 +221,7 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
         strategy = distributed_strategy(config, on_gpu)
         optimizer = fleet.distributed_optimizer(optimizer, strategy=strategy)
         # fleet prints its optimizer choice; CPU ranks talk through gloo
-        with paddle_chatter(VERBOSE), distributed.collective_rewrite(main, startup), \
+        with paddle_chatter(bootstrap.verbose()), distributed.collective_rewrite(main, startup), \
                 gpu_tuning.passes_applied(on_gpu):
             optimizer.minimize(programs.train_fetches["loss"], startup)
         if config.asp.enabled and not strategy.asp:
