@@ -122,6 +122,19 @@ def resolve_checkpoint(path):
     return newest
 
 
+def classes_beside(weights_file):
+    """The class names of the checkpoint whose weights file is ``weights_file`` (a
+    checkpoint's model.pdparams given to --from-pretrained-params), else None."""
+    meta_path = os.path.join(os.path.dirname(os.path.abspath(weights_file)), META)
+    if not os.path.isfile(meta_path):
+        return None
+    try:
+        with open(meta_path) as handle:
+            return json.load(handle).get("classes")
+    except (OSError, ValueError):
+        return None
+
+
 def read_checkpoint(path):
     """(meta, state) of a verified checkpoint; state maps variable names to arrays."""
     directory, meta = verify_checkpoint(path)

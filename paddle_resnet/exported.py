@@ -15,7 +15,7 @@ import os
 import numpy as np
 import paddle
 
-from paddle_resnet import bootstrap
+from paddle_resnet import bootstrap, feeds
 from paddle_resnet.atomic import recover_staged, staged_directory
 from paddle_resnet.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.data.dali import make_loader
@@ -28,7 +28,6 @@ PARAMS_FILE = "inference.pdiparams"
 CLASSES_FILE = "classes.json"
 INFO_FILE = "model.json"
 _PREFIX = MODEL_FILE.rsplit(".", 1)[0]
-INPUT_NAME = "data"
 ONNX_FILE = "model.onnx"
 OPENVINO_DIR = "openvino"
 OPENVINO_FILE = "model.xml"
@@ -40,7 +39,7 @@ def describe(config, input_shape, sparse):
     return {
         "arch": config.model.arch, "num_classes": config.model.num_classes,
         "layout": config.model.data_layout, "input_shape": list(input_shape),
-        "input": INPUT_NAME, "output": "probabilities (softmax)",
+        "input": feeds.IMAGE, "output": "probabilities (softmax)",
         "preprocess": {"resize_short": data.resize_short, "crop_size": data.crop_size,
                        "normalize_mean": list(data.normalize_mean),
                        "normalize_std": list(data.normalize_std),

@@ -14,7 +14,7 @@ import paddle.inference as paddle_infer
 from paddle.base import core
 from paddle.inference import PrecisionType
 
-from paddle_resnet import bootstrap, devices, exported
+from paddle_resnet import bootstrap, devices, exported, feeds
 from paddle_resnet.bootstrap import native_chatter
 from paddle_resnet.errors import ConfigError, UserError
 from paddle_resnet.quantization import cpu_has_int8_dot_products
@@ -102,8 +102,8 @@ def predictor_settings(inference_config, backend, input_shape, max_batch, quanti
                        # a quantized model's own scales need no calibration
                        use_calib_mode=int8 and inf.trt_use_calib_mode and not quantized))
     shape = list(input_shape)
-    calls.append(_call("set_trt_dynamic_shape_info", {"data": [1] + shape},
-                       {"data": [max_batch] + shape}, {"data": [max_batch] + shape}))
+    calls.append(_call("set_trt_dynamic_shape_info", {feeds.IMAGE: [1] + shape},
+                       {feeds.IMAGE: [max_batch] + shape}, {feeds.IMAGE: [max_batch] + shape}))
     return calls
 
 

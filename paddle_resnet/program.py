@@ -12,7 +12,7 @@ import paddle.nn.functional as F
 from paddle.distributed import fleet
 from paddle.incubate import asp
 
-from paddle_resnet import bootstrap, devices, distributed, gpu_tuning
+from paddle_resnet import bootstrap, devices, distributed, feeds, gpu_tuning
 from paddle_resnet.bootstrap import paddle_chatter
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.metrics import top_k
@@ -23,7 +23,6 @@ from paddle_resnet.quantization import FLEET_QAT_CONFIGS, name_qat_variables
 from paddle_resnet.sparsity.pattern import MASK_SUFFIX
 from paddle_resnet.sparsity.training import enforce_masks, excluded_parameters
 
-IMAGE_FEED, LABEL_FEED, MIXUP_FEED = "data", "label", "mixup_lambda"
 
 
 @dataclass
@@ -116,7 +115,7 @@ def _forward(config, mixup, training, sync_bn=False):
     reversed, by a weight fed as ``mixup_lambda`` (Zhang et al. 2018). With ``sync_bn``
     the batch norms compute their statistics over all ranks (same parameter names)."""
     fp16_input = config.data.output_fp16
-    image = paddle.static.data(IMAGE_FEED, [None] + input_shape(config),
+    image = paddle.static.data(feeds.IMAGE, [None] + input_shape(config),
                                "float16" if fp16_input else "float32")
     # fp16 from DALI goes straight into fp16 convolutions: AMP's (training) and pure
     # fp16's (the eval program too, after init_pure_fp16); fp32 convolutions, and MixUp's
@@ -124,13 +123,13 @@ def _forward(config, mixup, training, sync_bn=False):
     fp16_convolutions = config.amp.enabled and (training or config.amp.use_pure_fp16)
     if fp16_input and (mixup or not fp16_convolutions):
         image = paddle.cast(image, "float32")
-    label = paddle.static.data(LABEL_FEED, [None, 1], "int64")
+    label = paddle.static.data(feeds.LABEL, [None, 1], "int64")
     model = build_model(config.model)
     if sync_bn:
         model = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     mixup_lambda = None
     if mixup:
-        mixup_lambda = paddle.static.data(MIXUP_FEED, [1], "float32")
+        mixup_lambda = paddle.static.data(feeds.MIXUP_LAMBDA, [1], "float32")
         image = mixup_lambda * image + (1.0 - mixup_lambda) * paddle.flip(image, [0])
     # Pure fp16 converts only the network (NVIDIA's fp16_guard): the loss, its one-hot
     # targets and the metrics stay fp32. Elsewhere the guard is a name scope, nothing more.
@@ -233,7 +232,7 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
             gpu_tuning.fuse_resunits(main, startup)
     programs.startup, programs.train, programs.model = startup, main, model
     programs.lr_scheduler, programs.optimizer = scheduler, optimizer
-    programs.mixup_feed = MIXUP_FEED if mixup_lambda is not None else None
+    programs.mixup_feed = feeds.MIXUP_LAMBDA if mixup_lambda is not None else None
     if onednn_wanted(config):
         # Not the eval program: oneDNN's inference-mode convolutions cache their reordered
         # weights, and evaluation between epochs then saw stale ones (measured: 61 % top-1

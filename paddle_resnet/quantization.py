@@ -16,7 +16,7 @@ import paddle
 from paddle.static.quantization import PostTrainingQuantization
 from paddle.static.quantization.quanter import _quant_config_default, convert, quant_aware
 
-from paddle_resnet import bootstrap, exported
+from paddle_resnet import bootstrap, exported, feeds
 from paddle_resnet.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.devices import cpu_flags
 from paddle_resnet.errors import ConfigError
@@ -64,20 +64,20 @@ class _CalibrationLoader(paddle.io.DataLoader):
 
 def calibration_feeds(batches, count):
     """The first ``count`` images of ``batches`` (feed dicts) as feeds of the model input."""
-    feeds, taken = [], 0
+    calibration, taken = [], 0
     for batch in batches:
-        images = batch[exported.INPUT_NAME][:count - taken]
-        feeds.append({exported.INPUT_NAME: np.ascontiguousarray(images)})
+        images = batch[feeds.IMAGE][:count - taken]
+        calibration.append({feeds.IMAGE: np.ascontiguousarray(images)})
         taken += len(images)
         if taken == count:
             break
-    return feeds, taken
+    return calibration, taken
 
 
 def quantize_in_place(model_dir, batches, algo, count):
     """Replace the fp32 model in ``model_dir`` by its post-training quantized version,
     calibrated on the first ``count`` images of ``batches``; model.json records how."""
-    feeds, taken = calibration_feeds(batches, count)
+    calibration, taken = calibration_feeds(batches, count)
     if taken < count:
         raise ConfigError(f"--calibration-images {count}: the calibration data hold only {taken}")
     model_file, params_file = (os.path.basename(p) for p in exported.model_paths(model_dir))
@@ -86,7 +86,7 @@ def quantize_in_place(model_dir, batches, algo, count):
         ptq = PostTrainingQuantization(
             executor=paddle.static.Executor(paddle.CPUPlace()), model_dir=model_dir,
             scope=scope, model_filename=model_file, params_filename=params_file,
-            data_loader=_CalibrationLoader(feeds), batch_nums=len(feeds), algo=algo,
+            data_loader=_CalibrationLoader(calibration), batch_nums=len(calibration), algo=algo,
             quantizable_op_type=list(QUANTIZABLE_OPS), weight_quantize_type="channel_wise_abs_max",
             # quantize_linear / dequantize_linear pairs, as QAT writes them: oneDNN int8,
             # TensorRT and paddle2onnx read these (paddle2onnx aborts the process on

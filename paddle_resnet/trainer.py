@@ -3,13 +3,13 @@ import time
 
 import numpy as np
 
-from paddle_resnet import watchdog
+from paddle_resnet import feeds, watchdog
 from paddle_resnet.metrics import Meter, accuracy_from_counts, eval_counts
 from paddle_resnet.profiling import NoProfiler
 
 
 def _num_images(feed):
-    label = feed["label"]
+    label = feed[feeds.LABEL]
     return len(label) if isinstance(label, np.ndarray) else label.shape()[0]
 
 
@@ -82,7 +82,7 @@ def evaluate(exe, programs, loader, epoch, report, all_reduce=None):
     for feed in loader:
         top_classes, losses = exe.run(programs.eval_compiled or programs.eval, feed=feed,
                                       fetch_list=fetch_list)
-        totals += eval_counts(top_classes, losses, np.array(feed["label"]))
+        totals += eval_counts(top_classes, losses, np.array(feed[feeds.LABEL]))
         watchdog.beat()
         bar.update()
     bar.close()

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from paddle_resnet import exported, optional, predictor
+from paddle_resnet import exported, feeds, optional, predictor
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.errors import UserError
 from paddle_resnet.openvino_runtime import OpenVinoClassifier
@@ -72,8 +72,8 @@ def verify(model_dir, data_config, inference_config, count):
     input_shape = info["input_shape"]
     split = open_split(data_config, "val").spread(count)
     batches = list(exported.validation_batches(split, data_config, info))
-    images = [batch["data"] for batch in batches]
-    labels = np.concatenate([batch["label"].ravel() for batch in batches])
+    images = [batch[feeds.IMAGE] for batch in batches]
+    labels = np.concatenate([batch[feeds.LABEL].ravel() for batch in batches])
     max_batch = max(len(batch) for batch in images)
     fp32_settings = dataclasses.replace(inference_config, cpu_precision="fp32")
     reference = predictor.Classifier(model_dir, predictor.predictor_settings(

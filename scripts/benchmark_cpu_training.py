@@ -25,7 +25,7 @@ import numpy as np
 import paddle
 import paddle.profiler as profiler
 
-from paddle_resnet import program
+from paddle_resnet import feeds, program
 from paddle_resnet.bootstrap import available_cores
 from paddle_resnet.config import build_config
 from paddle_resnet.metrics import latency_summary, time_steps
@@ -53,8 +53,8 @@ def paddle_trainer(variant, arch, size, batch):
     exe.run(programs.startup)
     rng = np.random.default_rng(0)
     shape = [batch, 3, size, size] if layout == "NCHW" else [batch, size, size, 3]
-    feed = {program.IMAGE_FEED: rng.standard_normal(shape).astype("float32"),
-            program.LABEL_FEED: rng.integers(0, classes_for(size), (batch, 1)).astype("int64")}
+    feed = {feeds.IMAGE: rng.standard_normal(shape).astype("float32"),
+            feeds.LABEL: rng.integers(0, classes_for(size), (batch, 1)).astype("int64")}
     loss = programs.train_fetches["loss"]
     count = sum(int(np.prod(p.shape)) for p in programs.train.all_parameters() if p.trainable)
     return (lambda: exe.run(programs.train, feed=feed, fetch_list=[loss])), count

@@ -13,7 +13,7 @@ import json
 import numpy as np
 
 from paddle_resnet.commands import inference
-from paddle_resnet import exported
+from paddle_resnet import exported, feeds
 from paddle_resnet.config import build_config
 from paddle_resnet.data.dali import open_split
 
@@ -35,8 +35,8 @@ def main():
     config = build_config({"data.image_root": args.image_root, "data.batch_size": args.batch_size})
     labels, top_fp32, top_bf16, gap = [], [], [], 0.0
     for batch in exported.validation_batches(open_split(config.data, "val"), config.data, info):
-        p32, p16 = fp32(batch["data"]), bf16(batch["data"])
-        labels.append(batch["label"].ravel())
+        p32, p16 = fp32(batch[feeds.IMAGE]), bf16(batch[feeds.IMAGE])
+        labels.append(batch[feeds.LABEL].ravel())
         top_fp32.append(p32.argmax(1))
         top_bf16.append(p16.argmax(1))
         gap = max(gap, float(np.abs(p32 - p16).max()))

@@ -28,7 +28,7 @@ import numpy as np
 
 from paddle_resnet.commands import export_model
 from paddle_resnet.commands import inference
-from paddle_resnet import checkpoint as ckpt
+from paddle_resnet import checkpoint as ckpt, feeds
 from paddle_resnet import exported
 from paddle_resnet.config import PTQ_ALGOS, build_config
 from paddle_resnet.data.dali import open_split
@@ -46,14 +46,14 @@ def predictions(config, precision, batch_size):
     classifier, info, _ = inference.build_classifier(config, batch_size)
     batches = list(exported.validation_batches(open_split(config.data, "val"), config.data, info))
     start = time.perf_counter()
-    top = [classifier(batch["data"]).argmax(1) for batch in batches]
+    top = [classifier(batch[feeds.IMAGE]).argmax(1) for batch in batches]
     seconds = time.perf_counter() - start
     session = onnxruntime.InferenceSession(
         os.path.join(config.inference.directory, exported.ONNX_FILE),
         providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
-    onnx_top = [session.run(None, {name: batch["data"]})[0].argmax(1) for batch in batches]
-    labels = np.concatenate([batch["label"].ravel() for batch in batches])
+    onnx_top = [session.run(None, {name: batch[feeds.IMAGE]})[0].argmax(1) for batch in batches]
+    labels = np.concatenate([batch[feeds.LABEL].ravel() for batch in batches])
     return np.concatenate(top), np.concatenate(onnx_top), labels, len(labels) / seconds
 
 

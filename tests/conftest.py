@@ -104,7 +104,8 @@ def train_in_fresh_process(config):
     os.makedirs(config.run.output_dir, exist_ok=True)
     with open(path, "w") as handle:
         json.dump(flat(config), handle)
-    code = ("import paddle_resnet, json, os, sys, train; from paddle_resnet.config import build_config; "
+    code = ("import json, os, sys; from paddle_resnet.commands import train; "
+            "from paddle_resnet.config import build_config; "
             "train.run(build_config(json.load(open(sys.argv[1]))), report_stream=open(os.devnull, 'w'))")
     result = subprocess.run([sys.executable, "-c", code, path], cwd=ROOT, capture_output=True,
                             text=True, timeout=900)

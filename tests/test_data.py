@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from paddle_resnet import feeds
 from paddle_resnet.config import DataConfig
 from paddle_resnet.data.dali import DataSplit, eval_indices, make_loader, train_indices
 from paddle_resnet.data.folder import (check_num_classes, check_same_classes, read_class_index,
@@ -31,9 +32,9 @@ def test_val_batches_are_the_images_normalised_in_order(fmnist_root):
     images = scan_split(fmnist_root, "val")
     loader = make_loader(DataSplit.of_images("x", images), data_config(fmnist_root), "NCHW", training=False)
     batches = list(loader)
-    assert [len(b["label"]) for b in batches] == [16] * 8 + [2]     # the padded tail is cut
-    data = np.concatenate([b["data"] for b in batches])
-    labels = np.concatenate([b["label"] for b in batches])
+    assert [len(b[feeds.LABEL]) for b in batches] == [16] * 8 + [2]     # the padded tail is cut
+    data = np.concatenate([b[feeds.IMAGE] for b in batches])
+    labels = np.concatenate([b[feeds.LABEL] for b in batches])
     assert data.dtype == np.float32 and data.shape == (130, 3, 28, 28)
     assert labels.dtype == np.int64 and labels.shape == (130, 1)
     assert labels.ravel().tolist() == list(images.labels)
@@ -47,8 +48,8 @@ def test_nhwc_layout_and_real_imagenet_photos(imagenet_root):
     images = scan_split(imagenet_root, "val")
     cfg = DataConfig(image_root=imagenet_root, batch_size=8, num_threads=2)
     batches = list(make_loader(DataSplit.of_images("x", images), cfg, "NHWC", training=False))
-    assert [b["data"].shape for b in batches] == [(8, 224, 224, 3)] * 2 + [(4, 224, 224, 3)]
-    data = np.concatenate([b["data"] for b in batches])
+    assert [b[feeds.IMAGE].shape for b in batches] == [(8, 224, 224, 3)] * 2 + [(4, 224, 224, 3)]
+    data = np.concatenate([b[feeds.IMAGE] for b in batches])
     assert abs(float(data.mean())) < 1.0 and 0.5 < float(data.std()) < 1.5
 
 
@@ -60,12 +61,12 @@ def test_training_batches_are_augmented_and_reproducible(fmnist_root):
         return list(make_loader(DataSplit.of_images("x", images), cfg, "NCHW", training=True, epoch=epoch))
 
     first, again, second = epoch_batches(0), epoch_batches(0), epoch_batches(1)
-    assert len(first) == 10 and all(b["data"].shape == (16, 3, 24, 24) for b in first)
+    assert len(first) == 10 and all(b[feeds.IMAGE].shape == (16, 3, 24, 24) for b in first)
     for a, b in zip(first, again):
-        np.testing.assert_array_equal(a["data"], b["data"])
-        np.testing.assert_array_equal(a["label"], b["label"])
+        np.testing.assert_array_equal(a["data"], b[feeds.IMAGE])
+        np.testing.assert_array_equal(a["label"], b[feeds.LABEL])
     assert not np.array_equal(first[0]["label"], second[0]["label"])
-    labels = np.concatenate([b["label"] for b in first]).ravel()
+    labels = np.concatenate([b[feeds.LABEL] for b in first]).ravel()
     assert sorted(labels.tolist()) == sorted(images.labels)       # a permutation, no repeats
 
 

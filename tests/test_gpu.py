@@ -12,7 +12,7 @@ import paddle
 import pytest
 
 from paddle_resnet.commands import export_model
-from paddle_resnet import program
+from paddle_resnet import feeds, program
 from conftest import ROOT, flat, small_config
 from paddle_resnet import devices, exported, predictor
 from paddle_resnet.config import InferenceConfig, build_config
@@ -55,8 +55,8 @@ def test_dali_gpu_decoding_matches_cpu_decoding(imagenet_root):
     gpu = list(make_loader(split, config.data, "NCHW", False, device_id=devices.device()[1]))
     assert len(cpu) == len(gpu) == 3
     for on_cpu, on_gpu in zip(cpu, gpu):
-        np.testing.assert_array_equal(as_array(on_gpu["label"]).ravel(), on_cpu["label"].ravel())
-        difference = np.abs(as_array(on_gpu["data"]) - on_cpu["data"])
+        np.testing.assert_array_equal(as_array(on_gpu[feeds.LABEL]).ravel(), on_cpu[feeds.LABEL].ravel())
+        difference = np.abs(as_array(on_gpu[feeds.IMAGE]) - on_cpu[feeds.IMAGE])
         assert difference.mean() < 2 / 255 / min(config.data.normalize_std)
 
 
@@ -80,7 +80,7 @@ def classifier(model_dir, backend, **settings):
 def validation_images(trained, model_dir):
     info = exported.read_info(model_dir)
     split = open_split(trained.data, "val")
-    return np.concatenate([b["data"] for b in exported.validation_batches(split, trained.data,
+    return np.concatenate([b[feeds.IMAGE] for b in exported.validation_batches(split, trained.data,
                                                                           info)])
 
 

@@ -14,7 +14,7 @@ import paddle
 import pytest
 from paddle.static.amp.fp16_lists import AutoMixedPrecisionLists
 
-from paddle_resnet import program
+from paddle_resnet import feeds, program
 from conftest import small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import gpu_tuning
@@ -156,9 +156,9 @@ def test_pure_fp16_keeps_fp32_masters_and_an_fp16_eval_program(tmp_path):
                          "data.output_fp16": True})
     programs = build_for_gpu(config)
     # DALI's fp16 images go straight into the first convolution
-    assert dtype(programs.train, program.IMAGE_FEED) == FP16
+    assert dtype(programs.train, feeds.IMAGE) == FP16
     assert not [op for op in ops(programs.train, "cast")
-                if op.input("X")[0] == program.IMAGE_FEED]
+                if op.input("X")[0] == feeds.IMAGE]
     statistics = {n for op in ops(programs.train, *BATCH_NORMS) for n in op.input_arg_names}
     weights = [p for p in programs.train.all_parameters() if p.name not in statistics]
     assert {p.dtype for p in weights} == {FP16}                  # convolutions, classifier
@@ -269,8 +269,8 @@ def test_dali_fp16_output_feeds_amp_without_casts(fmnist_root, tmp_path):
     config = small_config(fmnist_root, tmp_path, **NVIDIA_AMP, **{"data.output_fp16": True})
     programs = build_for_gpu(config)
     first_conv = ops(programs.train, "conv2d")[0]
-    assert first_conv.input("Input") == [program.IMAGE_FEED]
-    assert dtype(programs.train, program.IMAGE_FEED) == FP16
+    assert first_conv.input("Input") == [feeds.IMAGE]
+    assert dtype(programs.train, feeds.IMAGE) == FP16
     # the eval program (fp32) casts the fp16 images once
-    (cast,) = [op for op in ops(programs.eval, "cast") if op.input("X") == [program.IMAGE_FEED]]
+    (cast,) = [op for op in ops(programs.eval, "cast") if op.input("X") == [feeds.IMAGE]]
     assert cast.attr("out_dtype") == paddle.base.core.VarDesc.VarType.FP32

@@ -11,7 +11,7 @@ import pytest
 
 from paddle_resnet.commands import export_model
 from paddle_resnet.commands import inference
-from paddle_resnet import program
+from paddle_resnet import feeds, program
 from paddle_resnet.commands import train
 from conftest import ROOT, flat, once, small_config
 from paddle_resnet import (affinity, checkpoint as ckpt, devices, exported, gpu_tuning,
@@ -76,7 +76,7 @@ def loader_batch(root, layout="NCHW", channels=3, **data):
     config = build_config({f"data.{k}": v for k, v in dict(
         {"image_root": root, "batch_size": 8, "crop_size": 32, "resize_short": 32}, **data).items()})
     split = DataSplit.of_images("val", scan_split(root, "val"))
-    return next(iter(make_loader(split, config.data, layout, False, channels=channels)))["data"]
+    return next(iter(make_loader(split, config.data, layout, False, channels=channels)))[feeds.IMAGE]
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -96,7 +96,7 @@ def test_fp16_pipeline_output_trains_on_the_cpu(fmnist_root, tmp_path):
     np.testing.assert_allclose(half.astype(np.float32), loader_batch(fmnist_root), atol=4e-3)
     config = small_config(fmnist_root, tmp_path, **{"data.output_fp16": True, "run.epochs": 1})
     programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)
-    image = programs.train.global_block().var(program.IMAGE_FEED)
+    image = programs.train.global_block().var(feeds.IMAGE)
     assert image.dtype == paddle.float16                   # cast to fp32 inside the program
     result = train.run(config, report_stream=open(os.devnull, "w"))
     assert np.isfinite(result["train.loss"]) and result["val.images"] == 130

@@ -12,7 +12,7 @@ from paddle.inference import PrecisionType
 
 from paddle_resnet.commands import export_model
 from paddle_resnet.commands import inference
-from paddle_resnet import program
+from paddle_resnet import feeds, program
 from conftest import flat
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import exported as exported_model
@@ -53,6 +53,21 @@ def test_export_writes_model_classes_and_report(exported):
         assert "coat" in json.load(handle).values()
 
 
+def test_our_checkpoints_parameters_export_with_their_class_names(exported, tmp_path):
+    """--from-pretrained-params <checkpoint>/3/model.pdparams: the classes are the
+    checkpoint's (its meta.json), not the label numbers."""
+    config, _ = exported
+    weights = os.path.join(config.run.from_checkpoint, "3", "model.pdparams")
+    export_model.export(build_config(dict(flat(config), **{
+        "run.from_checkpoint": None, "run.from_pretrained_params": weights,
+        "inference.model_dir": str(tmp_path / "model"),
+        "inference.export_log_path": str(tmp_path / "export.json")})))
+    with open(os.path.join(tmp_path, "model", "classes.json")) as handle:
+        classes = json.load(handle)
+    with open(os.path.join(config.inference.model_dir, "classes.json")) as handle:
+        assert classes == json.load(handle) and "coat" in classes.values()
+
+
 @pytest.mark.gpu_wheel
 def test_predictor_agrees_with_eval_program(exported, fmnist_root):
     config, _ = exported
@@ -63,14 +78,14 @@ def test_predictor_agrees_with_eval_program(exported, fmnist_root):
     ckpt.load_pretrained(programs.eval, ckpt.read_checkpoint(config.run.from_checkpoint)[1],
                          config.run.from_checkpoint, config.model.arch)
     expected = exe.run(programs.eval, feed=batch, fetch_list=[programs.eval_fetches["probs"]])[0]
-    fp32 = build(config, cpu_precision="fp32")(batch["data"])
+    fp32 = build(config, cpu_precision="fp32")(batch[feeds.IMAGE])
     np.testing.assert_allclose(fp32, expected, atol=1e-4)
     np.testing.assert_allclose(fp32.sum(axis=1), 1.0, atol=1e-5)
     if not predictor.cpu_supports_bf16():          # e.g. AVX2-only CPUs
         with pytest.raises(ConfigError, match="no bfloat16 support"):
             build(config, cpu_precision="bf16")
         return
-    bf16 = build(config, cpu_precision="bf16")(batch["data"])
+    bf16 = build(config, cpu_precision="bf16")(batch[feeds.IMAGE])
     assert (bf16.argmax(1) == fp32.argmax(1)).mean() >= 0.99
 
 
@@ -280,6 +295,6 @@ def test_onnx_export_equals_the_paddle_model(exported, tmp_path):
     classifier, info, _ = inference.build_classifier(onnx_config, 16)
     batch = next(iter(exported_model.validation_batches(open_split(config.data, "val"),
                                                         config.data, info)))
-    paddle_probs = classifier(batch["data"])
-    onnx_probs = session.run(None, {session.get_inputs()[0].name: batch["data"]})[0]
+    paddle_probs = classifier(batch[feeds.IMAGE])
+    onnx_probs = session.run(None, {session.get_inputs()[0].name: batch[feeds.IMAGE]})[0]
     np.testing.assert_allclose(onnx_probs, paddle_probs, atol=1e-4)

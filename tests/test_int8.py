@@ -11,7 +11,7 @@ from paddle_resnet.commands import export_model
 from paddle_resnet.commands import inference
 from paddle_resnet.commands import train
 from conftest import flat, small_config
-from paddle_resnet import exported as exported_model
+from paddle_resnet import exported as exported_model, feeds
 from paddle_resnet import quantization
 from paddle_resnet.config import build_config
 from paddle_resnet.data.dali import open_split
@@ -61,8 +61,8 @@ def probabilities(config, precision):
     outputs, labels = [], []
     for batch in exported_model.validation_batches(open_split(config.data, "val"),
                                                    config.data, info):
-        outputs.append(classifier(batch["data"]))
-        labels.append(batch["label"].ravel())
+        outputs.append(classifier(batch[feeds.IMAGE]))
+        labels.append(batch[feeds.LABEL].ravel())
     return np.concatenate(outputs), np.concatenate(labels)
 
 
@@ -140,7 +140,7 @@ def test_the_quantized_onnx_model_agrees_with_fp32(models):
         providers=["CPUExecutionProvider"])
     info = exported_model.read_info(int8.inference.model_dir)
     top = np.concatenate([
-        session.run(None, {session.get_inputs()[0].name: batch["data"]})[0].argmax(1)
+        session.run(None, {session.get_inputs()[0].name: batch[feeds.IMAGE]})[0].argmax(1)
         for batch in exported_model.validation_batches(open_split(int8.data, "val"),
                                                        int8.data, info)])
     agreement = float((top == probs32.argmax(1)).mean())

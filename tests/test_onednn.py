@@ -8,7 +8,7 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_resnet import program
+from paddle_resnet import feeds, program
 from paddle_resnet.commands import train
 from conftest import ROOT, once, small_config
 from paddle_resnet import checkpoint as ckpt
@@ -43,8 +43,8 @@ def one_step_updates(config):
         exe = paddle.static.Executor(paddle.CPUPlace())
         exe.run(programs.startup)
         rng = np.random.default_rng(0)
-        feed = {program.IMAGE_FEED: rng.standard_normal([16, 3, 32, 32]).astype("float32"),
-                program.LABEL_FEED: rng.integers(0, 10, (16, 1)).astype("int64")}
+        feed = {feeds.IMAGE: rng.standard_normal([16, 3, 32, 32]).astype("float32"),
+                feeds.LABEL: rng.integers(0, 10, (16, 1)).astype("int64")}
         names = [p.name for p in programs.train.all_parameters()]
         before = {n: np.array(scope.find_var(n).get_tensor()) for n in names}
         exe.run(programs.train, feed=feed)

@@ -12,7 +12,7 @@ import pytest
 
 from paddle_resnet.commands import export_model
 from paddle_resnet.commands import inference
-from paddle_resnet import program
+from paddle_resnet import feeds, program
 from conftest import ROOT, flat
 from paddle_resnet import exported, predictor, quantization, verify
 from paddle_resnet.config import build_config
@@ -47,7 +47,7 @@ def probabilities(config, backend, precision):
                                              "inference.cpu_precision": precision}))
     classifier, info, _ = inference.build_classifier(run, 16)
     batches = list(exported.validation_batches(open_split(run.data, "val"), run.data, info))
-    return np.concatenate([classifier(batch["data"]) for batch in batches]), classifier
+    return np.concatenate([classifier(batch[feeds.IMAGE]) for batch in batches]), classifier
 
 
 def test_fp32_equals_the_paddle_predictor_and_says_what_ran(fp32_model):

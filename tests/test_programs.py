@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from paddle_resnet import program
+from paddle_resnet import feeds, program
 from paddle_resnet.config import build_config
 from paddle_resnet.optim import lr_at_step
 
@@ -84,7 +84,7 @@ def test_amp_adds_loss_scaling_through_fleet():
 def test_nhwc_program_feeds_channels_last():
     programs = program.build_programs(config(**{"model.data_layout": "NHWC"}),
                                       steps_per_epoch=10, global_batch=256)
-    data = programs.train.global_block().var("data")
+    data = programs.train.global_block().var(feeds.IMAGE)
     assert list(data.shape) == [-1, 32, 32, 3]
     assert all(op.attr("data_format") in ("NHWC", "AnyLayout") for op in programs.train.global_block().ops
                if op.type == "conv2d")

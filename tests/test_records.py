@@ -8,6 +8,7 @@ from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
 from conftest import ROOT
+from paddle_resnet import feeds
 from paddle_resnet.config import DataConfig
 from paddle_resnet.data import records
 from paddle_resnet.data.dali import make_loader, open_split
@@ -192,5 +193,5 @@ def test_loaders_give_identical_validation_batches_for_every_format(fmnist_root,
     for fmt in ("recordio", "tfrecord"):
         assert len(passes[fmt]) == len(passes["folder"]) == 9
         for ours, reference in zip(passes[fmt], passes["folder"]):
-            np.testing.assert_array_equal(ours["data"], reference["data"])
-            np.testing.assert_array_equal(ours["label"], reference["label"])
+            np.testing.assert_array_equal(ours[feeds.IMAGE], reference[feeds.IMAGE])
+            np.testing.assert_array_equal(ours[feeds.LABEL], reference[feeds.LABEL])

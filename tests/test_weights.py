@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from paddle_resnet import program
+from paddle_resnet import feeds, program
 from paddle_resnet.commands import train
 from conftest import ROOT, once, small_config
 from paddle_resnet import checkpoint as ckpt
@@ -68,7 +68,7 @@ def paddle_logits(config, path, images):
     softmax = next(op for op in programs.eval.global_block().ops if op.type == "softmax")
     logits = programs.eval.global_block().var(softmax.input("X")[0])
     labels = np.zeros((len(images), 1), np.int64)
-    return exe.run(programs.eval, feed={program.IMAGE_FEED: images, program.LABEL_FEED: labels},
+    return exe.run(programs.eval, feed={feeds.IMAGE: images, feeds.LABEL: labels},
                    fetch_list=[logits])[0]
 
 

@@ -14,7 +14,7 @@ import sys
 
 import paddle
 
-from paddle_resnet import program as program_builder
+from paddle_resnet import feeds, program as program_builder
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import devices, exported, verify
 from paddle_resnet.atomic import staged_directory
@@ -26,19 +26,20 @@ from paddle_resnet.optional import require
 from paddle_resnet.quantization import (QAT_RECORD, freeze_qat, quantize_eval_program,
                                         quantize_in_place)
 from paddle_resnet.sparsity.pattern import check_sparse, sparse_parameters
-from paddle_resnet.weights import check_quantization, program_state, read_weights
+from paddle_resnet.weights import check_quantization, pretrained_file, program_state, read_weights
 
 
 def _classes(config, meta):
-    """Class names from the checkpoint, or from a classes.json beside the parameters,
-    or the label numbers."""
+    """Class names from the checkpoint (given as a folder, or its model.pdparams as
+    pretrained parameters), from a classes.json beside other parameters, or the label
+    numbers."""
     if meta is not None:
         return meta["classes"]
-    index = os.path.join(os.path.dirname(os.path.abspath(config.run.from_pretrained_params)),
-                         "classes.json")
-    if os.path.exists(index):
-        return read_class_index(index)
-    return [str(i) for i in range(config.model.num_classes)]
+    weights_file = pretrained_file(config.run)
+    index = os.path.join(os.path.dirname(os.path.abspath(weights_file)), exported.CLASSES_FILE)
+    return (ckpt.classes_beside(weights_file)
+            or (read_class_index(index) if os.path.exists(index) else None)
+            or [str(i) for i in range(config.model.num_classes)])
 
 
 def export(config):
@@ -68,7 +69,7 @@ def export(config):
     model = freeze_qat(programs.eval, paddle.CPUPlace()) if config.qat.enabled else programs.eval
     out_dir = config.inference.directory
     with staged_directory(out_dir) as staging:    # an earlier export survives a crash
-        exported.write(staging, exe, model, model.global_block().var(program_builder.IMAGE_FEED),
+        exported.write(staging, exe, model, model.global_block().var(feeds.IMAGE),
                        model.global_block().var(programs.eval_fetches["probs"].name), info,
                        _classes(config, meta))
         if sparse:

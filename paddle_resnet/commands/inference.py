@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from paddle_resnet import devices, exported, predictor
+from paddle_resnet import devices, exported, feeds, predictor
 from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import DataSplit, open_split
 from paddle_resnet.data.folder import (ImageList, check_class_names, check_num_classes,
@@ -58,10 +58,10 @@ def accuracy(config, report):
     start = time.perf_counter()
     k = top_k(info["num_classes"])
     for batch in exported.validation_batches(val_split, config.data, info):
-        probs = classifier(batch["data"])
+        probs = classifier(batch[feeds.IMAGE])
         top = np.argsort(-probs, axis=1)[:, :k]
-        picked = probs[np.arange(len(probs)), batch["label"].ravel()]
-        totals += eval_counts(top, -np.log(np.maximum(picked, 1e-12)), batch["label"])
+        picked = probs[np.arange(len(probs)), batch[feeds.LABEL].ravel()]
+        totals += eval_counts(top, -np.log(np.maximum(picked, 1e-12)), batch[feeds.LABEL])
     result = dict(accuracy_from_counts(totals, k), backend=backend,
                   seconds=time.perf_counter() - start)
     report.log("ACCURACY", result, kind="SUMMARY")
@@ -93,7 +93,7 @@ def _benchmark_images(config, info, count):
         return rng.standard_normal([count] + list(info["input_shape"])).astype(np.float32)
     arrays = []
     for batch in exported.validation_batches(open_split(config.data, "val"), config.data, info):
-        arrays.append(batch["data"])
+        arrays.append(batch[feeds.IMAGE])
         if sum(len(a) for a in arrays) >= count:
             break
     pool = np.concatenate(arrays)
@@ -142,7 +142,7 @@ def _predict(config, report, files):
     k = top_k(len(classes))
     predictions = []
     for batch in exported.validation_batches(images, config.data, info):
-        for probs in classifier(batch["data"]):
+        for probs in classifier(batch[feeds.IMAGE]):
             image = files[len(predictions)]
             best = np.argsort(-probs)[:k]
             entry = {"image": image,

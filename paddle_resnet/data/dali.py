@@ -23,6 +23,7 @@ from nvidia.dali.pipeline import Pipeline
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy
 from nvidia.dali.plugin.paddle import DALIGenericIterator
 
+from paddle_resnet import feeds
 from paddle_resnet.bootstrap import available_cores
 from paddle_resnet.data import records
 from paddle_resnet.data.folder import (ImageList, read_class_index, scan_split,
@@ -159,7 +160,7 @@ def _color_jitter(images, brightness, contrast, saturation):
 class DaliLoader:
     """Iterates one pass over the images a pipeline was built for.
 
-    Yields feed dicts {"data", "label"}; the last batch is cut to the real
+    Yields feed dicts {feeds.IMAGE, feeds.LABEL}; the last batch is cut to the real
     images (the readers fill it up), so every image counts exactly once.
     ``describe_failure(step, error)`` turns a pipeline failure into a DataError.
     """
@@ -186,10 +187,10 @@ class DaliLoader:
             except RuntimeError as err:
                 raise self.describe_failure(step, err) from None
             valid = min(self.batch_size, self.num_images - step * self.batch_size)
-            yield {"data": images.as_array()[:valid], "label": labels.as_array()[:valid]}
+            yield {feeds.IMAGE: images.as_array()[:valid], feeds.LABEL: labels.as_array()[:valid]}
 
     def _iterate_gpu(self):
-        iterator = DALIGenericIterator([self.pipe], ["data", "label"], size=self.num_images,
+        iterator = DALIGenericIterator([self.pipe], [feeds.IMAGE, feeds.LABEL], size=self.num_images,
                                        last_batch_policy=LastBatchPolicy.PARTIAL)
         for batch in itertools.islice(iterator, len(self)):
             yield batch[0]
