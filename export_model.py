@@ -5,6 +5,7 @@
 
 An entry point only: what it does is paddle_resnet/commands/export_model.py.
 """
+
 import sys
 
 from paddle_resnet.commands import export_model

@@ -6,6 +6,7 @@ oneDNN or OpenVINO).
 
 An entry point only: what it does is paddle_resnet/commands/inference.py.
 """
+
 import sys
 
 from paddle_resnet.commands import inference

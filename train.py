@@ -6,6 +6,7 @@
 
 An entry point only: what it does is paddle_resnet/commands/train.py.
 """
+
 import sys
 
 from paddle_resnet.commands import train

@@ -10,6 +10,7 @@ Unlike NVIDIA's parser, which splits rows on tabs and fails when an output has l
 (as published outputs often have), each GPU row's affinity is the first cell that is a
 CPU list, whatever the spacing.
 """
+
 import os
 import re
 import subprocess
@@ -21,7 +22,7 @@ _GPU_ROW = re.compile(r"GPU(\d+)\s")
 
 
 def _cpus(cpu_list):
-    """"48-63,176-191" -> [[48, ..., 63], [176, ..., 191]]: one list per range."""
+    """ "48-63,176-191" -> [[48, ..., 63], [176, ..., 191]]: one list per range."""
     ranges = []
     for part in cpu_list.split(","):
         low, _, high = part.partition("-")
@@ -36,7 +37,7 @@ def gpu_affinities(topology):
         match = _GPU_ROW.match(line)
         if not match:
             continue
-        cells = [cell.strip() for cell in re.split(r"\t| {2,}", line[match.end():])]
+        cells = [cell.strip() for cell in re.split(r"\t| {2,}", line[match.end() :])]
         cpu_list = next((cell for cell in cells if _CPU_LIST.fullmatch(cell)), None)
         if cpu_list is None:
             raise UserError(f"nvidia-smi topo -m: no CPU affinity in the row of GPU{match[1]}")
@@ -49,23 +50,26 @@ def gpu_affinities(topology):
 def cores_for_gpu(affinities, gpu):
     """The CPU cores of ``gpu``'s share of its NUMA node (NVIDIA's strided split)."""
     if gpu not in affinities:
-        raise UserError(f"--enable-cpu-affinity: nvidia-smi lists no GPU{gpu} "
-                        f"(GPUs: {sorted(affinities)})")
+        raise UserError(
+            f"--enable-cpu-affinity: nvidia-smi lists no GPU{gpu} (GPUs: {sorted(affinities)})"
+        )
     node = affinities[gpu]
     neighbours = sorted(g for g, cpus in affinities.items() if cpus == node)
     share, count = neighbours.index(gpu), len(neighbours)
-    return [core for cores in _cpus(node) for core in cores[share % len(cores)::count]]
+    return [core for cores in _cpus(node) for core in cores[share % len(cores) :: count]]
 
 
 def pin_to_gpu(gpu):
     """Pin this process to ``gpu``'s cores; returns them. Called on GPU ranks only."""
     try:
-        topology = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
-                                  check=True, timeout=60).stdout
+        topology = subprocess.run(
+            ["nvidia-smi", "topo", "-m"], capture_output=True, text=True, check=True, timeout=60
+        ).stdout
     except (OSError, subprocess.SubprocessError) as err:
-        raise UserError(f"--enable-cpu-affinity: nvidia-smi topo -m failed ({err}); "
-                        "use --enable-cpu-affinity False") from None
-    cores = [core for core in cores_for_gpu(gpu_affinities(topology), gpu)
-             if core < os.cpu_count()]
+        raise UserError(
+            f"--enable-cpu-affinity: nvidia-smi topo -m failed ({err}); "
+            "use --enable-cpu-affinity False"
+        ) from None
+    cores = [core for core in cores_for_gpu(gpu_affinities(topology), gpu) if core < os.cpu_count()]
     os.sched_setaffinity(0, cores)
     return cores

@@ -16,8 +16,9 @@ when the process dies, wherever it ran. So a job restarted on another node (a
 preempted cluster job) finishes what the dead node's process left, where a process id
 of another host could not be checked at all.
 """
-import fcntl
+
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -25,7 +26,9 @@ import socket
 
 from paddle_resnet.errors import UserError
 
-_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|retired|lock)-(?P<host>.+)-(?P<pid>\d+)$")
+_LEFTOVER = re.compile(
+    r"^\.(?P<name>.+)\.(?P<kind>partial|retired|lock)-(?P<host>.+)-(?P<pid>\d+)$"
+)
 
 
 @contextlib.contextmanager
@@ -83,13 +86,13 @@ def _holds_lock(lock_path):
     try:
         descriptor = os.open(lock_path, os.O_RDWR)
     except FileNotFoundError:
-        return False                      # never locked (an older version), or released
+        return False  # never locked (an older version), or released
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     finally:
-        os.close(descriptor)              # closing releases a lock taken just now
+        os.close(descriptor)  # closing releases a lock taken just now
     return False
 
 
@@ -99,7 +102,7 @@ def _owner_alive(parent, name, host, pid):
     if host != socket.gethostname():
         return _holds_lock(os.path.join(parent, f".{name}.lock-{host}-{pid}"))
     if pid == os.getpid():
-        return False                      # our own leftovers from an earlier failure
+        return False  # our own leftovers from an earlier failure
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -170,7 +173,7 @@ def staged_directory(directory):
         os.makedirs(staging)
         try:
             yield staging
-            for folder, _, names in os.walk(staging):     # files and subfolders alike
+            for folder, _, names in os.walk(staging):  # files and subfolders alike
                 for name in names:
                     with open(os.path.join(folder, name), "rb+") as handle:
                         os.fsync(handle.fileno())

@@ -7,6 +7,7 @@ command line asks for it (``--verbose``, ``--verbose True``; ``--verbose False``
 ``paddle_resnet/__init__.py`` uses it to prepare the process before it imports Paddle,
 which is before any module of the package can. Values the user set are kept.
 """
+
 import contextlib
 import io
 import os
@@ -67,7 +68,7 @@ def prepare_environment(environ=os.environ, verbose=False):
     if "OMP_NUM_THREADS" not in environ or (launched and environ["OMP_NUM_THREADS"] == "1"):
         environ["OMP_NUM_THREADS"] = str(threads_per_process(environ))
     if not verbose:
-        environ.setdefault("GLOG_minloglevel", "2")      # Paddle's C++ log: errors only
+        environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ log: errors only
         # Python-side warnings from inside Paddle say nothing the user can act on.
         warnings.filterwarnings("ignore", module=r"paddle(\..*)?$")
         warnings.filterwarnings("ignore", category=DeprecationWarning)

@@ -8,6 +8,7 @@ each file). The folder is assembled under a temporary name and renamed into
 place (``staged_directory``), so a crash mid-save leaves the previous checkpoints
 as they were.
 """
+
 import hashlib
 import json
 import os
@@ -54,8 +55,10 @@ def save_checkpoint(program, directory, meta, prefix=PREFIX):
             with open(os.path.join(staging, META), "w") as handle:
                 json.dump(dict(meta, files=files), handle, indent=1)
     except OSError as err:
-        raise CheckpointError(f"{directory}: the checkpoint cannot be written "
-                              f"({err.strerror or err}); the earlier checkpoints are intact") from None
+        raise CheckpointError(
+            f"{directory}: the checkpoint cannot be written "
+            f"({err.strerror or err}); the earlier checkpoints are intact"
+        ) from None
 
 
 def saved_epochs(folder):
@@ -63,17 +66,22 @@ def saved_epochs(folder):
     if not os.path.isdir(folder):
         return []
     recover_staged(folder)
-    return sorted(int(name) for name in os.listdir(folder)
-                  if name.isdigit() and os.path.exists(os.path.join(folder, name, META)))
+    return sorted(
+        int(name)
+        for name in os.listdir(folder)
+        if name.isdigit() and os.path.exists(os.path.join(folder, name, META))
+    )
 
 
 def check_same_run(meta, config, source):
     """CheckpointError unless ``config`` continues the run that wrote ``meta``."""
     differences = run_differences(meta.get("config", {}), config)
     if differences:
-        raise CheckpointError(f"{source} belongs to another run: {'; '.join(differences[:4])}"
-                              f"{' ...' if len(differences) > 4 else ''} (only where files go "
-                              "and how often to log, save and validate may change on resume)")
+        raise CheckpointError(
+            f"{source} belongs to another run: {'; '.join(differences[:4])}"
+            f"{' ...' if len(differences) > 4 else ''} (only where files go "
+            "and how often to log, save and validate may change on resume)"
+        )
 
 
 def continues_the_run(meta, config, training):
@@ -93,9 +101,11 @@ def check_output_free(config, resuming_meta):
     if not epochs:
         return
     if resuming_meta is None:
-        raise CheckpointError(f"{folder} already holds checkpoints of an earlier run (epochs "
-                              f"{epochs[0]}-{epochs[-1]}): resume it with --from-checkpoint "
-                              f"{folder}, or choose another --output-dir")
+        raise CheckpointError(
+            f"{folder} already holds checkpoints of an earlier run (epochs "
+            f"{epochs[0]}-{epochs[-1]}): resume it with --from-checkpoint "
+            f"{folder}, or choose another --output-dir"
+        )
     newest = os.path.join(folder, str(epochs[-1]))
     with open(os.path.join(newest, META)) as handle:
         check_same_run(json.load(handle), config, newest)
@@ -116,9 +126,11 @@ def resolve_checkpoint(path):
         raise CheckpointError(f"{path}: no {META}; not a checkpoint folder")
     newest = os.path.join(path, str(epochs[-1]))
     if not os.path.exists(os.path.join(newest, META)):
-        raise CheckpointError(f"{newest}: the newest checkpoint folder has no {META} (damaged, "
-                              "or not written by this toolkit); remove it or name an epoch "
-                              "folder explicitly")
+        raise CheckpointError(
+            f"{newest}: the newest checkpoint folder has no {META} (damaged, "
+            "or not written by this toolkit); remove it or name an epoch "
+            "folder explicitly"
+        )
     return newest
 
 
@@ -154,9 +166,14 @@ def verify_checkpoint(path):
         file_path = os.path.join(directory, name)
         if not os.path.exists(file_path):
             raise CheckpointError(f"{file_path}: missing from the checkpoint")
-        if os.path.getsize(file_path) != expected["bytes"] or _sha256(file_path) != expected["sha256"]:
-            raise CheckpointError(f"{file_path}: truncated or modified "
-                                  f"(expected {expected['bytes']} bytes, sha256 {expected['sha256'][:12]}...)")
+        if (
+            os.path.getsize(file_path) != expected["bytes"]
+            or _sha256(file_path) != expected["sha256"]
+        ):
+            raise CheckpointError(
+                f"{file_path}: truncated or modified "
+                f"(expected {expected['bytes']} bytes, sha256 {expected['sha256'][:12]}...)"
+            )
     return directory, meta
 
 
@@ -172,8 +189,10 @@ def read_state(prefix, optimizer=True):
     try:
         return dict(paddle.static.load_program_state(prefix))
     except Exception as err:  # pickle and Paddle raise several types for broken files
-        raise CheckpointError(f"{prefix}.pdparams: cannot be read ({type(err).__name__}: "
-                              f"{str(err).splitlines()[0] if str(err) else ''})") from None
+        raise CheckpointError(
+            f"{prefix}.pdparams: cannot be read ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''})"
+        ) from None
 
 
 def read_pickle(path):
@@ -186,8 +205,9 @@ def read_pickle(path):
         why = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         if path.endswith(".pdparams"):
             raise CheckpointError(f"{path}: cannot be read (truncated or damaged? {why})") from None
-        raise CheckpointError(f"{path}: not a weights file (neither PyTorch, safetensors nor "
-                              f"a Paddle pickle: {why})") from None
+        raise CheckpointError(
+            f"{path}: not a weights file (neither PyTorch, safetensors nor a Paddle pickle: {why})"
+        ) from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: holds a {type(state).__name__}, not named tensors")
     return state
@@ -202,8 +222,10 @@ def restore_state(program, state):
     variables = persistable_variables(program)
     missing = [v.name for v in variables if v.name not in state]
     if missing:
-        raise CheckpointError(f"checkpoint lacks {len(missing)} variables of this program, "
-                              f"e.g. {missing[:3]}; was it written by another configuration?")
+        raise CheckpointError(
+            f"checkpoint lacks {len(missing)} variables of this program, "
+            f"e.g. {missing[:3]}; was it written by another configuration?"
+        )
     _assign(variables, state)
 
 
@@ -221,11 +243,13 @@ def load_pretrained(program, state, source, arch, may_skip=(), masks=False):
         if param.name.endswith(MASK_SUFFIX):
             if masks and param.name in state:
                 chosen.append(param)
-            continue                    # otherwise ASP masks come from pruning
+            continue  # otherwise ASP masks come from pruning
         if param.name not in state:
             reason = "not in the file"
         elif tuple(state[param.name].shape) != tuple(param.shape):
-            reason = f"shape {tuple(state[param.name].shape)} in the file, {tuple(param.shape)} here"
+            reason = (
+                f"shape {tuple(state[param.name].shape)} in the file, {tuple(param.shape)} here"
+            )
         else:
             chosen.append(param)
             continue
@@ -233,26 +257,37 @@ def load_pretrained(program, state, source, arch, may_skip=(), masks=False):
         if param.name not in may_skip:
             unexpected.append(skipped[-1])
     if unexpected:
-        raise CheckpointError(f"{source}: does not fit {arch}: {len(unexpected)} parameters "
-                              f"do not match, e.g. {unexpected[0]}")
+        raise CheckpointError(
+            f"{source}: does not fit {arch}: {len(unexpected)} parameters "
+            f"do not match, e.g. {unexpected[0]}"
+        )
     # A QAT checkpoint's trained quantization scales, where the program has them too (an
     # eval program's own output scales, e.g. of its softmax, are not in a checkpoint).
-    chosen += [v for v in persistable_variables(program)
-               if v.name.endswith(QAT_SUFFIXES) and v.name in state]
+    chosen += [
+        v
+        for v in persistable_variables(program)
+        if v.name.endswith(QAT_SUFFIXES) and v.name in state
+    ]
     _assign(chosen, state, cast=True)
     # Pure fp16: the optimizer updates fp32 master copies and casts them back, so the
     # loaded weights must reach the masters too (they hold the random initialisation,
     # cast when the startup program ran, and the first step would bring it back).
     masters = master_weights(program)
-    _assign([program.global_block().var(masters[v.name]) for v in chosen if v.name in masters],
-            {masters[name]: value for name, value in state.items() if name in masters}, cast=True)
+    _assign(
+        [program.global_block().var(masters[v.name]) for v in chosen if v.name in masters],
+        {masters[name]: value for name, value in state.items() if name in masters},
+        cast=True,
+    )
     return skipped
 
 
 def master_weights(program):
     """{parameter: its fp32 master copy} of a pure-fp16 train program (empty otherwise)."""
-    return {op.input("Param")[0]: op.input("MasterParam")[0] for op in program.global_block().ops
-            if "MasterParam" in op.input_names and op.input("MasterParam")}
+    return {
+        op.input("Param")[0]: op.input("MasterParam")[0]
+        for op in program.global_block().ops
+        if "MasterParam" in op.input_names and op.input("MasterParam")
+    }
 
 
 def _assign(variables, state, cast=False):
@@ -264,6 +299,8 @@ def _assign(variables, state, cast=False):
         if cast:
             value = value.astype(convert_dtype(var.dtype), copy=False)
         if tuple(value.shape) != tuple(var.shape) and -1 not in var.shape:
-            raise CheckpointError(f"{var.name}: shape {value.shape} in the checkpoint, "
-                                  f"{tuple(var.shape)} in the program")
+            raise CheckpointError(
+                f"{var.name}: shape {value.shape} in the checkpoint, "
+                f"{tuple(var.shape)} in the program"
+            )
         tensor.set(value, place)

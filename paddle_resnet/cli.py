@@ -4,6 +4,7 @@ it reads; a flag of another tool is refused with one line that says whose it is.
 
     python -m paddle_resnet.cli --flag-table     # the README's flag table
 """
+
 import argparse
 import sys
 from typing import Optional
@@ -11,44 +12,109 @@ from typing import Optional
 import yaml
 
 from paddle_resnet.bootstrap import is_verbose, set_verbose
-from paddle_resnet.config import (all_keys, build_config, config_field, convert_value,
-                                  list_recipes, parse_bool, read_recipe, resolve_config_path,
-                                  to_yaml)
+from paddle_resnet.config import (
+    all_keys,
+    build_config,
+    config_field,
+    convert_value,
+    list_recipes,
+    parse_bool,
+    read_recipe,
+    resolve_config_path,
+    to_yaml,
+)
 from paddle_resnet.errors import ConfigError, UserError
 
 TOOLS = ("train", "export_model", "inference")
 # The parser's group of each section.
-GROUPS = {"run": "Global", "data": "Dataset and augmentation", "model": "Model",
-          "lr": "Learning rate", "optimizer": "Optimizer", "loss": "Loss",
-          "amp": "Mixed precision", "asp": "Sparsity (ASP)",
-          "qat": "Quantization-aware training", "inference": "Paddle Inference"}
+GROUPS = {
+    "run": "Global",
+    "data": "Dataset and augmentation",
+    "model": "Model",
+    "lr": "Learning rate",
+    "optimizer": "Optimizer",
+    "loss": "Loss",
+    "amp": "Mixed precision",
+    "asp": "Sparsity (ASP)",
+    "qat": "Quantization-aware training",
+    "inference": "Paddle Inference",
+}
 # What export_model.py reads: the checkpoint, the network and how it was trained (the
 # eval program is built as training built it), the validation preprocessing (for
 # calibration and verification), the predictors it verifies with, and its outputs.
-EXPORT_KEYS = frozenset({
-    "run.output_dir", "run.from_checkpoint", "run.last_epoch_of_checkpoint",
-    "run.model_prefix", "run.from_pretrained_params", "run.cpu_onednn", "run.verbose",
-    "data.image_root", "data.format", "data.batch_size", "data.output_fp16",
-    "data.num_threads", "data.crop_size", "data.resize_short", "data.normalize_scale",
-    "data.normalize_mean", "data.normalize_std",
-    "model.arch", "model.num_classes", "model.data_layout", "model.image_channels",
-    "model.zero_init_residual",
-    "amp.enabled", "amp.use_pure_fp16", "qat.enabled", "asp.enabled", "asp.exclude",
-    "inference.model_dir", "inference.device_id", "inference.trt_precision",
-    "inference.trt_workspace_size", "inference.trt_min_subgraph_size",
-    "inference.trt_use_static", "inference.cpu_precision", "inference.cpu_threads",
-    "inference.ptq_algo", "inference.onnx", "inference.openvino", "inference.verify_images",
-    "inference.calibration_images", "inference.export_log_path"})
+EXPORT_KEYS = frozenset(
+    {
+        "run.output_dir",
+        "run.from_checkpoint",
+        "run.last_epoch_of_checkpoint",
+        "run.model_prefix",
+        "run.from_pretrained_params",
+        "run.cpu_onednn",
+        "run.verbose",
+        "data.image_root",
+        "data.format",
+        "data.batch_size",
+        "data.output_fp16",
+        "data.num_threads",
+        "data.crop_size",
+        "data.resize_short",
+        "data.normalize_scale",
+        "data.normalize_mean",
+        "data.normalize_std",
+        "model.arch",
+        "model.num_classes",
+        "model.data_layout",
+        "model.image_channels",
+        "model.zero_init_residual",
+        "amp.enabled",
+        "amp.use_pure_fp16",
+        "qat.enabled",
+        "asp.enabled",
+        "asp.exclude",
+        "inference.model_dir",
+        "inference.device_id",
+        "inference.trt_precision",
+        "inference.trt_workspace_size",
+        "inference.trt_min_subgraph_size",
+        "inference.trt_use_static",
+        "inference.cpu_precision",
+        "inference.cpu_threads",
+        "inference.ptq_algo",
+        "inference.onnx",
+        "inference.openvino",
+        "inference.verify_images",
+        "inference.calibration_images",
+        "inference.export_log_path",
+    }
+)
 # What inference.py reads: preprocessing comes from the model's model.json, so no
 # model, training or augmentation key.
-INFERENCE_KEYS = frozenset({
-    "run.benchmark_steps", "run.benchmark_warmup_steps", "run.verbose",
-    "data.image_root", "data.format", "data.batch_size", "data.num_threads",
-    "inference.model_dir", "inference.backend", "inference.mode", "inference.images",
-    "inference.batch_sizes", "inference.device_id", "inference.trt_precision",
-    "inference.trt_workspace_size", "inference.trt_min_subgraph_size",
-    "inference.trt_use_static", "inference.trt_use_calib_mode", "inference.use_synthetic",
-    "inference.cpu_precision", "inference.cpu_threads", "inference.log_path"})
+INFERENCE_KEYS = frozenset(
+    {
+        "run.benchmark_steps",
+        "run.benchmark_warmup_steps",
+        "run.verbose",
+        "data.image_root",
+        "data.format",
+        "data.batch_size",
+        "data.num_threads",
+        "inference.model_dir",
+        "inference.backend",
+        "inference.mode",
+        "inference.images",
+        "inference.batch_sizes",
+        "inference.device_id",
+        "inference.trt_precision",
+        "inference.trt_workspace_size",
+        "inference.trt_min_subgraph_size",
+        "inference.trt_use_static",
+        "inference.trt_use_calib_mode",
+        "inference.use_synthetic",
+        "inference.cpu_precision",
+        "inference.cpu_threads",
+        "inference.log_path",
+    }
+)
 
 
 def tool_reads(tool, dotted):
@@ -104,8 +170,10 @@ class _OtherToolsFlag(argparse.Action):
         super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.error(f"{option_string} is not used by {self.tool}.py (it sets {self.dest}, "
-                     f"read by {' and '.join(f'{t}.py' for t in self.readers)})")
+        parser.error(
+            f"{option_string} is not used by {self.tool}.py (it sets {self.dest}, "
+            f"read by {' and '.join(f'{t}.py' for t in self.readers)})"
+        )
 
 
 def image_shape_values(text):
@@ -127,28 +195,45 @@ def _help(f):
 def build_parser(tool, description=None):
     """The command line of ``tool`` (one of TOOLS): every flag sets one config key; no
     abbreviations; flags of keys the tool does not read are refused."""
-    parser = argparse.ArgumentParser(prog=f"{tool}.py", description=description,
-                                     allow_abbrev=False, argument_default=argparse.SUPPRESS)
-    parser.add_argument("--config", help="YAML recipe: a path or a name in configs/ "
-                                         "(see --list-configs)")
+    parser = argparse.ArgumentParser(
+        prog=f"{tool}.py",
+        description=description,
+        allow_abbrev=False,
+        argument_default=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--config", help="YAML recipe: a path or a name in configs/ (see --list-configs)"
+    )
     parser.add_argument("--list-configs", action="store_true", help="list the recipes and exit")
-    parser.add_argument("--show-config", nargs="?", const="exit", metavar="BOOL",
-                        help="print the resolved configuration as YAML and exit; with a value "
-                             "(NVIDIA's --show-config True) print it and go on")
+    parser.add_argument(
+        "--show-config",
+        nargs="?",
+        const="exit",
+        metavar="BOOL",
+        help="print the resolved configuration as YAML and exit; with a value "
+        "(NVIDIA's --show-config True) print it and go on",
+    )
     if tool_reads(tool, "model.image_channels"):
-        parser.add_argument("--image-shape", metavar="C,H,W",
-                            help="NVIDIA's input shape, e.g. 4,224,224: sets --image-channels "
-                                 "and --crop-size")
-    parser.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
-                        help="set any config key, e.g. --set data.num_threads=2 (repeatable)")
+        parser.add_argument(
+            "--image-shape",
+            metavar="C,H,W",
+            help="NVIDIA's input shape, e.g. 4,224,224: sets --image-channels and --crop-size",
+        )
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help="set any config key, e.g. --set data.num_threads=2 (repeatable)",
+    )
     groups = {}
     for dotted, f in all_keys():
         meta = f.metadata
         flags = (meta["flag"],) + meta["aliases"] + meta["deprecated"]
         if not tool_reads(tool, dotted):
             readers = [t for t in TOOLS if tool_reads(t, dotted)]
-            parser.add_argument(*flags, dest=dotted, action=_OtherToolsFlag, tool=tool,
-                                readers=readers)
+            parser.add_argument(
+                *flags, dest=dotted, action=_OtherToolsFlag, tool=tool, readers=readers
+            )
             continue
         section = dotted.partition(".")[0]
         if section not in groups:
@@ -159,11 +244,16 @@ def build_parser(tool, description=None):
         if _is_bool(f):
             group.add_argument(*names, dest=dotted, action=_BoolFlag, metavar="BOOL", help=text)
         else:
-            group.add_argument(*names, dest=dotted, metavar=dotted.split(".")[1].upper(),
-                               help=text)
+            group.add_argument(*names, dest=dotted, metavar=dotted.split(".")[1].upper(), help=text)
         for old in meta["deprecated"]:
-            group.add_argument(old, dest=dotted, action=_DeprecatedAlias, help=argparse.SUPPRESS,
-                               replacement=meta["flag"], is_bool=_is_bool(f))
+            group.add_argument(
+                old,
+                dest=dotted,
+                action=_DeprecatedAlias,
+                help=argparse.SUPPRESS,
+                replacement=meta["flag"],
+                is_bool=_is_bool(f),
+            )
     return parser
 
 
@@ -181,13 +271,17 @@ def config_from_args(namespace):
             raise ConfigError(f"--set {assignment!r}: expected SECTION.KEY=VALUE")
         config_field(dotted, "--set")
         values[dotted] = convert_value(dotted, yaml.safe_load(raw) if raw else None, "--set")
-    flags = {dotted: convert_value(dotted, raw, "flag") for dotted, raw in given.items() if "." in dotted}
+    flags = {
+        dotted: convert_value(dotted, raw, "flag") for dotted, raw in given.items() if "." in dotted
+    }
     if given.get("image_shape"):
         for dotted, value in image_shape_values(given["image_shape"]).items():
             if dotted in flags and flags[dotted] != value:
                 flag = config_field(dotted).metadata["flag"]
-                raise ConfigError(f"--image-shape {given['image_shape']} sets {flag} {value}, "
-                                  f"but {flag} {flags[dotted]} is given too")
+                raise ConfigError(
+                    f"--image-shape {given['image_shape']} sets {flag} {value}, "
+                    f"but {flag} {flags[dotted]} is given too"
+                )
     values.update(flags)
     return build_config(values)
 
@@ -231,7 +325,7 @@ def main_with(tool, description, action, argv=None):
             print("\n".join(list_recipes()))
             return 0
         config = config_from_args(args)
-        set_verbose(config.run.verbose or is_verbose(argv=[]))     # or the environment's
+        set_verbose(config.run.verbose or is_verbose(argv=[]))  # or the environment's
         show = getattr(args, "show_config", None)
         if show is not None and (show == "exit" or parse_bool(show, "--show-config")):
             print(to_yaml(config), end="")

@@ -7,6 +7,7 @@ whether or not a GPU is present) and the GPUs the build can use now (none withou
 NVIDIA driver, or with ``CUDA_VISIBLE_DEVICES`` empty). The GPU build on a machine
 without a usable GPU trains, exports and infers on the CPU, as the CPU build does.
 """
+
 import os
 
 import paddle
@@ -38,8 +39,11 @@ def why_no_gpu():
     if not cuda_build():
         return f"this Paddle is the CPU build ({build_name()})"
     hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-    cause = ("CUDA_VISIBLE_DEVICES is empty" if hidden is not None and not hidden.strip()
-             else "no NVIDIA driver or GPU found")
+    cause = (
+        "CUDA_VISIBLE_DEVICES is empty"
+        if hidden is not None and not hidden.strip()
+        else "no NVIDIA driver or GPU found"
+    )
     return f"this Paddle is the GPU build ({build_name()}) but finds no usable GPU ({cause})"
 
 
@@ -54,11 +58,15 @@ def check_training_options(config):
     (on the GPU build the fp16 program would fail inside Paddle with a kernel error; on
     the CPU build it would silently train in fp32)."""
     if config.amp.enabled:
-        require_gpu("--use-pure-fp16" if config.amp.use_pure_fp16 else "--amp",
-                    "fp16 kernels exist for CUDA only")
+        require_gpu(
+            "--use-pure-fp16" if config.amp.use_pure_fp16 else "--amp",
+            "fp16 kernels exist for CUDA only",
+        )
     if config.run.sync_bn:
-        require_gpu("--sync-bn", "Paddle has no CPU sync_batch_norm, and Fleet keeps per-rank "
-                                 "batch norm on CPU ranks")
+        require_gpu(
+            "--sync-bn",
+            "Paddle has no CPU sync_batch_norm, and Fleet keeps per-rank batch norm on CPU ranks",
+        )
 
 
 def device():
@@ -84,7 +92,7 @@ def tensorrt_version():
         return None
     try:
         version = paddle_inference.get_trt_runtime_version()
-    except RuntimeError:                         # "TensorRT dynamic library is not found"
+    except RuntimeError:  # "TensorRT dynamic library is not found"
         return None
     return ".".join(map(str, version)) if any(version) else None
 
@@ -100,9 +108,11 @@ def require_tensorrt(option):
     require_gpu(option, "TensorRT engines run on GPUs")
     if tensorrt_version() is None:
         built = tensorrt_compiled_version()
-        raise ConfigError(f"{option} needs TensorRT{' ' + built if built else ''}, which "
-                          f"{build_name()} cannot load (add its lib folder to LD_LIBRARY_PATH; "
-                          "python -m paddle_resnet.doctor says more)")
+        raise ConfigError(
+            f"{option} needs TensorRT{' ' + built if built else ''}, which "
+            f"{build_name()} cannot load (add its lib folder to LD_LIBRARY_PATH; "
+            "python -m paddle_resnet.doctor says more)"
+        )
 
 
 def cpu_flags(cpuinfo="/proc/cpuinfo"):

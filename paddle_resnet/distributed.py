@@ -11,6 +11,7 @@ ring 0 is registered with its communicator manager instead, and AMP's per-parame
 finite check for distributed runs (a GPU overlap optimisation whose ``paddle.any``
 rejects legacy static variables) is not switched on.
 """
+
 import contextlib
 import os
 import signal
@@ -40,16 +41,22 @@ def launcher_ranks(environ=os.environ):
         return 0, endpoints
     where = f"PADDLE_TRAINER_ENDPOINTS names {len(endpoints)} ranks"
     if environ.get("PADDLE_TRAINERS_NUM", str(len(endpoints))) != str(len(endpoints)):
-        raise UserError(f"{where} but PADDLE_TRAINERS_NUM is {environ['PADDLE_TRAINERS_NUM']}; "
-                        "start the ranks with python -m paddle.distributed.launch")
+        raise UserError(
+            f"{where} but PADDLE_TRAINERS_NUM is {environ['PADDLE_TRAINERS_NUM']}; "
+            "start the ranks with python -m paddle.distributed.launch"
+        )
     rank = environ.get("PADDLE_TRAINER_ID", "")
     if not rank.isdigit() or int(rank) >= len(endpoints):
-        raise UserError(f"{where} but PADDLE_TRAINER_ID is {rank or 'not set'}; "
-                        "start the ranks with python -m paddle.distributed.launch")
+        raise UserError(
+            f"{where} but PADDLE_TRAINER_ID is {rank or 'not set'}; "
+            "start the ranks with python -m paddle.distributed.launch"
+        )
     if environ.get("PADDLE_CURRENT_ENDPOINT") != endpoints[int(rank)]:
-        raise UserError(f"{where} but PADDLE_CURRENT_ENDPOINT "
-                        f"({environ.get('PADDLE_CURRENT_ENDPOINT', 'not set')}) is not rank "
-                        f"{rank}'s; start the ranks with python -m paddle.distributed.launch")
+        raise UserError(
+            f"{where} but PADDLE_CURRENT_ENDPOINT "
+            f"({environ.get('PADDLE_CURRENT_ENDPOINT', 'not set')}) is not rank "
+            f"{rank}'s; start the ranks with python -m paddle.distributed.launch"
+        )
     return int(rank), endpoints
 
 
@@ -68,7 +75,7 @@ def init_fleet():
     paddle.enable_static()
     rank, endpoints = launcher_ranks()
     if len(endpoints) > 1 and not gpu_available():
-        with paddle_chatter(bootstrap.verbose()):    # "server not ready, wait 3 sec" lines
+        with paddle_chatter(bootstrap.verbose()):  # "server not ready, wait 3 sec" lines
             _init_gloo_ring(rank, endpoints)
     with paddle_chatter(bootstrap.verbose()):
         fleet.init(is_collective=True)
@@ -97,7 +104,7 @@ def _keep_single_check(*args, **kwargs):
 
 
 def remove_stream_syncs(program):
-    for block in program.blocks:                   # sub-blocks too (gradient merge)
+    for block in program.blocks:  # sub-blocks too (gradient merge)
         for index in reversed(range(len(block.ops))):
             if block.ops[index].type in STREAM_SYNC_OPS:
                 block._remove_op(index)
@@ -112,11 +119,15 @@ def collective_rewrite(main, startup):
         yield
         return
     with contextlib.ExitStack() as patches:
-        patches.enter_context(mock.patch.object(CollectiveHelper, "_init_communicator",
-                                                _ring_made_by_gloo))
+        patches.enter_context(
+            mock.patch.object(CollectiveHelper, "_init_communicator", _ring_made_by_gloo)
+        )
         if PADDLE3:
-            patches.enter_context(mock.patch.object(OptimizerWithMixedPrecision,
-                                                    "_set_distributed", _keep_single_check))
+            patches.enter_context(
+                mock.patch.object(
+                    OptimizerWithMixedPrecision, "_set_distributed", _keep_single_check
+                )
+            )
         yield
     for program in (main, startup):
         remove_stream_syncs(program)
@@ -144,8 +155,10 @@ def launcher_stop_reported(environ=os.environ):
     try:
         yield
     except StoppedByLauncher:
-        raise UserError(f"rank {rank}: stopped by the launcher (SIGTERM): another rank ended "
-                        "first; its log in the launcher's --log_dir says why") from None
+        raise UserError(
+            f"rank {rank}: stopped by the launcher (SIGTERM): another rank ended "
+            "first; its log in the launcher's --log_dir says why"
+        ) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -166,27 +179,34 @@ def peers_watched(rank, world_size, checkpoints, timeout):
         return
     others = [r for r in range(world_size) if r != rank]
     who = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {others}"
-    resume = (f"The checkpoints in {checkpoints} are intact: resume with "
-              f"--from-checkpoint {checkpoints}")
+    resume = (
+        f"The checkpoints in {checkpoints} are intact: resume with --from-checkpoint {checkpoints}"
+    )
 
     def stuck(idle):
-        return (f"rank {rank}: no progress for {idle:.0f} s (--collective-timeout {timeout}): "
-                f"{who} is stuck (stopped, or hung) and this rank waits for it in a "
-                f"collective operation. {resume}")
+        return (
+            f"rank {rank}: no progress for {idle:.0f} s (--collective-timeout {timeout}): "
+            f"{who} is stuck (stopped, or hung) and this rank waits for it in a "
+            f"collective operation. {resume}"
+        )
 
     previous = signal.signal(signal.SIGTERM, _stopped_by_launcher)
     try:
         with watchdog.watching(timeout, stuck):
             yield
     except StoppedByLauncher:
-        raise UserError(f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
-                        f"launcher's --log_dir), and the launcher ended this rank (SIGTERM). "
-                        f"{resume}") from None
+        raise UserError(
+            f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
+            f"launcher's --log_dir), and the launcher ended this rank (SIGTERM). "
+            f"{resume}"
+        ) from None
     except RuntimeError as err:
         reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise UserError(f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
-                        f"launcher's --log_dir); a collective operation failed ({reason}). "
-                        f"{resume}") from None
+        raise UserError(
+            f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
+            f"launcher's --log_dir); a collective operation failed ({reason}). "
+            f"{resume}"
+        ) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -195,19 +215,26 @@ def parameter_checksum(program):
     """The sum of every trained parameter of ``program``, in float64. (BN running
     statistics are parameters too, but each rank keeps its own, from its own batches.)"""
     scope = paddle.static.global_scope()
-    return float(sum(np.asarray(scope.find_var(p.name).get_tensor(), dtype=np.float64).sum()
-                     for p in program.all_parameters() if p.trainable))
+    return float(
+        sum(
+            np.asarray(scope.find_var(p.name).get_tensor(), dtype=np.float64).sum()
+            for p in program.all_parameters()
+            if p.trainable
+        )
+    )
 
 
 def check_ranks_agree(program, all_reduce, where):
     """UserError unless every rank holds the same parameters (compared by checksum):
     data parallelism that lets ranks drift apart trains N different models."""
     checksum = parameter_checksum(program)
-    total, squares, ranks, _ = all_reduce(np.array([checksum, checksum ** 2, 1.0, 0.0]))
+    total, squares, ranks, _ = all_reduce(np.array([checksum, checksum**2, 1.0, 0.0]))
     spread = squares / ranks - (total / ranks) ** 2
     if spread > 1e-12 * max(1.0, (total / ranks) ** 2):
-        raise UserError(f"the {int(ranks)} ranks hold different parameters {where} (checksum "
-                        f"spread {spread:.3g}): gradients were not reduced alike")
+        raise UserError(
+            f"the {int(ranks)} ranks hold different parameters {where} (checksum "
+            f"spread {spread:.3g}): gradients were not reduced alike"
+        )
     return checksum
 
 
@@ -219,8 +246,11 @@ def all_reduce_program(name, shape, dtype):
         if PADDLE3:
             # paddle.distributed.all_reduce rejects legacy static variables on 3.x.
             main.global_block().append_op(
-                type="all_reduce", inputs={"x": [values]}, outputs={"out": [values]},
-                attrs={"ring_id": 0, "reduce_type": paddle.distributed.ReduceOp.SUM})
+                type="all_reduce",
+                inputs={"x": [values]},
+                outputs={"out": [values]},
+                attrs={"ring_id": 0, "reduce_type": paddle.distributed.ReduceOp.SUM},
+            )
         else:
             paddle.distributed.all_reduce(values)
     if uses_gloo():

@@ -9,6 +9,7 @@ Requirements (``--require``): gpu, trt, nccl, dali-gpu, bf16, int8, onnx. Exit s
 when every one is met, 1 when one is not (a line each names it and why), 2 for a
 requirement name it does not know.
 """
+
 import argparse
 import json
 import os
@@ -25,9 +26,14 @@ from paddle_resnet import devices, optional
 from paddle_resnet.quantization import INT8_CPU_FLAGS
 
 # The CPU's instruction-set extensions that decide its kernels, and what each gives.
-CPU_EXTENSIONS = (("avx512f", "AVX-512"), ("avx512_vnni", "AVX-512 VNNI"),
-                  ("avx_vnni", "AVX-VNNI"), ("avx512_bf16", "AVX-512 BF16"),
-                  ("amx_bf16", "AMX-BF16"), ("amx_int8", "AMX-INT8"))
+CPU_EXTENSIONS = (
+    ("avx512f", "AVX-512"),
+    ("avx512_vnni", "AVX-512 VNNI"),
+    ("avx_vnni", "AVX-VNNI"),
+    ("avx512_bf16", "AVX-512 BF16"),
+    ("amx_bf16", "AMX-BF16"),
+    ("amx_int8", "AMX-INT8"),
+)
 
 
 @dataclass(frozen=True)
@@ -47,44 +53,65 @@ def _version(getter):
     """A version from ``getter``, or None where the library behind it cannot be loaded."""
     try:
         version = getter()
-    except RuntimeError:                           # Paddle's "dynamic library not found"
+    except RuntimeError:  # Paddle's "dynamic library not found"
         return None
     return version or None
 
 
 def paddle_findings():
     build = "GPU" if devices.cuda_build() else "CPU"
-    yield Finding("Paddle", f"{build} build, {devices.build_name()}",
-                  "fp16 AMP, TensorRT and NCCL where a GPU is usable" if build == "GPU" else
-                  "training and inference on the CPU only (paddlepaddle-gpu for GPUs)")
+    yield Finding(
+        "Paddle",
+        f"{build} build, {devices.build_name()}",
+        "fp16 AMP, TensorRT and NCCL where a GPU is usable"
+        if build == "GPU"
+        else "training and inference on the CPU only (paddlepaddle-gpu for GPUs)",
+    )
     if not devices.cuda_build():
         return
-    yield Finding("CUDA / cuDNN", f"built for CUDA {paddle.version.cuda()}, "
-                  f"cuDNN {paddle.version.cudnn()}",
-                  "the system needs a driver for this CUDA and these cuDNN libraries")
+    yield Finding(
+        "CUDA / cuDNN",
+        f"built for CUDA {paddle.version.cuda()}, cuDNN {paddle.version.cudnn()}",
+        "the system needs a driver for this CUDA and these cuDNN libraries",
+    )
 
 
 def gpu_findings():
     count = devices.gpu_count()
     if not count:
-        yield Finding("GPUs", "none usable", f"{devices.why_no_gpu()}: --amp, --use-pure-fp16, "
-                      "--sync-bn and the gpu/trt backends are refused; everything runs on the "
-                      "CPU", provides="gpu", met=False)
+        yield Finding(
+            "GPUs",
+            "none usable",
+            f"{devices.why_no_gpu()}: --amp, --use-pure-fp16, "
+            "--sync-bn and the gpu/trt backends are refused; everything runs on the "
+            "CPU",
+            provides="gpu",
+            met=False,
+        )
     for gpu in range(count):
         major, minor = paddle.device.cuda.get_device_capability(gpu)
         kinds = ["fp16 tensor cores" if major >= 7 else "no tensor cores: AMP gains little"]
         if major >= 8:
             kinds.append("2:4 sparse tensor cores (ASP pays off in TensorRT)")
-        yield Finding(f"GPU {gpu}", f"{paddle.device.cuda.get_device_name(gpu)}, compute "
-                      f"capability {major}.{minor}", "; ".join(kinds), provides="gpu")
+        yield Finding(
+            f"GPU {gpu}",
+            f"{paddle.device.cuda.get_device_name(gpu)}, compute capability {major}.{minor}",
+            "; ".join(kinds),
+            provides="gpu",
+        )
     if not devices.cuda_build():
         return
     nccl = core.is_compiled_with_nccl() and _version(core.nccl_version)
-    yield Finding("NCCL", f"version {nccl}" if nccl else "not loadable",
-                  "multi-GPU data parallelism" if nccl and count else
-                  "no multi-GPU data parallelism" + ("" if nccl else
-                                                     " (libnccl not on the library path)"),
-                  provides="nccl", met=bool(nccl) and count > 0)
+    yield Finding(
+        "NCCL",
+        f"version {nccl}" if nccl else "not loadable",
+        "multi-GPU data parallelism"
+        if nccl and count
+        else "no multi-GPU data parallelism"
+        + ("" if nccl else " (libnccl not on the library path)"),
+        provides="nccl",
+        met=bool(nccl) and count > 0,
+    )
 
 
 def tensorrt_findings():
@@ -92,48 +119,81 @@ def tensorrt_findings():
         return
     found, built = devices.tensorrt_version(), devices.tensorrt_compiled_version()
     usable = bool(found) and devices.gpu_available()
-    yield Finding("TensorRT", f"{found or 'not loadable'} (Paddle built against {built})",
-                  "--backend trt available (auto picks it)" if usable else
-                  "no TensorRT: --backend trt unavailable (auto picks gpu where a GPU is usable)",
-                  provides="trt", met=usable)
+    yield Finding(
+        "TensorRT",
+        f"{found or 'not loadable'} (Paddle built against {built})",
+        "--backend trt available (auto picks it)"
+        if usable
+        else "no TensorRT: --backend trt unavailable (auto picks gpu where a GPU is usable)",
+        provides="trt",
+        met=usable,
+    )
 
 
 def dali_findings():
     gpus = dali_backend.GetCUDADeviceCount()
-    yield Finding("DALI", f"{dali.__version__}, sees {gpus} GPU(s)",
-                  "JPEG decoding on the GPU (nvJPEG, device 'mixed')" if gpus else
-                  "JPEG decoding on the CPU (no GPU decoding)", provides="dali-gpu",
-                  met=gpus > 0)
+    yield Finding(
+        "DALI",
+        f"{dali.__version__}, sees {gpus} GPU(s)",
+        "JPEG decoding on the GPU (nvJPEG, device 'mixed')"
+        if gpus
+        else "JPEG decoding on the CPU (no GPU decoding)",
+        provides="dali-gpu",
+        met=gpus > 0,
+    )
 
 
 def cpu_findings(cpuinfo="/proc/cpuinfo"):
     flags = devices.cpu_flags(cpuinfo)
     present = [name for flag, name in CPU_EXTENSIONS if flag in flags]
-    yield Finding("CPU", f"{len(os.sched_getaffinity(0))} cores, "
-                  f"{', '.join(present) or 'none of AVX-512 / VNNI / AMX'}",
-                  "oneDNN kernels for CPU training and inference")
+    yield Finding(
+        "CPU",
+        f"{len(os.sched_getaffinity(0))} cores, "
+        f"{', '.join(present) or 'none of AVX-512 / VNNI / AMX'}",
+        "oneDNN kernels for CPU training and inference",
+    )
     bf16 = core.supports_bfloat16()
-    yield Finding("bf16 (CPU)", "yes" if bf16 else "no",
-                  "--cpu-precision bf16 available" if bf16 else "--cpu-precision bf16 refused",
-                  provides="bf16", met=bf16)
+    yield Finding(
+        "bf16 (CPU)",
+        "yes" if bf16 else "no",
+        "--cpu-precision bf16 available" if bf16 else "--cpu-precision bf16 refused",
+        provides="bf16",
+        met=bf16,
+    )
     int8 = bool(flags & set(INT8_CPU_FLAGS))
-    yield Finding("int8 (CPU)", "yes" if int8 else "no int8 dot products",
-                  "--cpu-precision int8 available" if int8 else
-                  "--cpu-precision int8 refused (oneDNN int8 would be slower than fp32)",
-                  provides="int8", met=int8)
+    yield Finding(
+        "int8 (CPU)",
+        "yes" if int8 else "no int8 dot products",
+        "--cpu-precision int8 available"
+        if int8
+        else "--cpu-precision int8 refused (oneDNN int8 would be slower than fp32)",
+        provides="int8",
+        met=int8,
+    )
 
 
 def package_findings():
     onnx = optional.has_paddle2onnx and optional.has_onnxruntime
-    yield Finding("ONNX", "paddle2onnx and onnxruntime installed" if onnx else "not installed",
-                  "export_model.py --onnx available" if onnx else
-                  "export_model.py --onnx refused (pip install -r requirements-tools.txt)",
-                  provides="onnx", met=onnx)
+    yield Finding(
+        "ONNX",
+        "paddle2onnx and onnxruntime installed" if onnx else "not installed",
+        "export_model.py --onnx available"
+        if onnx
+        else "export_model.py --onnx refused (pip install -r requirements-tools.txt)",
+        provides="onnx",
+        met=onnx,
+    )
 
 
 def findings(cpuinfo="/proc/cpuinfo"):
-    return [*paddle_findings(), *gpu_findings(), *tensorrt_findings(), *dali_findings(),
-            *cpu_findings(cpuinfo), *package_findings()]
+    return [
+        *paddle_findings(),
+        *gpu_findings(),
+        *tensorrt_findings(),
+        *dali_findings(),
+        *cpu_findings(cpuinfo),
+        *package_findings(),
+    ]
 
 
 REQUIREMENTS = ("gpu", "trt", "nccl", "dali-gpu", "bf16", "int8", "onnx")
@@ -145,32 +205,42 @@ def unmet(found, required):
     for name in required:
         relevant = [f for f in found if f.provides == name]
         if not any(f.met for f in relevant):
-            reason = relevant[0].meaning if relevant else f"not in this Paddle build ({devices.build_name()})"
+            reason = (
+                relevant[0].meaning
+                if relevant
+                else f"not in this Paddle build ({devices.build_name()})"
+            )
             missing.append(f"{name}: {reason}")
     return missing
 
 
 def table(found):
     width = max(len(f.topic) for f in found)
-    return "\n".join(f"{f.topic:<{width}}  {f.found}\n{'':<{width}}  -> {f.meaning}"
-                     for f in found)
+    return "\n".join(f"{f.topic:<{width}}  {f.found}\n{'':<{width}}  -> {f.meaning}" for f in found)
 
 
 def parse_requirements(text):
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in REQUIREMENTS]
     if unknown:
-        raise ValueError(f"--require: unknown requirement {unknown[0]!r}; "
-                         f"known: {', '.join(REQUIREMENTS)}")
+        raise ValueError(
+            f"--require: unknown requirement {unknown[0]!r}; known: {', '.join(REQUIREMENTS)}"
+        )
     return names
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m paddle_resnet.doctor",
-                                     description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--require", default="", metavar="NAMES",
-                        help=f"comma-separated, of: {', '.join(REQUIREMENTS)}; exit 1 unless "
-                             "all are met")
+    parser = argparse.ArgumentParser(
+        prog="python -m paddle_resnet.doctor",
+        description=__doc__.splitlines()[0],
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "--require",
+        default="",
+        metavar="NAMES",
+        help=f"comma-separated, of: {', '.join(REQUIREMENTS)}; exit 1 unless all are met",
+    )
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = parser.parse_args(argv)
     try:
@@ -181,8 +251,12 @@ def main(argv=None):
     found = findings()
     missing = unmet(found, required)
     if args.json:
-        print(json.dumps({"findings": [asdict(f) for f in found], "required": required,
-                          "unmet": missing}, indent=1))
+        print(
+            json.dumps(
+                {"findings": [asdict(f) for f in found], "required": required, "unmet": missing},
+                indent=1,
+            )
+        )
     else:
         print(table(found))
     for line in missing:

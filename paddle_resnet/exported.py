@@ -7,8 +7,9 @@ the predictor and the sparsity checker. This module is its only owner.
     <dir>/model.onnx                               export_model.py --onnx
     <dir>/openvino/model.xml, model.bin            OpenVINO's conversion, cached on first use
 """
-import dataclasses
+
 import contextlib
+import dataclasses
 import json
 import os
 
@@ -37,13 +38,19 @@ def describe(config, input_shape, sparse):
     """model.json's content for a model exported from ``config``."""
     data = config.data
     return {
-        "arch": config.model.arch, "num_classes": config.model.num_classes,
-        "layout": config.model.data_layout, "input_shape": list(input_shape),
-        "input": feeds.IMAGE, "output": "probabilities (softmax)",
-        "preprocess": {"resize_short": data.resize_short, "crop_size": data.crop_size,
-                       "normalize_mean": list(data.normalize_mean),
-                       "normalize_std": list(data.normalize_std),
-                       "normalize_scale": data.normalize_scale},
+        "arch": config.model.arch,
+        "num_classes": config.model.num_classes,
+        "layout": config.model.data_layout,
+        "input_shape": list(input_shape),
+        "input": feeds.IMAGE,
+        "output": "probabilities (softmax)",
+        "preprocess": {
+            "resize_short": data.resize_short,
+            "crop_size": data.crop_size,
+            "normalize_mean": list(data.normalize_mean),
+            "normalize_std": list(data.normalize_std),
+            "normalize_scale": data.normalize_scale,
+        },
         "sparse_2to4": list(sparse),
         "quantization": None,
     }
@@ -51,8 +58,9 @@ def describe(config, input_shape, sparse):
 
 def write(out_dir, exe, program, image, output, info, classes):
     """The model (``image`` in, ``output`` out), classes.json and model.json into ``out_dir``."""
-    paddle.static.save_inference_model(os.path.join(out_dir, _PREFIX), [image], [output], exe,
-                                       program=program)
+    paddle.static.save_inference_model(
+        os.path.join(out_dir, _PREFIX), [image], [output], exe, program=program
+    )
     write_class_index(os.path.join(out_dir, CLASSES_FILE), classes)
     with open(os.path.join(out_dir, INFO_FILE), "w") as handle:
         json.dump(info, handle, indent=1)
@@ -67,8 +75,10 @@ def check_dir(model_dir):
     for name in (MODEL_FILE, PARAMS_FILE, INFO_FILE):
         path = os.path.join(model_dir, name)
         if not os.path.isfile(path):
-            raise UserError(f"{path} is missing: export a model with export_model.py "
-                            f"--inference-dir {model_dir}")
+            raise UserError(
+                f"{path} is missing: export a model with export_model.py "
+                f"--inference-dir {model_dir}"
+            )
 
 
 def is_exported_model(path):
@@ -96,7 +106,7 @@ def openvino_model(model_dir, core, ov):
     if os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(source):
         return core.read_model(cached)
     model = core.read_model(source)
-    with contextlib.suppress(OSError):                  # read-only: convert each time
+    with contextlib.suppress(OSError):  # read-only: convert each time
         with staged_directory(os.path.dirname(cached)) as staging:
             ov.save_model(model, os.path.join(staging, OPENVINO_FILE), compress_to_fp16=False)
     return model
@@ -118,25 +128,30 @@ def read_classes(model_dir):
 
 def read_params(model_dir):
     """Parameter name -> array of an exported model."""
-    paddle.enable_static()              # load_inference_model works in static mode only
+    paddle.enable_static()  # load_inference_model works in static mode only
     exe = paddle.static.Executor(paddle.CPUPlace())
     scope = paddle.static.Scope()
     with paddle.static.scope_guard(scope):
         program, _, _ = paddle.static.load_inference_model(os.path.join(model_dir, _PREFIX), exe)
-        return {var.name: np.array(scope.find_var(var.name).get_tensor())
-                for var in program.list_vars()
-                if var.persistable and var.name not in ("feed", "fetch")}
+        return {
+            var.name: np.array(scope.find_var(var.name).get_tensor())
+            for var in program.list_vars()
+            if var.persistable and var.name not in ("feed", "fetch")
+        }
 
 
 def preprocessing(data_config, info):
     """``data_config`` with the validation preprocessing the model was exported with."""
     pre = info["preprocess"]
-    return dataclasses.replace(data_config, crop_size=pre["crop_size"],
-                               resize_short=pre["resize_short"],
-                               normalize_mean=tuple(pre["normalize_mean"]),
-                               normalize_std=tuple(pre["normalize_std"]),
-                               normalize_scale=pre.get("normalize_scale", 1.0 / 255.0),
-                               output_fp16=False)   # the predictor's input is fp32
+    return dataclasses.replace(
+        data_config,
+        crop_size=pre["crop_size"],
+        resize_short=pre["resize_short"],
+        normalize_mean=tuple(pre["normalize_mean"]),
+        normalize_std=tuple(pre["normalize_std"]),
+        normalize_scale=pre.get("normalize_scale", 1.0 / 255.0),
+        output_fp16=False,
+    )  # the predictor's input is fp32
 
 
 def validation_batches(data_split, data_config, info):
@@ -144,8 +159,13 @@ def validation_batches(data_split, data_config, info):
     pipeline): what accuracy, prediction and INT8 calibration feed the model."""
     shape = info["input_shape"]
     channels = shape[0] if info["layout"] == "NCHW" else shape[-1]
-    return make_loader(data_split, preprocessing(data_config, info), info["layout"],
-                       training=False, channels=channels)
+    return make_loader(
+        data_split,
+        preprocessing(data_config, info),
+        info["layout"],
+        training=False,
+        channels=channels,
+    )
 
 
 def record_quantization(model_dir, record):
@@ -162,8 +182,7 @@ def write_onnx(model_dir):
     paddle2onnx = require("paddle2onnx", "--onnx")
     path = os.path.join(model_dir, ONNX_FILE)
     with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
-        paddle2onnx.export(*model_paths(model_dir), save_file=path, opset_version=13,
-                           verbose=False)
+        paddle2onnx.export(*model_paths(model_dir), save_file=path, opset_version=13, verbose=False)
     if not os.path.isfile(path):
         raise UserError(f"{model_dir}: paddle2onnx wrote no {ONNX_FILE}")
     return path

@@ -18,6 +18,7 @@
 
 On CPUs none of this applies: the fusions are CUDA kernels.
 """
+
 import contextlib
 
 import paddle
@@ -39,16 +40,21 @@ def build_strategy_fields(config, training):
         # (distributed.all_reduce_sum), so this only keeps the op order fixed.
         fields["fix_op_run_order"] = True
     if config.amp.enabled:
-        fields.update(fuse_bn_act_ops=True, fuse_elewise_add_act_ops=True,
-                      fuse_bn_add_act_ops=True, enable_addto=True)
+        fields.update(
+            fuse_bn_act_ops=True,
+            fuse_elewise_add_act_ops=True,
+            fuse_bn_add_act_ops=True,
+            enable_addto=True,
+        )
     if config.amp.enabled and config.qat.enabled:
         # QAT observes every batch norm's and addition's output, so Paddle's passes fuse
         # none of the forward ops but every backward one: a train program with
         # fused_batch_norm_act_grad and no fused_batch_norm_act (paddlepaddle-gpu 2.6.2,
         # seen as data; NVIDIA's reference builds it so). Without the forward fusion
         # there is nothing to gain: the passes stay off.
-        fields.update(fuse_bn_act_ops=False, fuse_elewise_add_act_ops=False,
-                      fuse_bn_add_act_ops=False)
+        fields.update(
+            fuse_bn_act_ops=False, fuse_elewise_add_act_ops=False, fuse_bn_add_act_ops=False
+        )
     return fields
 
 
@@ -73,9 +79,11 @@ def check_resunit(config, on_gpu):
     if not on_gpu:
         raise ConfigError("--fuse-resunit needs NVIDIA GPUs (cuDNN v8 fused ResUnit kernels)")
     if not _has_resunit_pass():
-        raise ConfigError(f"--fuse-resunit: Paddle {paddle.__version__} is not built with the "
-                          "cuDNN frontend (fuse_resunit_pass); use NVIDIA's NGC PaddlePaddle "
-                          "container 23.12 or newer")
+        raise ConfigError(
+            f"--fuse-resunit: Paddle {paddle.__version__} is not built with the "
+            "cuDNN frontend (fuse_resunit_pass); use NVIDIA's NGC PaddlePaddle "
+            "container 23.12 or newer"
+        )
 
 
 def _has_resunit_pass():

@@ -1,9 +1,10 @@
 """Counting and timing: image-weighted averages, exact top-k counts, latency percentiles."""
+
 import time
 
 import numpy as np
 
-TOP_K = 5                      # top-5 accuracy, or top-k for data sets of fewer classes
+TOP_K = 5  # top-5 accuracy, or top-k for data sets of fewer classes
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -31,15 +32,26 @@ def eval_counts(top_classes, losses, labels):
     summed over batches and ranks, they give exact accuracies."""
     labels = np.asarray(labels).reshape(-1, 1)
     hits = np.asarray(top_classes) == labels
-    return np.array([len(labels), hits[:, :1].any(axis=1).sum(), hits.any(axis=1).sum(),
-                     np.asarray(losses, dtype=np.float64).sum()], dtype=np.float64)
+    return np.array(
+        [
+            len(labels),
+            hits[:, :1].any(axis=1).sum(),
+            hits.any(axis=1).sum(),
+            np.asarray(losses, dtype=np.float64).sum(),
+        ],
+        dtype=np.float64,
+    )
 
 
 def accuracy_from_counts(totals, k, prefix=""):
     """{loss, top1, top<k>, images} from summed ``eval_counts``."""
     images, top1, topk, loss = totals
-    return {f"{prefix}loss": loss / images, f"{prefix}top1": top1 / images,
-            f"{prefix}top{k}": topk / images, f"{prefix}images": int(images)}
+    return {
+        f"{prefix}loss": loss / images,
+        f"{prefix}top1": top1 / images,
+        f"{prefix}top{k}": topk / images,
+        f"{prefix}images": int(images),
+    }
 
 
 def time_steps(step, warmup_steps, steps):
@@ -57,16 +69,23 @@ def time_steps(step, warmup_steps, steps):
 def latency_summary(images_per_step, seconds):
     """Throughput (img/s) and latency average and percentiles (ms) of per-step timings."""
     ms = np.asarray(seconds) * 1000.0
-    summary = {"batch_size": images_per_step, "ips": images_per_step / float(np.mean(seconds)),
-               "latency_avg": float(ms.mean())}
+    summary = {
+        "batch_size": images_per_step,
+        "ips": images_per_step / float(np.mean(seconds)),
+        "latency_avg": float(ms.mean()),
+    }
     summary.update({f"latency_p{p}": float(np.percentile(ms, p)) for p in PERCENTILES})
     return summary
 
 
 def format_latency_table(rows):
-    header = f"{'batch':>5} {'img/s':>9} {'avg ms':>8}" + "".join(f" {'p' + str(p):>8}" for p in PERCENTILES)
+    header = f"{'batch':>5} {'img/s':>9} {'avg ms':>8}" + "".join(
+        f" {'p' + str(p):>8}" for p in PERCENTILES
+    )
     lines = [header]
     for row in rows:
-        lines.append(f"{row['batch_size']:>5} {row['ips']:>9.1f} {row['latency_avg']:>8.2f}"
-                     + "".join(f" {row[f'latency_p{p}']:>8.2f}" for p in PERCENTILES))
+        lines.append(
+            f"{row['batch_size']:>5} {row['ips']:>9.1f} {row['latency_avg']:>8.2f}"
+            + "".join(f" {row[f'latency_p{p}']:>8.2f}" for p in PERCENTILES)
+        )
     return "\n".join(lines)

@@ -20,6 +20,7 @@ conv kernel refuses ("ConvOneDNNHandlerT is not implemented for data type bfloat
 filters instead fails on tensors the rewrite declared bf16 that plain kernels filled
 with fp32.
 """
+
 from paddle_resnet.devices import gpu_available
 from paddle_resnet.distributed import PADDLE3, uses_gloo
 from paddle_resnet.errors import ConfigError
@@ -41,12 +42,13 @@ def onednn_wanted(config):
     Call after ``distributed.init_fleet``."""
     nchw = config.model.data_layout == "NCHW"
     if config.run.cpu_onednn and not nchw:
-        raise ConfigError("--cpu-onednn needs --data-layout NCHW: Paddle's oneDNN convolution "
-                          "gradients are wrong for NHWC tensors")
+        raise ConfigError(
+            "--cpu-onednn needs --data-layout NCHW: Paddle's oneDNN convolution "
+            "gradients are wrong for NHWC tensors"
+        )
     if config.run.cpu_onednn is not None:
         return config.run.cpu_onednn
-    return (nchw and config.data.crop_size <= LARGEST_ONEDNN_CROP
-            and not (PADDLE3 and uses_gloo()))
+    return nchw and config.data.crop_size <= LARGEST_ONEDNN_CROP and not (PADDLE3 and uses_gloo())
 
 
 def mark_for_onednn(program, op_types=TRAINING_OPS):

@@ -13,6 +13,7 @@ Precisions (``--cpu-precision``):
 Throughput and latency hints: batch 1 runs with the LATENCY hint (one stream), larger
 batches with THROUGHPUT (OpenVINO's streams); ``--cpu-threads`` caps the threads.
 """
+
 import numpy as np
 
 from paddle_resnet import exported
@@ -42,8 +43,10 @@ def compile_settings(inference_config, max_batch, quantized):
     # scales were measured (QAT's simulation, PTQ's calibration) in fp32
     settings["INFERENCE_PRECISION_HINT"] = HINTS.get(precision, "f32")
     if precision == "int8" and not quantized:
-        raise ConfigError("--backend openvino --cpu-precision int8 needs a model with "
-                          "quantization scales (export it with --ptq-algo or --qat)")
+        raise ConfigError(
+            "--backend openvino --cpu-precision int8 needs a model with "
+            "quantization scales (export it with --ptq-algo or --qat)"
+        )
     return settings
 
 
@@ -55,8 +58,10 @@ class OpenVinoClassifier:
         core = ov.Core()
         wanted = inference_config.cpu_precision
         if wanted in ("bf16", "int8") and wanted.upper() not in capabilities(core):
-            raise ConfigError(f"--backend openvino --cpu-precision {wanted}: OpenVINO finds no "
-                              f"{wanted} support on this CPU")
+            raise ConfigError(
+                f"--backend openvino --cpu-precision {wanted}: OpenVINO finds no "
+                f"{wanted} support on this CPU"
+            )
         settings = compile_settings(inference_config, max_batch, quantized)
         model = exported.openvino_model(model_dir, core, ov)
         model.reshape([-1] + list(input_shape))
@@ -65,8 +70,9 @@ class OpenVinoClassifier:
         if settings["PERFORMANCE_HINT"] == "THROUGHPUT":
             # A batch smaller than the streams runs on one stream's cores: batches that
             # small get a model compiled for latency, which uses every core.
-            latency = self._compile(core, model, dict(settings, PERFORMANCE_HINT="LATENCY"),
-                                    model_dir)
+            latency = self._compile(
+                core, model, dict(settings, PERFORMANCE_HINT="LATENCY"), model_dir
+            )
             self.request = latency.create_infer_request()
         # The throughput hint gives OpenVINO several streams: a batch is split over them
         # (one asynchronous request each), as OpenVINO's own benchmark_app runs them.
@@ -80,18 +86,22 @@ class OpenVinoClassifier:
         try:
             return core.compile_model(model, "CPU", settings)
         except RuntimeError as err:
-            raise UserError(f"{model_dir}: OpenVINO cannot compile the model "
-                            f"({str(err).strip().splitlines()[-1]})") from None
+            raise UserError(
+                f"{model_dir}: OpenVINO cannot compile the model "
+                f"({str(err).strip().splitlines()[-1]})"
+            ) from None
 
     def ran_precision(self):
         """The precision OpenVINO chose for the floating-point work."""
-        return self.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()   # "f32", "bf16"
+        return self.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()  # "f32", "bf16"
 
     def describe(self):
         """One line: what ran, as OpenVINO reports it."""
-        return (f"openvino {_openvino().__version__.split('-')[0]}: floating point in "
-                f"{self.ran_precision()}, {self.int8_layers()} int8 convolution/matmul layers, "
-                f"{self.settings['PERFORMANCE_HINT'].lower()} hint, {self.streams} stream(s)")
+        return (
+            f"openvino {_openvino().__version__.split('-')[0]}: floating point in "
+            f"{self.ran_precision()}, {self.int8_layers()} int8 convolution/matmul layers, "
+            f"{self.settings['PERFORMANCE_HINT'].lower()} hint, {self.streams} stream(s)"
+        )
 
     def int8_layers(self):
         """How many layers of the executed graph compute in int8 (u8/i8 inputs)."""
@@ -109,8 +119,10 @@ class OpenVinoClassifier:
     def __call__(self, images):
         images = np.ascontiguousarray(images, dtype=np.float32)
         if images.ndim != 4 or tuple(images.shape[1:]) != self.input_shape:
-            raise UserError(f"input of shape {tuple(images.shape)} does not fit the model, "
-                            f"which takes [batch, {', '.join(map(str, self.input_shape))}]")
+            raise UserError(
+                f"input of shape {tuple(images.shape)} does not fit the model, "
+                f"which takes [batch, {', '.join(map(str, self.input_shape))}]"
+            )
         if self.queue is None or len(images) < self.streams:
             result = self.request.infer({0: images})
             return np.array(next(iter(result.values())))
@@ -125,4 +137,3 @@ class OpenVinoClassifier:
             self.queue.start_async({0: np.ascontiguousarray(chunk)}, index)
         self.queue.wait_all()
         return np.concatenate(outputs)
-

@@ -1,4 +1,5 @@
 """Learning-rate schedules and the Momentum SGD optimizer."""
+
 import math
 
 import paddle
@@ -23,7 +24,7 @@ def lr_at_step(lr_config, step, steps_per_epoch, epochs, global_batch):
         return 0.5 * peak * (1.0 + math.cos(math.pi * progress))
     epoch = step // steps_per_epoch
     drops = sum(1 for milestone in lr_config.milestones if epoch >= milestone)
-    return peak * lr_config.decay_factor ** drops
+    return peak * lr_config.decay_factor**drops
 
 
 class StepwiseLR(LRScheduler):
@@ -49,7 +50,9 @@ def set_weight_decay(parameters, optimizer_config):
     """
     decay = L2Decay(optimizer_config.weight_decay)
     for param in parameters:
-        param.regularizer = decay if (len(param.shape) > 1 or optimizer_config.bn_weight_decay) else None
+        param.regularizer = (
+            decay if (len(param.shape) > 1 or optimizer_config.bn_weight_decay) else None
+        )
 
 
 def build_optimizer(optimizer_config, lr_scheduler, multi_precision=False):
@@ -57,6 +60,6 @@ def build_optimizer(optimizer_config, lr_scheduler, multi_precision=False):
         learning_rate=lr_scheduler,
         momentum=optimizer_config.momentum,
         use_nesterov=optimizer_config.nesterov,
-        weight_decay=None,                   # per parameter: see set_weight_decay
+        weight_decay=None,  # per parameter: see set_weight_decay
         multi_precision=multi_precision,
     )

@@ -9,6 +9,7 @@ Inside the window [start, stop) of global steps:
   range (``nsys profile --capture-range=cudaProfilerApi``), through Paddle's own NVTX
   bindings (``nvprof_nvtx_push`` ...), which CPU builds lack: there, a no-op.
 """
+
 import contextlib
 import os
 
@@ -68,7 +69,8 @@ class StepProfiler:
         if gpu_available():
             targets.append(profiler.ProfilerTarget.GPU)
         self._paddle = profiler.Profiler(
-            targets=targets, on_trace_ready=profiler.export_chrome_tracing(self.trace_dir))
+            targets=targets, on_trace_ready=profiler.export_chrome_tracing(self.trace_dir)
+        )
         if self.nvtx:
             self.nvtx[2]()
         self._paddle.start()

@@ -3,6 +3,7 @@
 Programs are built in the legacy static IR: Fleet's static meta-optimizers do
 not work under Paddle 3.x's PIR (``paddle_resnet.bootstrap`` selects it).
 """
+
 import contextlib
 from dataclasses import dataclass, field
 from typing import Dict, Optional
@@ -24,7 +25,6 @@ from paddle_resnet.sparsity.pattern import MASK_SUFFIX
 from paddle_resnet.sparsity.training import enforce_masks, excluded_parameters
 
 
-
 @dataclass
 class Programs:
     """What the training loop runs. ``train`` is None when built for evaluation only."""
@@ -37,10 +37,10 @@ class Programs:
     eval_fetches: Dict[str, paddle.static.Variable] = field(default_factory=dict)
     lr_scheduler: Optional[StepwiseLR] = None
     optimizer: object = None
-    mixup_feed: Optional[str] = None                       # the MixUp weight's feed, if any
+    mixup_feed: Optional[str] = None  # the MixUp weight's feed, if any
     # On GPUs the eval program compiled with NVIDIA's build strategy; run it instead of eval.
     eval_compiled: Optional[paddle.static.CompiledProgram] = None
-    soft_target: Optional[paddle.static.Variable] = None   # the training target, for tests
+    soft_target: Optional[paddle.static.Variable] = None  # the training target, for tests
 
 
 def input_shape(config):
@@ -106,8 +106,11 @@ def _eval_head(logits, label, num_classes):
     """Per-image loss and top-k classes, so the caller counts only real images;
     probabilities for the exported inference model."""
     _, top_classes = paddle.topk(logits, k=top_k(num_classes))
-    return {"loss": F.cross_entropy(logits, label, reduction="none"), "topk": top_classes,
-            "probs": F.softmax(logits)}
+    return {
+        "loss": F.cross_entropy(logits, label, reduction="none"),
+        "topk": top_classes,
+        "probs": F.softmax(logits),
+    }
 
 
 def _forward(config, mixup, training, sync_bn=False):
@@ -115,8 +118,9 @@ def _forward(config, mixup, training, sync_bn=False):
     reversed, by a weight fed as ``mixup_lambda`` (Zhang et al. 2018). With ``sync_bn``
     the batch norms compute their statistics over all ranks (same parameter names)."""
     fp16_input = config.data.output_fp16
-    image = paddle.static.data(feeds.IMAGE, [None] + input_shape(config),
-                               "float16" if fp16_input else "float32")
+    image = paddle.static.data(
+        feeds.IMAGE, [None] + input_shape(config), "float16" if fp16_input else "float32"
+    )
     # fp16 from DALI goes straight into fp16 convolutions: AMP's (training) and pure
     # fp16's (the eval program too, after init_pure_fp16); fp32 convolutions, and MixUp's
     # fp32 blend, get a cast.
@@ -142,8 +146,9 @@ def init_pure_fp16(programs, place):
     """After the startup program ran: pure fp16 casts the parameters to fp16 (the
     optimizer keeps fp32 masters) and rewrites the eval program to read them as fp16
     (NVIDIA's ``amp_init`` with ``use_fp16_test``)."""
-    programs.optimizer.amp_init(place, scope=paddle.static.global_scope(),
-                                test_program=programs.eval, use_fp16_test=True)
+    programs.optimizer.amp_init(
+        place, scope=paddle.static.global_scope(), test_program=programs.eval, use_fp16_test=True
+    )
 
 
 def applied_strategies(program, meta_optimizers=()):
@@ -154,10 +159,13 @@ def applied_strategies(program, meta_optimizers=()):
     ops = program.global_block().ops
     types = {op.type for op in ops}
     return {
-        "AMP": ("AMPOptimizer" in meta_optimizers
-                or bool({"check_finite_and_unscale", "update_loss_scaling"} & types)),
-        "ASP": any(op.type == "elementwise_mul" and op.input("Y")[0].endswith(MASK_SUFFIX)
-                   for op in ops),
+        "AMP": (
+            "AMPOptimizer" in meta_optimizers
+            or bool({"check_finite_and_unscale", "update_loss_scaling"} & types)
+        ),
+        "ASP": any(
+            op.type == "elementwise_mul" and op.input("Y")[0].endswith(MASK_SUFFIX) for op in ops
+        ),
         "QAT": bool({"quantize_linear", "fake_quantize_dequantize_abs_max"} & types),
         "data parallelism": bool({"c_allreduce_sum", "all_reduce"} & types),
     }
@@ -166,14 +174,20 @@ def applied_strategies(program, meta_optimizers=()):
 def check_strategies_applied(config, program):
     """ConfigError naming each strategy that was asked for but is not in ``program``:
     Fleet picks meta-optimizers by its own lists and drops the rest without a word."""
-    wanted = {"AMP": config.amp.enabled, "ASP": config.asp.enabled, "QAT": config.qat.enabled,
-              "data parallelism": fleet.worker_num() > 1}
+    wanted = {
+        "AMP": config.amp.enabled,
+        "ASP": config.asp.enabled,
+        "QAT": config.qat.enabled,
+        "data parallelism": fleet.worker_num() > 1,
+    }
     applied = applied_strategies(program, fleet.fleet._get_applied_meta_list())
     dropped = [name for name, asked in wanted.items() if asked and not applied[name]]
     if dropped:
-        raise ConfigError(f"Fleet (Paddle {paddle.__version__}) did not apply "
-                          f"{', '.join(dropped)} to the train program: this combination of "
-                          "options cannot run")
+        raise ConfigError(
+            f"Fleet (Paddle {paddle.__version__}) did not apply "
+            f"{', '.join(dropped)} to the train program: this combination of "
+            "options cannot run"
+        )
 
 
 def build_programs(config, steps_per_epoch=None, global_batch=None, training=True, on_gpu=None):
@@ -192,36 +206,52 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
         model, label, logits, _ = _forward(config, mixup=False, training=False)
         eval_fetches = _eval_head(logits, label, num_classes)
     eval_program = eval_main.clone(for_test=True)
-    programs = Programs(startup=eval_startup, eval=eval_program, model=model, eval_fetches={
-        name: eval_program.global_block().var(var.name) for name, var in eval_fetches.items()})
+    programs = Programs(
+        startup=eval_startup,
+        eval=eval_program,
+        model=model,
+        eval_fetches={
+            name: eval_program.global_block().var(var.name) for name, var in eval_fetches.items()
+        },
+    )
     if on_gpu:
         programs.eval_compiled = paddle.static.CompiledProgram(
-            eval_program, build_strategy=gpu_tuning.build_strategy(config, training=False))
+            eval_program, build_strategy=gpu_tuning.build_strategy(config, training=False)
+        )
     if not training:
         return programs
 
     main, startup = paddle.static.Program(), paddle.static.Program()
     main.random_seed = startup.random_seed = config.run.seed
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
-        model, label, logits, mixup_lambda = _forward(config, mixup=config.loss.mixup_alpha > 0,
-                                                      training=True, sync_bn=config.run.sync_bn)
+        model, label, logits, mixup_lambda = _forward(
+            config, mixup=config.loss.mixup_alpha > 0, training=True, sync_bn=config.run.sync_bn
+        )
         programs.train_fetches, programs.soft_target = _train_head(
-            logits, label, num_classes, config.loss.label_smoothing, mixup_lambda)
+            logits, label, num_classes, config.loss.label_smoothing, mixup_lambda
+        )
         set_weight_decay(main.all_parameters(), config.optimizer)
         scheduler = StepwiseLR(config.lr, steps_per_epoch, config.run.epochs, global_batch)
-        optimizer = build_optimizer(config.optimizer, scheduler,
-                                    multi_precision=config.amp.enabled and config.amp.use_pure_fp16)
+        optimizer = build_optimizer(
+            config.optimizer,
+            scheduler,
+            multi_precision=config.amp.enabled and config.amp.use_pure_fp16,
+        )
         if config.asp.enabled:
-            asp.set_excluded_layers(main_program=main,
-                                    param_names=excluded_parameters(model, config.asp.exclude))
+            asp.set_excluded_layers(
+                main_program=main, param_names=excluded_parameters(model, config.asp.exclude)
+            )
         distributed.init_fleet()
         if on_gpu:
             gpu_tuning.apply_cudnn_flags()
         strategy = distributed_strategy(config, on_gpu)
         optimizer = fleet.distributed_optimizer(optimizer, strategy=strategy)
         # fleet prints its optimizer choice; CPU ranks talk through gloo
-        with paddle_chatter(bootstrap.verbose()), distributed.collective_rewrite(main, startup), \
-                gpu_tuning.passes_applied(on_gpu):
+        with (
+            paddle_chatter(bootstrap.verbose()),
+            distributed.collective_rewrite(main, startup),
+            gpu_tuning.passes_applied(on_gpu),
+        ):
             optimizer.minimize(programs.train_fetches["loss"], startup)
         if config.asp.enabled and not strategy.asp:
             enforce_masks(main, startup)

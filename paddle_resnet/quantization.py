@@ -7,6 +7,7 @@ maximum, and writes a model whose convolutions and matmuls carry those scales. P
 Inference runs it in INT8 with oneDNN (``--cpu-precision int8``); TensorRT reads the
 same scales. Measured by hand on the demo model (platform notes): 4.1x fp32 oneDNN.
 """
+
 import os
 import shutil
 import tempfile
@@ -26,18 +27,30 @@ from paddle_resnet.errors import ConfigError
 QUANTIZABLE_OPS = ("conv2d", "mul", "matmul", "matmul_v2")
 # Quantization-aware training as NVIDIA's Paddle ResNet-50 sets it (Fleet strategy.qat):
 # channel-wise abs-max 8-bit weights, moving-average abs-max 8-bit activations.
-FLEET_QAT_CONFIGS = {"channel_wise_abs_max": True, "weight_bits": 8, "activation_bits": 8,
-                     "not_quant_pattern": [], "algo": ""}
+FLEET_QAT_CONFIGS = {
+    "channel_wise_abs_max": True,
+    "weight_bits": 8,
+    "activation_bits": 8,
+    "not_quant_pattern": [],
+    "algo": "",
+}
 # What Fleet's QAT meta-optimizer turns those into for the train program
 # (qat_optimizer._gen_qat_config); the eval program gets the same.
-QAT_PASS_CONFIG = dict(_quant_config_default, quantize_op_types=[
-    "conv2d", "depthwise_conv2d", "mul", "matmul", "matmul_v2"],
-    weight_quantize_type="channel_wise_abs_max", weight_bits=8, activation_bits=8,
-    not_quant_pattern=[])
+QAT_PASS_CONFIG = dict(
+    _quant_config_default,
+    quantize_op_types=["conv2d", "depthwise_conv2d", "mul", "matmul", "matmul_v2"],
+    weight_quantize_type="channel_wise_abs_max",
+    weight_bits=8,
+    activation_bits=8,
+    not_quant_pattern=[],
+)
 # model.json's record of a model exported from a QAT checkpoint
-QAT_RECORD = {"method": "qat", "weights": "int8, channel-wise abs-max",
-              "activations": "int8, moving-average abs-max (trained)",
-              "ops": QAT_PASS_CONFIG["quantize_op_types"]}
+QAT_RECORD = {
+    "method": "qat",
+    "weights": "int8, channel-wise abs-max",
+    "activations": "int8, moving-average abs-max (trained)",
+    "ops": QAT_PASS_CONFIG["quantize_op_types"],
+}
 # The variables the quantization passes add and checkpoints keep (quantize_linear's
 # scales and zero points).
 QAT_SUFFIXES = ("@scale", "@zero_point")
@@ -52,7 +65,7 @@ class _CalibrationLoader(paddle.io.DataLoader):
     """The feed dicts PostTrainingQuantization wants, in the only type it accepts (it
     asserts ``isinstance(loader, paddle.io.DataLoader)`` and then calls the loader)."""
 
-    def __init__(self, batches):                 # noqa: D107 (no DataLoader set-up wanted)
+    def __init__(self, batches):
         self.batches = batches
 
     def __call__(self):
@@ -66,7 +79,7 @@ def calibration_feeds(batches, count):
     """The first ``count`` images of ``batches`` (feed dicts) as feeds of the model input."""
     calibration, taken = [], 0
     for batch in batches:
-        images = batch[feeds.IMAGE][:count - taken]
+        images = batch[feeds.IMAGE][: count - taken]
         calibration.append({feeds.IMAGE: np.ascontiguousarray(images)})
         taken += len(images)
         if taken == count:
@@ -84,25 +97,41 @@ def quantize_in_place(model_dir, batches, algo, count):
     scope = paddle.static.Scope()
     with paddle.static.scope_guard(scope), tempfile.TemporaryDirectory() as out:
         ptq = PostTrainingQuantization(
-            executor=paddle.static.Executor(paddle.CPUPlace()), model_dir=model_dir,
-            scope=scope, model_filename=model_file, params_filename=params_file,
-            data_loader=_CalibrationLoader(calibration), batch_nums=len(calibration), algo=algo,
-            quantizable_op_type=list(QUANTIZABLE_OPS), weight_quantize_type="channel_wise_abs_max",
+            executor=paddle.static.Executor(paddle.CPUPlace()),
+            model_dir=model_dir,
+            scope=scope,
+            model_filename=model_file,
+            params_filename=params_file,
+            data_loader=_CalibrationLoader(calibration),
+            batch_nums=len(calibration),
+            algo=algo,
+            quantizable_op_type=list(QUANTIZABLE_OPS),
+            weight_quantize_type="channel_wise_abs_max",
             # quantize_linear / dequantize_linear pairs, as QAT writes them: oneDNN int8,
             # TensorRT and paddle2onnx read these (paddle2onnx aborts the process on
             # the older fake_quantize ops)
-            activation_bits=8, weight_bits=8, onnx_format=True)
+            activation_bits=8,
+            weight_bits=8,
+            onnx_format=True,
+        )
         # progress bars, pass logs
         with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
             ptq.quantize()
             ptq.save_quantized_model(out, model_filename=model_file, params_filename=params_file)
         for name in (model_file, params_file):
             shutil.move(os.path.join(out, name), os.path.join(model_dir, name))
-    exported.record_quantization(model_dir, {
-        "method": "ptq", "algo": algo, "calibration_images": taken,
-        "calibration_data": "training images, validation preprocessing",
-        "weights": "int8, channel-wise abs-max", "activations": f"int8, {algo}",
-        "ops": list(QUANTIZABLE_OPS)})
+    exported.record_quantization(
+        model_dir,
+        {
+            "method": "ptq",
+            "algo": algo,
+            "calibration_images": taken,
+            "calibration_data": "training images, validation preprocessing",
+            "weights": "int8, channel-wise abs-max",
+            "activations": f"int8, {algo}",
+            "ops": list(QUANTIZABLE_OPS),
+        },
+    )
 
 
 def name_qat_variables(train_program):
@@ -161,9 +190,15 @@ def quantize_eval_program(eval_program, place):
     scales named as the train program's (shared through the scope, saved in checkpoints).
     Fleet's ``qat_init`` does the same, but only for a run that built the optimizer; this
     serves evaluation-only runs and export too, before any weights are loaded."""
-    with paddle_chatter(bootstrap.verbose()):                  # progress bars
-        quantized = quant_aware(eval_program, place, scope=paddle.static.global_scope(),
-                                config=QAT_PASS_CONFIG, for_test=True, return_program=True)
+    with paddle_chatter(bootstrap.verbose()):  # progress bars
+        quantized = quant_aware(
+            eval_program,
+            place,
+            scope=paddle.static.global_scope(),
+            config=QAT_PASS_CONFIG,
+            for_test=True,
+            return_program=True,
+        )
     eval_program._rebuild_from_desc(quantized.desc)
 
 

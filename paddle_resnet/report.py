@@ -6,6 +6,7 @@ Each line of the report file is one JSON object:
      | "SUMMARY" | [epoch], "data": {...}}
 as NVIDIA's DLLogger writes them, so its plotting and parsing tools apply.
 """
+
 import json
 import os
 import sys
@@ -30,7 +31,7 @@ BAR_COLUMNS = 40
 def _fits_a_bar(stream):
     try:
         return stream.isatty() and os.get_terminal_size(stream.fileno()).columns >= BAR_COLUMNS
-    except (AttributeError, OSError, ValueError):   # not a file, or no size to ask for
+    except (AttributeError, OSError, ValueError):  # not a file, or no size to ask for
         return False
 
 
@@ -46,7 +47,9 @@ class Report:
         self.interactive = enabled and _fits_a_bar(stream)
         self._visualdl, self._logged_steps = None, 0
         if enabled and visualdl_dir:
-            self._visualdl = require("visualdl", "--visualdl-log-dir").LogWriter(logdir=visualdl_dir)
+            self._visualdl = require("visualdl", "--visualdl-log-dir").LogWriter(
+                logdir=visualdl_dir
+            )
         self.start = time.time()
         self._handle = None
         if enabled and path:
@@ -54,8 +57,13 @@ class Report:
             self._handle = open(path, "a")
 
     def log(self, step, data, kind="LOG", console=True):
-        record = {"timestamp": time.time(), "elapsedtime": round(time.time() - self.start, 3),
-                  "type": kind, "step": step, "data": data}
+        record = {
+            "timestamp": time.time(),
+            "elapsedtime": round(time.time() - self.start, 3),
+            "type": kind,
+            "step": step,
+            "data": data,
+        }
         if self._handle:
             self._handle.write(json.dumps(record) + "\n")
             self._handle.flush()
@@ -70,8 +78,15 @@ class Report:
 
     def progress(self, total, description):
         """A progress bar (ETA, rate) on a terminal; elsewhere a bar that draws nothing."""
-        return tqdm(total=total, desc=description, file=self.stream, leave=True,
-                    disable=not self.interactive, dynamic_ncols=True, unit="batch")
+        return tqdm(
+            total=total,
+            desc=description,
+            file=self.stream,
+            leave=True,
+            disable=not self.interactive,
+            dynamic_ncols=True,
+            unit="batch",
+        )
 
     def table(self, title, rows):
         """``rows`` of (name, value) as an aligned block under ``title``."""
@@ -84,8 +99,11 @@ class Report:
             where = " ".join(f"{name} {value}" for name, value in zip(("epoch", "step"), step))
         else:
             where = str(step)
-        fields = "  ".join(f"{key} {_format_value(value)}" for key, value in data.items()
-                           if not isinstance(value, (dict, list)))
+        fields = "  ".join(
+            f"{key} {_format_value(value)}"
+            for key, value in data.items()
+            if not isinstance(value, (dict, list))
+        )
         return f"[{kind}] {where}: {fields}"
 
     def _add_scalars(self, step, data, kind):

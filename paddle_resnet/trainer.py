@@ -1,4 +1,5 @@
 """The training loop: plain functions over the programs that ``program.py`` builds."""
+
 import time
 
 import numpy as np
@@ -34,8 +35,18 @@ def train_step(exe, programs, feed, mixup_weight=None):
     return dict(values, lr=lr)
 
 
-def train_one_epoch(exe, programs, loader, epoch, report, print_interval, world_size=1,
-                    mixup_alpha=0.0, seed=0, profiler=NoProfiler()):
+def train_one_epoch(
+    exe,
+    programs,
+    loader,
+    epoch,
+    report,
+    print_interval,
+    world_size=1,
+    mixup_alpha=0.0,
+    seed=0,
+    profiler=NoProfiler(),
+):
     """One pass of ``loader`` through the train program; returns the epoch's averages.
     ``profiler`` (profiling.step_profiler) wraps each step."""
     weights = mixup_weights(mixup_alpha, seed, epoch)
@@ -56,8 +67,11 @@ def train_one_epoch(exe, programs, loader, epoch, report, print_interval, world_
         bar.set_postfix_str(f"loss {values['loss']:.3f}, {ips:.0f} img/s", refresh=False)
         bar.update()
         if (step + 1) % print_interval == 0 or step + 1 == total:
-            report.log([epoch, step + 1], dict(values, ips=ips, progress=f"{step + 1}/{total}",
-                                               **times), console=not report.interactive)
+            report.log(
+                [epoch, step + 1],
+                dict(values, ips=ips, progress=f"{step + 1}/{total}", **times),
+                console=not report.interactive,
+            )
         tic = time.perf_counter()
     bar.close()
     elapsed = time.perf_counter() - epoch_start
@@ -80,8 +94,9 @@ def evaluate(exe, programs, loader, epoch, report, all_reduce=None):
     start = time.perf_counter()
     bar = report.progress(len(loader), f"validation {epoch}")
     for feed in loader:
-        top_classes, losses = exe.run(programs.eval_compiled or programs.eval, feed=feed,
-                                      fetch_list=fetch_list)
+        top_classes, losses = exe.run(
+            programs.eval_compiled or programs.eval, feed=feed, fetch_list=fetch_list
+        )
         totals += eval_counts(top_classes, losses, np.array(feed[feeds.LABEL]))
         watchdog.beat()
         bar.update()

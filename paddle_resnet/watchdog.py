@@ -9,6 +9,7 @@ static mode). Each training step and evaluation batch calls ``beat``; a thread c
 that the last beat is recent and otherwise prints the error line and ends this process
 (with exit status 2), so that ``paddle.distributed.launch`` ends the job.
 """
+
 import contextlib
 import os
 import sys
@@ -41,8 +42,9 @@ def watching(timeout, message):
     ``error: message(idle seconds)``."""
     beat()
     stop = threading.Event()
-    thread = threading.Thread(target=_watch, args=(timeout, message, stop), daemon=True,
-                              name="paddle-resnet-watchdog")
+    thread = threading.Thread(
+        target=_watch, args=(timeout, message, stop), daemon=True, name="paddle-resnet-watchdog"
+    )
     thread.start()
     try:
         yield

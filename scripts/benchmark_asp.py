@@ -7,6 +7,7 @@ for the sparse runs, --asp --prune-model. Dense and sparse runs alternate in
 ABBA order (--repeats times each) so that drift in the machine's speed hits both alike.
 Writes the figures to benchmark_asp.json (--output).
 """
+
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import argparse
@@ -24,11 +25,14 @@ def main():
     parser.add_argument("--output", default="benchmark_asp.json")
     args, train_args = parser.parse_known_args()
 
-    scratch = tempfile.mkdtemp(prefix="benchmark_asp_")   # keep benchmark logs out of real runs
+    scratch = tempfile.mkdtemp(prefix="benchmark_asp_")  # keep benchmark logs out of real runs
 
     def config(*extra):
-        argv = (["--output-dir", scratch] + train_args
-                + ["--benchmark", "--run-scope", "train_only", *extra])
+        argv = (
+            ["--output-dir", scratch]
+            + train_args
+            + ["--benchmark", "--run-scope", "train_only", *extra]
+        )
         return parse("train", argv)
 
     variants = {"dense": config(), "asp": config("--asp", "--prune-model")}
@@ -36,17 +40,28 @@ def main():
     with open(os.devnull, "w") as quiet:
         for repeat in range(args.repeats):
             order = list(variants.items())
-            for name, variant in (order if repeat % 2 == 0 else order[::-1]):
+            for name, variant in order if repeat % 2 == 0 else order[::-1]:
                 ips = train.run(variant, report_stream=quiet)["train.ips"]
                 runs[name].append(ips)
                 print(f"repeat {repeat + 1}: {name:5s} {ips:8.2f} img/s", flush=True)
     mean = {name: sum(values) / len(values) for name, values in runs.items()}
     overhead = 1.0 - mean["asp"] / mean["dense"]
-    print(f"dense {mean['dense']:.2f} img/s, asp {mean['asp']:.2f} img/s: "
-          f"asp/dense {mean['asp'] / mean['dense']:.3f}, overhead {100 * overhead:.1f} %")
+    print(
+        f"dense {mean['dense']:.2f} img/s, asp {mean['asp']:.2f} img/s: "
+        f"asp/dense {mean['asp'] / mean['dense']:.3f}, overhead {100 * overhead:.1f} %"
+    )
     with open(args.output, "w") as handle:
-        json.dump({"runs": runs, "mean_ips": mean, "asp_over_dense": mean["asp"] / mean["dense"],
-                   "overhead": overhead, "train_args": train_args}, handle, indent=1)
+        json.dump(
+            {
+                "runs": runs,
+                "mean_ips": mean,
+                "asp_over_dense": mean["asp"] / mean["dense"],
+                "overhead": overhead,
+                "train_args": train_args,
+            },
+            handle,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ mean of its two runs, so drift of a shared machine falls on all alike. With
 ``--profile`` the Paddle variants run once more under Paddle's profiler and the
 share of each op type in the step is recorded. Writes a table and --output (JSON).
 """
+
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import argparse
@@ -45,16 +46,25 @@ def classes_for(size):
 def paddle_trainer(variant, arch, size, batch):
     """(one training step as a function, trainable parameter count) for a Paddle variant."""
     layout, onednn = PADDLE_VARIANTS[variant]
-    config = build_config({"model.arch": arch, "model.num_classes": classes_for(size),
-                           "data.crop_size": size, "data.batch_size": batch,
-                           "model.data_layout": layout, "run.cpu_onednn": onednn})
+    config = build_config(
+        {
+            "model.arch": arch,
+            "model.num_classes": classes_for(size),
+            "data.crop_size": size,
+            "data.batch_size": batch,
+            "model.data_layout": layout,
+            "run.cpu_onednn": onednn,
+        }
+    )
     programs = program.build_programs(config, steps_per_epoch=1000, global_batch=batch)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)
     rng = np.random.default_rng(0)
     shape = [batch, 3, size, size] if layout == "NCHW" else [batch, size, size, 3]
-    feed = {feeds.IMAGE: rng.standard_normal(shape).astype("float32"),
-            feeds.LABEL: rng.integers(0, classes_for(size), (batch, 1)).astype("int64")}
+    feed = {
+        feeds.IMAGE: rng.standard_normal(shape).astype("float32"),
+        feeds.LABEL: rng.integers(0, classes_for(size), (batch, 1)).astype("int64"),
+    }
     loss = programs.train_fetches["loss"]
     count = sum(int(np.prod(p.shape)) for p in programs.train.all_parameters() if p.trainable)
     return (lambda: exe.run(programs.train, feed=feed, fetch_list=[loss])), count
@@ -74,6 +84,7 @@ def torch_trainer(arch, size, batch):
         optimizer.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(images), labels, label_smoothing=0.1).backward()
         optimizer.step()
+
     return step, sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -95,20 +106,26 @@ def torch_resnet(torch, arch, num_classes):
             super().__init__()
             cout = width * expansion
             if kind == "bottleneck":
-                body = conv_bn(cin, width, 1) + conv_bn(width, width, 3, stride) + \
-                    conv_bn(width, cout, 1, relu=False)
+                body = (
+                    conv_bn(cin, width, 1)
+                    + conv_bn(width, width, 3, stride)
+                    + conv_bn(width, cout, 1, relu=False)
+                )
             else:
                 body = conv_bn(cin, width, 3, stride) + conv_bn(width, cout, 3, relu=False)
             self.body = nn.Sequential(*body)
-            self.shortcut = (nn.Sequential(*conv_bn(cin, cout, 1, stride, relu=False))
-                             if stride != 1 or cin != cout else nn.Identity())
+            self.shortcut = (
+                nn.Sequential(*conv_bn(cin, cout, 1, stride, relu=False))
+                if stride != 1 or cin != cout
+                else nn.Identity()
+            )
 
         def forward(self, x):
             return torch.relu(self.body(x) + self.shortcut(x))
 
     layers, cin = conv_bn(3, 64, 7, 2) + [nn.MaxPool2d(3, 2, 1)], 64
     for stage, count in enumerate(blocks):
-        width = 64 * 2 ** stage
+        width = 64 * 2**stage
         for index in range(count):
             layers.append(Block(cin, width, 2 if index == 0 and stage > 0 else 1))
             cin = width * expansion
@@ -119,8 +136,10 @@ def torch_resnet(torch, arch, num_classes):
 def op_shares(step, steps):
     """Share of each op type in the profiled steps' operator time, largest first."""
     with tempfile.TemporaryDirectory() as trace_dir:
-        prof = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU],
-                                 on_trace_ready=profiler.export_chrome_tracing(trace_dir))
+        prof = profiler.Profiler(
+            targets=[profiler.ProfilerTarget.CPU],
+            on_trace_ready=profiler.export_chrome_tracing(trace_dir),
+        )
         prof.start()
         for _ in range(steps):
             step()
@@ -151,10 +170,21 @@ def worker(args):
 
 
 def run_worker(name, setting, args, profile=False):
-    command = [sys.executable, __file__, "--worker", name, "--setting", ":".join(map(str, setting)),
-               "--steps", str(args.steps), "--warmup", str(args.warmup)]
-    out = subprocess.run(command + (["--profile"] if profile else []), capture_output=True,
-                         text=True, check=True).stdout
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        name,
+        "--setting",
+        ":".join(map(str, setting)),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+    ]
+    out = subprocess.run(
+        command + (["--profile"] if profile else []), capture_output=True, text=True, check=True
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -186,23 +216,33 @@ def main():
         if len({runs[name + "_parameters"] for name in ORDER}) != 1:
             raise SystemExit(f"parameter counts differ: {dict(runs)}")
         arch, size, batch = setting
-        row = {"arch": arch, "size": size, "batch": batch,
-               "parameters": runs["torch_parameters"]}
+        row = {"arch": arch, "size": size, "batch": batch, "parameters": runs["torch_parameters"]}
         for name in dict.fromkeys(ORDER):
             row[name + "_ips_runs"] = [round(ips, 2) for ips in runs[name]]
             row[name + "_ips"] = round(float(np.mean(runs[name])), 2)
         row["onednn_vs_plain"] = round(row["paddle_onednn_ips"] / row["paddle_plain_ips"], 3)
         row["onednn_vs_torch"] = round(row["paddle_onednn_ips"] / row["torch_ips"], 3)
         if args.profile:
-            row["op_shares"] = {name: run_worker(name, setting, args, profile=True)["op_shares"]
-                                for name in PADDLE_VARIANTS}
+            row["op_shares"] = {
+                name: run_worker(name, setting, args, profile=True)["op_shares"]
+                for name in PADDLE_VARIANTS
+            }
         results.append(row)
-        print(f"{arch} {size}px batch {batch}: plain {row['paddle_plain_ips']} img/s, "
-              f"oneDNN {row['paddle_onednn_ips']}, PyTorch {row['torch_ips']} -> oneDNN "
-              f"{row['onednn_vs_plain']}x plain, {row['onednn_vs_torch']}x PyTorch", flush=True)
-    record = {"threads": available_cores(), "paddle": paddle.__version__,
-              "torch": require("torch", "").__version__, "order": ORDER, "steps": args.steps,
-              "warmup": args.warmup, "results": results}
+        print(
+            f"{arch} {size}px batch {batch}: plain {row['paddle_plain_ips']} img/s, "
+            f"oneDNN {row['paddle_onednn_ips']}, PyTorch {row['torch_ips']} -> oneDNN "
+            f"{row['onednn_vs_plain']}x plain, {row['onednn_vs_torch']}x PyTorch",
+            flush=True,
+        )
+    record = {
+        "threads": available_cores(),
+        "paddle": paddle.__version__,
+        "torch": require("torch", "").__version__,
+        "order": ORDER,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "results": results,
+    }
     with open(args.output, "w") as out:
         json.dump(record, out, indent=1)
     print(f"wrote {args.output}")

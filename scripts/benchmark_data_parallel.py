@@ -11,6 +11,7 @@ The all-reduce share: two ranks all-reduce (gloo, ring 0, as Fleet's fused all-r
 does) a float32 buffer the size of the model's trainable parameters, timed, over the
 median two-rank step time. Writes the figures to --output (JSON).
 """
+
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import argparse
@@ -36,8 +37,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def trainable_parameters(arch):
     paddle.disable_static()
-    count = sum(int(np.prod(p.shape)) for p in build_model(ModelConfig(arch=arch)).parameters()
-                if not p.stop_gradient)
+    count = sum(
+        int(np.prod(p.shape))
+        for p in build_model(ModelConfig(arch=arch)).parameters()
+        if not p.stop_gradient
+    )
     paddle.enable_static()
     return count
 
@@ -45,18 +49,46 @@ def trainable_parameters(arch):
 def run_variant(ranks, batch, args, scratch):
     """train.py --benchmark with ``ranks`` processes of ``batch`` images; its summary."""
     out = tempfile.mkdtemp(dir=scratch)
-    train = ["train.py", "--config", args.config, "--image-root", args.image_root,
-             "--model-arch-name", args.arch, "--batch-size", str(batch), "--benchmark",
-             "--run-scope", "train_only", "--benchmark-steps", str(args.steps),
-             "--benchmark-warmup-steps", str(args.warmup), "--output-dir", out]
+    train = [
+        "train.py",
+        "--config",
+        args.config,
+        "--image-root",
+        args.image_root,
+        "--model-arch-name",
+        args.arch,
+        "--batch-size",
+        str(batch),
+        "--benchmark",
+        "--run-scope",
+        "train_only",
+        "--benchmark-steps",
+        str(args.steps),
+        "--benchmark-warmup-steps",
+        str(args.warmup),
+        "--output-dir",
+        out,
+    ]
     env = dict(os.environ)
-    env.pop("OMP_NUM_THREADS", None)           # the toolkit splits the cores over the ranks
-    command = ([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(ranks),
-                "--log_dir", os.path.join(out, "logs"), *train] if ranks > 1
-               else [sys.executable, *train])
+    env.pop("OMP_NUM_THREADS", None)  # the toolkit splits the cores over the ranks
+    command = (
+        [
+            sys.executable,
+            "-m",
+            "paddle.distributed.launch",
+            "--nproc_per_node",
+            str(ranks),
+            "--log_dir",
+            os.path.join(out, "logs"),
+            *train,
+        ]
+        if ranks > 1
+        else [sys.executable, *train]
+    )
     subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
-    return next(r["data"] for r in read_report(os.path.join(out, "report.json"))
-                if r["step"] == "BENCHMARK")
+    return next(
+        r["data"] for r in read_report(os.path.join(out, "report.json")) if r["step"] == "BENCHMARK"
+    )
 
 
 def allreduce_worker(size, repeats, output):
@@ -87,44 +119,75 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--output", default="benchmark_data_parallel.json")
-    parser.add_argument("--allreduce-worker", nargs=3, metavar=("SIZE", "REPEATS", "OUTPUT"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--allreduce-worker", nargs=3, metavar=("SIZE", "REPEATS", "OUTPUT"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.allreduce_worker:
         size, repeats, output = args.allreduce_worker
         return allreduce_worker(int(size), int(repeats), output)
 
     scratch = tempfile.mkdtemp(prefix="benchmark_dp_")
-    variants = {"1 process x 2 threads": (1, args.global_batch),
-                "2 processes x 1 thread": (2, args.global_batch // 2)}
+    variants = {
+        "1 process x 2 threads": (1, args.global_batch),
+        "2 processes x 1 thread": (2, args.global_batch // 2),
+    }
     runs = {name: [] for name in variants}
     for repeat in range(args.repeats):
         order = list(variants.items())
-        for name, (ranks, batch) in (order if repeat % 2 == 0 else order[::-1]):
+        for name, (ranks, batch) in order if repeat % 2 == 0 else order[::-1]:
             summary = run_variant(ranks, batch, args, scratch)
             runs[name].append(summary)
-            print(f"repeat {repeat + 1}: {name}: {summary['train.ips']:.1f} img/s, "
-                  f"step p50 {summary['train.step_ms_p50']:.0f} ms", flush=True)
+            print(
+                f"repeat {repeat + 1}: {name}: {summary['train.ips']:.1f} img/s, "
+                f"step p50 {summary['train.step_ms_p50']:.0f} ms",
+                flush=True,
+            )
     ips = {name: statistics.median(s["train.ips"] for s in values) for name, values in runs.items()}
-    two_rank_step = statistics.median(s["train.step_ms_p50"] for s in runs["2 processes x 1 thread"])
+    two_rank_step = statistics.median(
+        s["train.step_ms_p50"] for s in runs["2 processes x 1 thread"]
+    )
     size = trainable_parameters(args.arch)
     timing = os.path.join(scratch, "allreduce.json")
-    subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
-                    "--log_dir", os.path.join(scratch, "allreduce_logs"), __file__,
-                    "--allreduce-worker", str(size), "10", timing],
-                   cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paddle.distributed.launch",
+            "--nproc_per_node",
+            "2",
+            "--log_dir",
+            os.path.join(scratch, "allreduce_logs"),
+            __file__,
+            "--allreduce-worker",
+            str(size),
+            "10",
+            timing,
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     with open(timing) as handle:
         allreduce_ms = json.load(handle)["allreduce_ms"]
     result = {
-        "arch": args.arch, "global_batch": args.global_batch, "cores": available_cores(),
-        "paddle": paddle.__version__, "runs": runs, "median_ips": ips,
+        "arch": args.arch,
+        "global_batch": args.global_batch,
+        "cores": available_cores(),
+        "paddle": paddle.__version__,
+        "runs": runs,
+        "median_ips": ips,
         "ratio_2proc_over_1proc": ips["2 processes x 1 thread"] / ips["1 process x 2 threads"],
-        "allreduce_values": size, "allreduce_ms": allreduce_ms,
-        "two_rank_step_ms_p50": two_rank_step, "allreduce_share_of_step": allreduce_ms / two_rank_step,
+        "allreduce_values": size,
+        "allreduce_ms": allreduce_ms,
+        "two_rank_step_ms_p50": two_rank_step,
+        "allreduce_share_of_step": allreduce_ms / two_rank_step,
     }
-    print(f"2 processes / 1 process: {result['ratio_2proc_over_1proc']:.2f}x; all-reduce of "
-          f"{size:,} values {allreduce_ms:.0f} ms = {100 * result['allreduce_share_of_step']:.1f} % "
-          f"of a {two_rank_step:.0f} ms two-rank step")
+    print(
+        f"2 processes / 1 process: {result['ratio_2proc_over_1proc']:.2f}x; all-reduce of "
+        f"{size:,} values {allreduce_ms:.0f} ms = {100 * result['allreduce_share_of_step']:.1f} % "
+        f"of a {two_rank_step:.0f} ms two-rank step"
+    )
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as handle:
         json.dump(result, handle, indent=1)

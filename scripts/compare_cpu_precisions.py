@@ -5,6 +5,7 @@
 Prints the agreement, both top-1 accuracies and the largest fp32 / bf16 probability
 gap; writes them to --output (JSON).
 """
+
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import argparse
@@ -27,8 +28,13 @@ def main():
     args = parser.parse_args()
 
     def classifier(precision):
-        config = build_config({"inference.model_dir": args.model_dir,
-                               "inference.cpu_precision": precision, "inference.backend": "cpu"})
+        config = build_config(
+            {
+                "inference.model_dir": args.model_dir,
+                "inference.cpu_precision": precision,
+                "inference.backend": "cpu",
+            }
+        )
         return inference.build_classifier(config, args.batch_size)
 
     (fp32, info, _), (bf16, _, _) = classifier("fp32"), classifier("bf16")
@@ -41,12 +47,18 @@ def main():
         top_bf16.append(p16.argmax(1))
         gap = max(gap, float(np.abs(p32 - p16).max()))
     labels, top_fp32, top_bf16 = map(np.concatenate, (labels, top_fp32, top_bf16))
-    result = {"images": int(len(labels)), "top1_agreement": float((top_fp32 == top_bf16).mean()),
-              "fp32_top1": float((top_fp32 == labels).mean()),
-              "bf16_top1": float((top_bf16 == labels).mean()), "max_probability_gap": gap}
+    result = {
+        "images": int(len(labels)),
+        "top1_agreement": float((top_fp32 == top_bf16).mean()),
+        "fp32_top1": float((top_fp32 == labels).mean()),
+        "bf16_top1": float((top_bf16 == labels).mean()),
+        "max_probability_gap": gap,
+    }
     print(json.dumps(result, indent=1))
     with open(args.output, "w") as handle:
-        json.dump(dict(result, model_dir=args.model_dir, image_root=args.image_root), handle, indent=1)
+        json.dump(
+            dict(result, model_dir=args.model_dir, image_root=args.image_root), handle, indent=1
+        )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ through oneDNN on the CPU on all validation images, prints a table and writes --
 (JSON). A 2:4 checkpoint's exports are checked to hold the pattern (every pruned
 weight, in the Paddle model and in model.onnx).
 """
+
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import argparse
@@ -40,9 +41,16 @@ onnxruntime = require("onnxruntime", "scripts/compare_quantization.py")
 def predictions(config, precision, batch_size):
     """Top-1 classes of every validation image by Paddle Inference and by onnxruntime,
     the labels, and Paddle's img/s."""
-    config = build_config(dict(config, **{"inference.cpu_precision": precision,
-                                          "inference.backend": "cpu",
-                                          "data.batch_size": batch_size}))
+    config = build_config(
+        dict(
+            config,
+            **{
+                "inference.cpu_precision": precision,
+                "inference.backend": "cpu",
+                "data.batch_size": batch_size,
+            },
+        )
+    )
     classifier, info, _ = inference.build_classifier(config, batch_size)
     batches = list(exported.validation_batches(open_split(config.data, "val"), config.data, info))
     start = time.perf_counter()
@@ -50,7 +58,8 @@ def predictions(config, precision, batch_size):
     seconds = time.perf_counter() - start
     session = onnxruntime.InferenceSession(
         os.path.join(config.inference.directory, exported.ONNX_FILE),
-        providers=["CPUExecutionProvider"])
+        providers=["CPUExecutionProvider"],
+    )
     name = session.get_inputs()[0].name
     onnx_top = [session.run(None, {name: batch[feeds.IMAGE]})[0].argmax(1) for batch in batches]
     labels = np.concatenate([batch[feeds.LABEL].ravel() for batch in batches])
@@ -58,8 +67,11 @@ def predictions(config, precision, batch_size):
 
 
 def flat(sections):
-    return {f"{section}.{key}": value for section, keys in sections.items()
-            for key, value in keys.items()}
+    return {
+        f"{section}.{key}": value
+        for section, keys in sections.items()
+        for key, value in keys.items()
+    }
 
 
 def pattern_held(model_dir):
@@ -68,8 +80,9 @@ def pattern_held(model_dir):
     marked = exported.read_info(model_dir)["sparse_2to4"]
     if not marked:
         return None
-    result = subprocess.run([sys.executable, "-m", "paddle_resnet.sparsity", model_dir],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "paddle_resnet.sparsity", model_dir], capture_output=True, text=True
+    )
     if result.returncode != 0:
         raise SystemExit(f"{model_dir}: the export lost the 2:4 pattern\n{result.stdout}")
     return len(marked)
@@ -82,22 +95,33 @@ def main():
     parser.add_argument("--algos", default=",".join(PTQ_ALGOS))
     parser.add_argument("--calibration-images", type=int, default=512)
     parser.add_argument("--batch-size", type=int, default=100)
-    parser.add_argument("--qat-checkpoint", help="also export this QAT checkpoint (trained "
-                        "from CHECKPOINT) and run it in int8")
-    parser.add_argument("--dense-checkpoint", help="a reference row: this fp32 checkpoint "
-                        "(the dense model CHECKPOINT was pruned from)")
+    parser.add_argument(
+        "--qat-checkpoint",
+        help="also export this QAT checkpoint (trained from CHECKPOINT) and run it in int8",
+    )
+    parser.add_argument(
+        "--dense-checkpoint",
+        help="a reference row: this fp32 checkpoint (the dense model CHECKPOINT was pruned from)",
+    )
     parser.add_argument("--output", default="benchmarks/ptq_resnet18_demo.json")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
+
         def export(name, checkpoint, **values):
             meta, _ = ckpt.read_checkpoint(checkpoint)
-            config = dict(flat(meta["config"]), **{
-                "run.from_checkpoint": checkpoint, "run.from_pretrained_params": None,
-                "inference.onnx": True,
-                "data.image_root": args.image_root,
-                "inference.model_dir": os.path.join(workdir, name),
-                "inference.export_log_path": os.path.join(workdir, name + ".json")}, **values)
+            config = dict(
+                flat(meta["config"]),
+                **{
+                    "run.from_checkpoint": checkpoint,
+                    "run.from_pretrained_params": None,
+                    "inference.onnx": True,
+                    "data.image_root": args.image_root,
+                    "inference.model_dir": os.path.join(workdir, name),
+                    "inference.export_log_path": os.path.join(workdir, name + ".json"),
+                },
+                **values,
+            )
             start = time.perf_counter()
             export_model.export(build_config(config))
             held = pattern_held(config["inference.model_dir"])
@@ -106,11 +130,16 @@ def main():
         def measure(name, config, precision, seconds, held):
             top, onnx_top, labels, ips = predictions(config, precision, args.batch_size)
             reference = top if not rows else top32
-            row = {"model": name, "top1": float((top == labels).mean()),
-                   "agreement": float((top == reference).mean()), "img_per_s": round(ips, 1),
-                   "export_seconds": round(seconds, 1),
-                   "onnx_top1": float((onnx_top == labels).mean()),
-                   "onnx_agreement": float((onnx_top == reference).mean()), "sparse_2to4": held}
+            row = {
+                "model": name,
+                "top1": float((top == labels).mean()),
+                "agreement": float((top == reference).mean()),
+                "img_per_s": round(ips, 1),
+                "export_seconds": round(seconds, 1),
+                "onnx_top1": float((onnx_top == labels).mean()),
+                "onnx_agreement": float((onnx_top == reference).mean()),
+                "sparse_2to4": held,
+            }
             rows.append(row)
             print(row, flush=True)
             return top
@@ -118,8 +147,14 @@ def main():
         fp32 = export("fp32", args.checkpoint)
         top32 = measure("fp32", fp32[0], "fp32", *fp32[1:])
         for algo in args.algos.split(","):
-            ptq = export(algo, args.checkpoint, **{
-                "inference.ptq_algo": algo, "inference.calibration_images": args.calibration_images})
+            ptq = export(
+                algo,
+                args.checkpoint,
+                **{
+                    "inference.ptq_algo": algo,
+                    "inference.calibration_images": args.calibration_images,
+                },
+            )
             measure(f"int8 PTQ {algo}", ptq[0], "int8", *ptq[1:])
         if args.qat_checkpoint:
             qat = export("qat", args.qat_checkpoint)
@@ -130,13 +165,24 @@ def main():
 
     print(f"{'model':<24} {'top-1':>8} {'agrees':>8} {'img/s':>8} {'ONNX top-1':>11} {'agrees':>8}")
     for row in rows:
-        print(f"{row['model']:<24} {100 * row['top1']:7.2f}% {100 * row['agreement']:7.2f}% "
-              f"{row['img_per_s']:8.1f} {100 * row['onnx_top1']:10.2f}% "
-              f"{100 * row['onnx_agreement']:7.2f}%")
+        print(
+            f"{row['model']:<24} {100 * row['top1']:7.2f}% {100 * row['agreement']:7.2f}% "
+            f"{row['img_per_s']:8.1f} {100 * row['onnx_top1']:10.2f}% "
+            f"{100 * row['onnx_agreement']:7.2f}%"
+        )
     with open(args.output, "w") as handle:
-        json.dump({"checkpoint": args.checkpoint, "qat_checkpoint": args.qat_checkpoint,
-                   "dense_checkpoint": args.dense_checkpoint, "images": int(len(top32)),
-                   "calibration_images": args.calibration_images, "rows": rows}, handle, indent=1)
+        json.dump(
+            {
+                "checkpoint": args.checkpoint,
+                "qat_checkpoint": args.qat_checkpoint,
+                "dense_checkpoint": args.dense_checkpoint,
+                "images": int(len(top32)),
+                "calibration_images": args.calibration_images,
+                "rows": rows,
+            },
+            handle,
+            indent=1,
+        )
     print(f"wrote {args.output}")
 
 

@@ -1,8 +1,9 @@
 """Plot a training report: loss, top-1 and learning rate per step, validation per epoch.
 
-    .venv/bin/pip install -r requirements-tools.txt
-    .venv/bin/python scripts/plot_report.py output/demo/report.json --output demo.png
+.venv/bin/pip install -r requirements-tools.txt
+.venv/bin/python scripts/plot_report.py output/demo/report.json --output demo.png
 """
+
 import argparse
 import sys
 
@@ -32,7 +33,7 @@ def main():
     args = parser.parse_args()
 
     try:
-        require("matplotlib", "plotting a report").use("Agg")   # files only: no display needed
+        require("matplotlib", "plotting a report").use("Agg")  # files only: no display needed
         plt = require("matplotlib.pyplot", "plotting a report")
     except UserError as err:
         sys.exit(f"error: {err}")
@@ -44,11 +45,13 @@ def main():
     val = [r for r in records if r["type"] == "VAL"]
     figure, (loss_axes, top1_axes, lr_axes) = plt.subplots(1, 3, figsize=(15, 4))
     loss_axes.plot(x, [r["data"]["loss"] for r in steps], label="train (batch)")
-    loss_axes.plot([r["step"][0] for r in val], [r["data"]["val.loss"] for r in val], "o-",
-                   label="validation")
+    loss_axes.plot(
+        [r["step"][0] for r in val], [r["data"]["val.loss"] for r in val], "o-", label="validation"
+    )
     top1_axes.plot(x, [r["data"]["top1"] for r in steps], label="train (batch)")
-    top1_axes.plot([r["step"][0] for r in val], [r["data"]["val.top1"] for r in val], "o-",
-                   label="validation")
+    top1_axes.plot(
+        [r["step"][0] for r in val], [r["data"]["val.top1"] for r in val], "o-", label="validation"
+    )
     lr_axes.plot(x, [r["data"]["lr"] for r in steps])
     for axes, title in ((loss_axes, "loss"), (top1_axes, "top-1"), (lr_axes, "learning rate")):
         axes.set_title(title)

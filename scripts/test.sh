@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test suite: set up, then run pytest in three tracks, one after the other:
+# The test suite: set up, lint (ruff check and ruff format --check, configured in
+# pyproject.toml), then run pytest in three tracks, one after the other:
 #   1. Paddle 2.6.2 in .venv (the pinned version; the GPU build on GPU machines): all tests;
 #   2. the GPU build, paddlepaddle-gpu 2.6.2, in .venv-gpu, executing on the CPU: the tests
 #      whose behaviour can differ on that build (marker gpu_wheel) and the GPU programs
@@ -37,6 +38,8 @@ trap 'rm -f "$setup_log"' EXIT
 setup_pid=$!
 
 status=0
+echo "== lint: ruff check, ruff format --check"
+{ .venv/bin/ruff check --quiet . && .venv/bin/ruff format --check --quiet .; } || status=$?
 echo "== track 1: the suite on Paddle 2.6.2"
 .venv/bin/python -m pytest tests "$@" || status=$?
 

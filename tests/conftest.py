@@ -21,8 +21,11 @@ PADDLE3 = distributed.PADDLE3
 # The slowest tests whose Paddle-facing code other tests run on both versions: they run
 # once, on the pinned 2.6.2, to keep the whole suite within CI's time (the two versions
 # run one after the other; scripts/test.sh).
-once = pytest.mark.skipif(PADDLE3, reason="version-independent beyond the tests that run "
-                                          "on both versions; run once, on Paddle 2.6.2")
+once = pytest.mark.skipif(
+    PADDLE3,
+    reason="version-independent beyond the tests that run "
+    "on both versions; run once, on Paddle 2.6.2",
+)
 
 # Markers chosen by the machine and the Paddle build (pytest.ini lists them):
 #   gpu         needs a usable NVIDIA GPU (the GPU counterparts of the cpu_only tests)
@@ -33,11 +36,17 @@ once = pytest.mark.skipif(PADDLE3, reason="version-independent beyond the tests 
 #               behaviour can differ on that build
 SKIP_REASONS = {
     "gpu": None if devices.gpu_available() else f"needs an NVIDIA GPU: {devices.why_no_gpu()}",
-    "cpu_only": ("checks the behaviour without a GPU, and this machine has one"
-                 if devices.gpu_available() else None),
-    "cuda_build": None if devices.cuda_build() else (
+    "cpu_only": (
+        "checks the behaviour without a GPU, and this machine has one"
+        if devices.gpu_available()
+        else None
+    ),
+    "cuda_build": None
+    if devices.cuda_build()
+    else (
         "builds GPU programs: needs the GPU build of Paddle (paddlepaddle-gpu; scripts/test.sh "
-        "runs these in .venv-gpu)"),
+        "runs these in .venv-gpu)"
+    ),
 }
 
 
@@ -48,8 +57,8 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
-TRAIN_PER_CLASS = 16     # 160 training images: 10 steps of 16
-VAL_PER_CLASS = 13       # 130 validation images: not a multiple of the batch size
+TRAIN_PER_CLASS = 16  # 160 training images: 10 steps of 16
+VAL_PER_CLASS = 13  # 130 validation images: not a multiple of the batch size
 
 
 @pytest.fixture(scope="session")
@@ -78,11 +87,19 @@ def imagenet_root(tmp_path_factory):
 def small_config(image_root, output_dir, **values):
     """A fast CPU configuration: ResNet-18 on 32-pixel crops, batch 16."""
     base = {
-        "model.arch": "resnet18", "model.num_classes": 10,
-        "data.image_root": image_root, "data.batch_size": 16, "data.crop_size": 32,
-        "data.resize_short": 32, "data.num_threads": 2,
-        "lr.base": 0.8, "lr.warmup_epochs": 0.0, "optimizer.momentum": 0.9,
-        "run.epochs": 2, "run.output_dir": str(output_dir), "run.print_interval": 5,
+        "model.arch": "resnet18",
+        "model.num_classes": 10,
+        "data.image_root": image_root,
+        "data.batch_size": 16,
+        "data.crop_size": 32,
+        "data.resize_short": 32,
+        "data.num_threads": 2,
+        "lr.base": 0.8,
+        "lr.warmup_epochs": 0.0,
+        "optimizer.momentum": 0.9,
+        "run.epochs": 2,
+        "run.output_dir": str(output_dir),
+        "run.print_interval": 5,
     }
     base.update(values)
     return build_config(base)
@@ -104,11 +121,14 @@ def train_in_fresh_process(config):
     os.makedirs(config.run.output_dir, exist_ok=True)
     with open(path, "w") as handle:
         json.dump(flat(config), handle)
-    code = ("import json, os, sys; from paddle_resnet.commands import train; "
-            "from paddle_resnet.config import build_config; "
-            "train.run(build_config(json.load(open(sys.argv[1]))), report_stream=open(os.devnull, 'w'))")
-    result = subprocess.run([sys.executable, "-c", code, path], cwd=ROOT, capture_output=True,
-                            text=True, timeout=900)
+    code = (
+        "import json, os, sys; from paddle_resnet.commands import train; "
+        "from paddle_resnet.config import build_config; "
+        "train.run(build_config(json.load(open(sys.argv[1]))), report_stream=open(os.devnull, 'w'))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, path], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
 

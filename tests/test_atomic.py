@@ -1,5 +1,6 @@
 """Crash-safe folder replacement: a process SIGKILLed at any step leaves either the old
 or the new folder in place once the next run has looked (``recover_staged``)."""
+
 import os
 import subprocess
 import sys
@@ -39,8 +40,12 @@ CHILD = textwrap.dedent("""
 
 
 def replace_and_die(target, kill_after, host=()):
-    result = subprocess.run([sys.executable, "-c", CHILD, str(target), str(kill_after), *host],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(target), str(kill_after), *host],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == -9, result.stderr
 
 
@@ -55,11 +60,11 @@ def test_a_killed_replacement_is_finished_or_undone(tmp_path, kill_after, surviv
     target.mkdir()
     (target / "value").write_text("old")
     replace_and_die(target, kill_after)
-    if kill_after == 1:                   # between the two renames: nothing at the path
+    if kill_after == 1:  # between the two renames: nothing at the path
         assert not target.exists()
     actions = atomic.recover_staged(str(tmp_path))
     assert content(target) == survivor
-    assert os.listdir(tmp_path) == ["3"]                 # no hidden leftovers
+    assert os.listdir(tmp_path) == ["3"]  # no hidden leftovers
     assert actions or kill_after == 2
 
 
@@ -88,7 +93,7 @@ def test_a_dead_writer_of_another_host_is_recovered(tmp_path, kill_after, surviv
     assert any("node-b" in name for name in os.listdir(tmp_path))
     atomic.recover_staged(str(tmp_path))
     assert content(target) == survivor
-    assert os.listdir(tmp_path) == ["3"]                 # no hidden folder, no lock file
+    assert os.listdir(tmp_path) == ["3"]  # no hidden folder, no lock file
 
 
 def test_a_live_writer_of_another_host_is_left_alone(tmp_path):
@@ -101,10 +106,10 @@ def test_a_live_writer_of_another_host_is_left_alone(tmp_path):
             time.sleep(0.05)
         before = sorted(os.listdir(tmp_path))
         assert atomic.recover_staged(str(tmp_path)) == []
-        assert sorted(os.listdir(tmp_path)) == before     # its staging folder and lock stay
+        assert sorted(os.listdir(tmp_path)) == before  # its staging folder and lock stay
         assert any(name.startswith(".4.partial-node-b-") for name in before)
     finally:
         writer.kill()
         writer.wait()
     atomic.recover_staged(str(tmp_path))
-    assert os.listdir(tmp_path) == ["4.writing"]          # dead now: its write removed
+    assert os.listdir(tmp_path) == ["4.writing"]  # dead now: its write removed

@@ -1,15 +1,30 @@
 """Bad input reaches the user as one line naming the problem, with exit code 2."""
+
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from paddle_resnet.commands import train
 from conftest import ROOT, once
+from paddle_resnet.commands import train
 
-FAST = ["--model-arch-name", "resnet18", "--num-of-class", "10", "--crop-size", "32",
-        "--resize-short", "32", "--batch-size", "16", "--epochs", "1", "--warmup-epochs", "0"]
+FAST = [
+    "--model-arch-name",
+    "resnet18",
+    "--num-of-class",
+    "10",
+    "--crop-size",
+    "32",
+    "--resize-short",
+    "32",
+    "--batch-size",
+    "16",
+    "--epochs",
+    "1",
+    "--warmup-epochs",
+    "0",
+]
 
 
 def fails_with(capsys, argv, message):
@@ -37,7 +52,9 @@ def test_empty_class_folder(capsys, fmnist_root, tmp_path):
     data = copy_tree(fmnist_root, tmp_path)
     for image in (data / "train" / "coat").iterdir():
         image.unlink()
-    fails_with(capsys, FAST + ["--image-root", str(data)], "train/coat: class folder holds no images")
+    fails_with(
+        capsys, FAST + ["--image-root", str(data)], "train/coat: class folder holds no images"
+    )
 
 
 def test_train_and_val_classes_differ(capsys, fmnist_root, tmp_path):
@@ -59,19 +76,25 @@ def test_corrupt_jpeg_mid_run_keeps_earlier_report(capsys, fmnist_root, tmp_path
     report = tmp_path / "out" / "report.json"
     report.parent.mkdir()
     report.write_text('{"type": "LOG", "step": [1, 1], "data": {}}\n')
-    fails_with(capsys, FAST + ["--image-root", str(data), "--output-dir", str(tmp_path / "out")],
-               f"{broken.name}: cannot be decoded as an image")
+    fails_with(
+        capsys,
+        FAST + ["--image-root", str(data), "--output-dir", str(tmp_path / "out")],
+        f"{broken.name}: cannot be decoded as an image",
+    )
     assert report.read_text().startswith('{"type": "LOG", "step": [1, 1]')
     # The epoch was saved before the validation that failed: no training is lost.
     assert (tmp_path / "out" / "resnet18" / "1" / "meta.json").exists()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--lr", "-1"], "lr.base (--lr) must be positive"),
-    (["--batch-size", "0"], "data.batch_size (--batch-size) must be at least 1"),
-    (["--set", "optimizer.momentun=0.9"], "unknown config key 'optimizer.momentun'"),
-    (["--config", "resnet51_paddle"], "config 'resnet51_paddle' not found; recipes: "),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--lr", "-1"], "lr.base (--lr) must be positive"),
+        (["--batch-size", "0"], "data.batch_size (--batch-size) must be at least 1"),
+        (["--set", "optimizer.momentun=0.9"], "unknown config key 'optimizer.momentun'"),
+        (["--config", "resnet51_paddle"], "config 'resnet51_paddle' not found; recipes: "),
+    ],
+)
 def test_impossible_values(capsys, fmnist_root, argv, message):
     fails_with(capsys, FAST + ["--image-root", fmnist_root] + argv, message)
 
@@ -90,12 +113,19 @@ def test_missing_and_truncated_checkpoint(capsys, fmnist_root, tmp_path):
     fake.mkdir(parents=True)
     fails_with(capsys, argv + ["--from-checkpoint", str(fake)], "no meta.json; not a checkpoint")
     (fake / "model.pdparams").write_bytes(b"\x80\x04half a pickle")
-    (fake / "meta.json").write_text('{"epoch": 1, "files": {"model.pdparams": '
-                                    '{"bytes": 999, "sha256": "00"}}}')
-    fails_with(capsys, argv + ["--from-checkpoint", str(tmp_path / "resnet18")],
-               "model.pdparams: truncated or modified")
-    fails_with(capsys, argv + ["--from-pretrained-params", str(fake / "model.pdparams")],
-               "model.pdparams: cannot be read")
+    (fake / "meta.json").write_text(
+        '{"epoch": 1, "files": {"model.pdparams": {"bytes": 999, "sha256": "00"}}}'
+    )
+    fails_with(
+        capsys,
+        argv + ["--from-checkpoint", str(tmp_path / "resnet18")],
+        "model.pdparams: truncated or modified",
+    )
+    fails_with(
+        capsys,
+        argv + ["--from-pretrained-params", str(fake / "model.pdparams")],
+        "model.pdparams: cannot be read",
+    )
 
 
 def test_list_and_show_configs(capsys):
@@ -110,8 +140,19 @@ def test_list_and_show_configs(capsys):
 @once
 def test_paddle_distributed_launch_with_one_process(fmnist_root, tmp_path):
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path / "log"),
-               "train.py", *FAST, "--image-root", fmnist_root, "--output-dir", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "paddle.distributed.launch",
+        "--log_dir",
+        str(tmp_path / "log"),
+        "train.py",
+        *FAST,
+        "--image-root",
+        fmnist_root,
+        "--output-dir",
+        str(out),
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (out / "resnet18" / "1" / "meta.json").exists()
@@ -119,8 +160,9 @@ def test_paddle_distributed_launch_with_one_process(fmnist_root, tmp_path):
 
 
 def run_tool(*argv):
-    return subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def only_line(result):
@@ -136,24 +178,49 @@ def test_a_broken_image_outside_training_is_one_line_not_a_crash(trained, fmnist
     broken = sorted((data / "val" / "bag").iterdir())[3]
     broken.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG")
     checkpoint = f"{trained.run.output_dir}/resnet18"
-    evaluate = ["train.py", *FAST[:6], "--batch-size", "130", "--run-scope", "eval_only",
-                "--image-root", str(data), "--from-checkpoint", checkpoint]
-    for _ in range(2):                 # today's code crashed in 5 runs of 6 on this batch
+    evaluate = [
+        "train.py",
+        *FAST[:6],
+        "--batch-size",
+        "130",
+        "--run-scope",
+        "eval_only",
+        "--image-root",
+        str(data),
+        "--from-checkpoint",
+        checkpoint,
+    ]
+    for _ in range(2):  # today's code crashed in 5 runs of 6 on this batch
         result = run_tool(*evaluate)
         assert result.returncode == 2, result.stderr[-2000:]
         assert only_line(result) == f"error: {broken}: cannot be decoded as an image"
     first_class = sorted((data / "train").iterdir())[0]
-    calibration = sorted(first_class.iterdir())[0]        # the first image: calibrated on
+    calibration = sorted(first_class.iterdir())[0]  # the first image: calibrated on
     calibration.write_bytes(b"")
-    export = run_tool("export_model.py", *FAST[:6], "--from-checkpoint", checkpoint,
-                      "--image-root", str(data), "--inference-dir", str(tmp_path / "int8"),
-                      "--export-log-path", str(tmp_path / "export.json"), "--ptq-algo",
-                      "abs_max", "--calibration-images", "64", "--batch-size", "64")
+    export = run_tool(
+        "export_model.py",
+        *FAST[:6],
+        "--from-checkpoint",
+        checkpoint,
+        "--image-root",
+        str(data),
+        "--inference-dir",
+        str(tmp_path / "int8"),
+        "--export-log-path",
+        str(tmp_path / "export.json"),
+        "--ptq-algo",
+        "abs_max",
+        "--calibration-images",
+        "64",
+        "--batch-size",
+        "64",
+    )
     assert export.returncode == 2, export.stderr[-2000:]
     assert only_line(export) == f"error: {calibration}: cannot be decoded as an image"
-    assert not (tmp_path / "int8").exists()                 # nothing half-written in place
+    assert not (tmp_path / "int8").exists()  # nothing half-written in place
     # training too, and without DALI's own "[ERROR] [jpeg_parser]" line above ours
-    training = run_tool("train.py", *FAST, "--image-root", str(data),
-                        "--output-dir", str(tmp_path / "out"))
+    training = run_tool(
+        "train.py", *FAST, "--image-root", str(data), "--output-dir", str(tmp_path / "out")
+    )
     assert training.returncode == 2
     assert only_line(training) == f"error: {calibration}: cannot be decoded as an image"

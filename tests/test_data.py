@@ -7,8 +7,13 @@ from PIL import Image
 from paddle_resnet import feeds
 from paddle_resnet.config import DataConfig
 from paddle_resnet.data.dali import DataSplit, eval_indices, make_loader, train_indices
-from paddle_resnet.data.folder import (check_num_classes, check_same_classes, read_class_index,
-                                       scan_split, write_class_index)
+from paddle_resnet.data.folder import (
+    check_num_classes,
+    check_same_classes,
+    read_class_index,
+    scan_split,
+    write_class_index,
+)
 from paddle_resnet.errors import DataError
 
 MEAN, STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
@@ -30,15 +35,17 @@ def test_scan_gives_sorted_classes_and_labels(fmnist_root):
 
 def test_val_batches_are_the_images_normalised_in_order(fmnist_root):
     images = scan_split(fmnist_root, "val")
-    loader = make_loader(DataSplit.of_images("x", images), data_config(fmnist_root), "NCHW", training=False)
+    loader = make_loader(
+        DataSplit.of_images("x", images), data_config(fmnist_root), "NCHW", training=False
+    )
     batches = list(loader)
-    assert [len(b[feeds.LABEL]) for b in batches] == [16] * 8 + [2]     # the padded tail is cut
+    assert [len(b[feeds.LABEL]) for b in batches] == [16] * 8 + [2]  # the padded tail is cut
     data = np.concatenate([b[feeds.IMAGE] for b in batches])
     labels = np.concatenate([b[feeds.LABEL] for b in batches])
     assert data.dtype == np.float32 and data.shape == (130, 3, 28, 28)
     assert labels.dtype == np.int64 and labels.shape == (130, 1)
     assert labels.ravel().tolist() == list(images.labels)
-    for index in (0, 77, 129):                       # compare with Pillow's decode
+    for index in (0, 77, 129):  # compare with Pillow's decode
         pixels = np.asarray(Image.open(images.files[index]).convert("RGB"), dtype=np.float64) / 255
         restored = data[index].transpose(1, 2, 0) * STD + MEAN
         assert np.abs(restored - pixels).max() < 2.5 / 255
@@ -58,7 +65,9 @@ def test_training_batches_are_augmented_and_reproducible(fmnist_root):
     cfg = data_config(fmnist_root, crop_size=24, rand_crop_scale=(0.3, 1.0))
 
     def epoch_batches(epoch):
-        return list(make_loader(DataSplit.of_images("x", images), cfg, "NCHW", training=True, epoch=epoch))
+        return list(
+            make_loader(DataSplit.of_images("x", images), cfg, "NCHW", training=True, epoch=epoch)
+        )
 
     first, again, second = epoch_batches(0), epoch_batches(0), epoch_batches(1)
     assert len(first) == 10 and all(b[feeds.IMAGE].shape == (16, 3, 24, 24) for b in first)
@@ -67,7 +76,7 @@ def test_training_batches_are_augmented_and_reproducible(fmnist_root):
         np.testing.assert_array_equal(a["label"], b[feeds.LABEL])
     assert not np.array_equal(first[0]["label"], second[0]["label"])
     labels = np.concatenate([b[feeds.LABEL] for b in first]).ravel()
-    assert sorted(labels.tolist()) == sorted(images.labels)       # a permutation, no repeats
+    assert sorted(labels.tolist()) == sorted(images.labels)  # a permutation, no repeats
 
 
 def test_training_shards_are_disjoint_and_equal_length():
@@ -132,5 +141,13 @@ def test_corrupt_jpeg_is_named(tmp_path):
     broken.write_bytes(broken.read_bytes()[:40])
     images = scan_split(root, "val")
     with pytest.raises(DataError, match=r"b/7.jpg: cannot be decoded"):
-        list(make_loader(DataSplit.of_images("x", images), DataConfig(image_root=root, batch_size=4, crop_size=8,
-                                            resize_short=8, num_threads=1), "NCHW", False))
+        list(
+            make_loader(
+                DataSplit.of_images("x", images),
+                DataConfig(
+                    image_root=root, batch_size=4, crop_size=8, resize_short=8, num_threads=1
+                ),
+                "NCHW",
+                False,
+            )
+        )

@@ -1,5 +1,6 @@
 """Data parallelism with real processes: ``paddle.distributed.launch`` starts CPU ranks that
 talk through gloo, along Fleet's own collective path (Paddle 2.6 and 3.x)."""
+
 import contextlib
 import os
 import signal
@@ -11,10 +12,10 @@ import time
 import numpy as np
 import pytest
 
-from paddle_resnet.commands import train
 from conftest import PADDLE3, ROOT, once
-from paddle_resnet import devices
 from paddle_resnet import checkpoint as ckpt
+from paddle_resnet import devices
+from paddle_resnet.commands import train
 from paddle_resnet.config import build_config
 from paddle_resnet.optim import lr_at_step
 from paddle_resnet.report import read_report
@@ -28,17 +29,49 @@ pytestmark = pytest.mark.cpu_only
 
 def launch(args, log_dir, nproc=2, launcher=(), timeout=300):
     """``python -m paddle.distributed.launch`` as users run it; returns the finished process."""
-    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
-               "--log_dir", str(log_dir), *launcher, *args]
+    command = [
+        sys.executable,
+        "-m",
+        "paddle.distributed.launch",
+        "--nproc_per_node",
+        str(nproc),
+        "--log_dir",
+        str(log_dir),
+        *launcher,
+        *args,
+    ]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def train_args(image_root, output_dir, *extra):
-    return ["train.py", "--model-arch-name", "resnet18", "--num-of-class", "10",
-            "--image-root", image_root, "--crop-size", "32", "--resize-short", "32",
-            "--batch-size", "16", "--warmup-epochs", "0.5", "--lr", "0.4", "--momentum", "0.9",
-            "--dali-num-threads", "1", "--print-interval", "5", "--output-dir", str(output_dir),
-            *extra]
+    return [
+        "train.py",
+        "--model-arch-name",
+        "resnet18",
+        "--num-of-class",
+        "10",
+        "--image-root",
+        image_root,
+        "--crop-size",
+        "32",
+        "--resize-short",
+        "32",
+        "--batch-size",
+        "16",
+        "--warmup-epochs",
+        "0.5",
+        "--lr",
+        "0.4",
+        "--momentum",
+        "0.9",
+        "--dali-num-threads",
+        "1",
+        "--print-interval",
+        "5",
+        "--output-dir",
+        str(output_dir),
+        *extra,
+    ]
 
 
 def ok(result):
@@ -66,21 +99,42 @@ def two_ranks(fmnist_root, tmp_path_factory):
 
 # AMP on CPU ranks: the CPU build adds the loss scaling alone; the GPU build's fp16 casts
 # have no CPU kernels (its 2-rank AMP job: tests/test_gpu.py).
-@pytest.mark.parametrize("amp", [False, pytest.param(True, marks=[once, pytest.mark.skipif(
-    devices.cuda_build(), reason="the GPU build's fp16 casts have no CPU kernels")])])
+@pytest.mark.parametrize(
+    "amp",
+    [
+        False,
+        pytest.param(
+            True,
+            marks=[
+                once,
+                pytest.mark.skipif(
+                    devices.cuda_build(), reason="the GPU build's fp16 casts have no CPU kernels"
+                ),
+            ],
+        ),
+    ],
+)
 def test_gradients_are_averaged_across_ranks(tmp_path, amp):
     """Every rank ends equal to one process on the whole batch: a sum would double the
     steps, no reduction would leave the ranks apart. With AMP an infinite gradient on
     one rank makes every rank skip the step."""
     flags = ["--amp"] if amp else []
-    ok(subprocess.run([sys.executable, TOY, str(tmp_path / "one"), *flags], cwd=ROOT,
-                      capture_output=True, text=True, timeout=120))
+    ok(
+        subprocess.run(
+            [sys.executable, TOY, str(tmp_path / "one"), *flags],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    )
     ok(launch([TOY, str(tmp_path / "two"), *flags], tmp_path / "logs"))
-    one, rank0, rank1 = (np.load(tmp_path / name) for name in ("one.0.npz", "two.0.npz",
-                                                               "two.1.npz"))
+    one, rank0, rank1 = (
+        np.load(tmp_path / name) for name in ("one.0.npz", "two.0.npz", "two.1.npz")
+    )
     ops = list(rank0["ops"])
-    all_reduce = "all_reduce" if PADDLE3 else "c_allreduce_sum"         # 3.x: the phi op
-    assert all_reduce in ops and "coalesce_tensor" in ops               # fused all-reduce
+    all_reduce = "all_reduce" if PADDLE3 else "c_allreduce_sum"  # 3.x: the phi op
+    assert all_reduce in ops and "coalesce_tensor" in ops  # fused all-reduce
     assert not {"c_sync_comm_stream", "c_sync_calc_stream"} & set(ops)
     if amp:
         # The gradients are summed before the finite check, so every rank sees the same
@@ -95,12 +149,12 @@ def test_gradients_are_averaged_across_ranks(tmp_path, amp):
 
 def test_two_ranks_train_with_agreeing_parameters_and_exact_evaluation(two_ranks):
     records = read_report(str(two_ranks / "report.json"))
-    assert [r["type"] for r in records].count("PARAMETER") == 1     # rank 0 alone wrote it
+    assert [r["type"] for r in records].count("PARAMETER") == 1  # rank 0 alone wrote it
     ranks = [r for r in records if r["type"] == "RANKS"]
     assert [r["step"] for r in ranks] == [[1], [2]]
     assert all(r["data"]["world_size"] == 2 for r in ranks)
     val = [r["data"] for r in records if r["type"] == "VAL"]
-    assert [v["val.images"] for v in val] == [130, 130]       # every image once, 130 = 2 x 65
+    assert [v["val.images"] for v in val] == [130, 130]  # every image once, 130 = 2 x 65
     steps = [r for r in records if r["type"] == "LOG"]
     assert steps[-1]["data"]["progress"] == "5/5"
     meta, _ = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(two_ranks), "resnet18", 2))
@@ -112,10 +166,23 @@ def test_two_rank_evaluation_equals_one_rank(two_ranks, fmnist_root, tmp_path):
     results = {}
     for nproc in (1, 2):
         out = tmp_path / f"eval{nproc}"
-        ok(launch(train_args(fmnist_root, out, "--run-scope", "eval_only", "--from-checkpoint",
-                             str(two_ranks / "resnet18" / "2")), out / "logs", nproc=nproc))
-        results[nproc] = [r["data"] for r in read_report(str(out / "report.json"))
-                          if r["type"] == "VAL"][0]
+        ok(
+            launch(
+                train_args(
+                    fmnist_root,
+                    out,
+                    "--run-scope",
+                    "eval_only",
+                    "--from-checkpoint",
+                    str(two_ranks / "resnet18" / "2"),
+                ),
+                out / "logs",
+                nproc=nproc,
+            )
+        )
+        results[nproc] = [
+            r["data"] for r in read_report(str(out / "report.json")) if r["type"] == "VAL"
+        ][0]
     one, two = results[1], results[2]
     assert two["val.images"] == one["val.images"] == 130
     assert two["val.top1"] == one["val.top1"] and two["val.top5"] == one["val.top5"]
@@ -129,8 +196,19 @@ def test_resume_with_two_ranks_continues_exactly(two_ranks, fmnist_root, tmp_pat
     """Epoch 2 resumed from the two-rank run's epoch-1 checkpoint, in new processes,
     equals the uninterrupted run bit for bit."""
     out = tmp_path / "resumed"
-    result = ok(launch(train_args(fmnist_root, out, "--epochs", "2", "--from-checkpoint",
-                                  str(two_ranks / "resnet18" / "1")), tmp_path / "logs"))
+    result = ok(
+        launch(
+            train_args(
+                fmnist_root,
+                out,
+                "--epochs",
+                "2",
+                "--from-checkpoint",
+                str(two_ranks / "resnet18" / "1"),
+            ),
+            tmp_path / "logs",
+        )
+    )
     assert "resumed from" in result.stdout
     assert_same_weights(weights(out, 2), weights(two_ranks, 2))
 
@@ -141,11 +219,31 @@ def test_two_nodes_on_one_host_equal_two_local_ranks(two_ranks, fmnist_root, tmp
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     out = tmp_path / "nodes"
-    nodes = [subprocess.Popen(
-        [sys.executable, "-m", "paddle.distributed.launch", "--nnodes", "2", "--master",
-         f"127.0.0.1:{port}", "--rank", str(node), "--nproc_per_node", "1",
-         "--log_dir", str(tmp_path / f"logs{node}"), *train_args(fmnist_root, out, "--epochs", "2")],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "paddle.distributed.launch",
+                "--nnodes",
+                "2",
+                "--master",
+                f"127.0.0.1:{port}",
+                "--rank",
+                str(node),
+                "--nproc_per_node",
+                "1",
+                "--log_dir",
+                str(tmp_path / f"logs{node}"),
+                *train_args(fmnist_root, out, "--epochs", "2"),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
     outputs = [node.communicate(timeout=300)[0] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs
     assert_same_weights(weights(out, 2), weights(two_ranks, 2))
@@ -156,23 +254,51 @@ def test_resume_across_world_sizes_keeps_the_epoch_schedule(two_ranks, fmnist_ro
     """2 -> 1 rank: an epoch has 10 steps instead of 5 and the global batch halves; the
     LR continues at epoch 1 of the schedule, linearly scaled to the new global batch."""
     out = tmp_path / "one_rank"
-    result = ok(launch(train_args(fmnist_root, out, "--epochs", "2", "--run-scope", "train_only",
-                                  "--from-checkpoint", str(two_ranks / "resnet18" / "1")),
-                       tmp_path / "logs", nproc=1))
+    result = ok(
+        launch(
+            train_args(
+                fmnist_root,
+                out,
+                "--epochs",
+                "2",
+                "--run-scope",
+                "train_only",
+                "--from-checkpoint",
+                str(two_ranks / "resnet18" / "1"),
+            ),
+            tmp_path / "logs",
+            nproc=1,
+        )
+    )
     assert "trained by 2 rank(s), this run has 1: 10 steps per epoch" in result.stdout
     lr_config = build_config({"lr.base": 0.4, "lr.warmup_epochs": 0.5, "run.epochs": 2}).lr
-    logged = {r["step"][1]: r["data"]["lr"] for r in read_report(str(out / "report.json"))
-              if r["type"] == "LOG"}
-    for step, lr in logged.items():                 # step counts from 1 within epoch 2
+    logged = {
+        r["step"][1]: r["data"]["lr"]
+        for r in read_report(str(out / "report.json"))
+        if r["type"] == "LOG"
+    }
+    for step, lr in logged.items():  # step counts from 1 within epoch 2
         assert lr == pytest.approx(lr_at_step(lr_config, 10 + step - 1, 10, 2, 16))
     meta, _ = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(out), "resnet18", 2))
     assert meta["world_size"] == 1 and meta["global_step"] == 20
     # 1 -> 2 ranks: the run's last checkpoint leaves no epoch to train, but the resume
     # itself (restore, schedule position, the world-size notice) runs with two ranks.
     back = tmp_path / "two_again"
-    result = ok(launch(train_args(fmnist_root, back, "--epochs", "2", "--run-scope", "train_only",
-                                  "--from-checkpoint", str(out / "resnet18" / "2")),
-                       tmp_path / "logs2"))
+    result = ok(
+        launch(
+            train_args(
+                fmnist_root,
+                back,
+                "--epochs",
+                "2",
+                "--run-scope",
+                "train_only",
+                "--from-checkpoint",
+                str(out / "resnet18" / "2"),
+            ),
+            tmp_path / "logs2",
+        )
+    )
     assert "trained by 1 rank(s), this run has 2: 5 steps per epoch" in result.stdout
 
 
@@ -181,20 +307,30 @@ def signal_rank_1(fmnist_root, tmp_path, signum, *flags):
     """A 2-rank job of many epochs; once epoch 1 is saved, rank 1 gets ``signum``. Returns
     (seconds until the job ended, the launcher's output, rank 0's log, the output folder)."""
     out = tmp_path / "job"
-    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
-               "--log_dir", str(tmp_path / "logs"),
-               *train_args(fmnist_root, out, "--epochs", "500", *flags)]
-    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
+    command = [
+        sys.executable,
+        "-m",
+        "paddle.distributed.launch",
+        "--nproc_per_node",
+        "2",
+        "--log_dir",
+        str(tmp_path / "logs"),
+        *train_args(fmnist_root, out, "--epochs", "500", *flags),
+    ]
+    job = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     first = out / "resnet18" / "1" / "meta.json"
     deadline = time.time() + 180
     while not first.exists() and time.time() < deadline and job.poll() is None:
         time.sleep(0.2)
     assert first.exists(), "no checkpoint was written"
-    ranks = subprocess.run(["pgrep", "-f", f"train.py .*{out}"], capture_output=True,
-                           text=True).stdout.split()
-    victim = [int(pid) for pid in ranks if "PADDLE_TRAINER_ID=1\0" in
-              open(f"/proc/{pid}/environ").read()]
+    ranks = subprocess.run(
+        ["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True
+    ).stdout.split()
+    victim = [
+        int(pid) for pid in ranks if "PADDLE_TRAINER_ID=1\0" in open(f"/proc/{pid}/environ").read()
+    ]
     assert len(victim) == 1, ranks
     signalled_at = time.time()
     os.kill(victim[0], signum)
@@ -202,7 +338,7 @@ def signal_rank_1(fmnist_root, tmp_path, signum, *flags):
         output = job.communicate(timeout=120)[0]
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(victim[0], signal.SIGKILL)           # a stopped rank the launcher left
+            os.kill(victim[0], signal.SIGKILL)  # a stopped rank the launcher left
         job.kill()
     assert job.returncode != 0
     return time.time() - signalled_at, output, (tmp_path / "logs" / "workerlog.0").read_text(), out
@@ -215,18 +351,21 @@ def test_a_killed_rank_ends_the_job_and_keeps_the_checkpoints(fmnist_root, tmp_p
     # rank 1 die first, sends it SIGTERM; then the launcher no longer echoes rank 0's log.
     assert "error: rank 0: rank 1 stopped" in rank0, rank0[-2000:]
     assert "Traceback" not in output + rank0
-    meta, _ = ckpt.read_checkpoint(str(out / "resnet18"))          # newest: intact, verified
+    meta, _ = ckpt.read_checkpoint(str(out / "resnet18"))  # newest: intact, verified
     assert meta["epoch"] >= 1
 
 
 def test_a_stopped_rank_ends_the_job_within_the_collective_timeout(fmnist_root, tmp_path):
     """SIGSTOP: alive but stuck. Without the watchdog rank 0 waited in its all-reduce for
     gloo's hard-coded ~115 days."""
-    seconds, output, rank0, out = signal_rank_1(fmnist_root, tmp_path, signal.SIGSTOP,
-                                                "--collective-timeout", "8")
+    seconds, output, rank0, out = signal_rank_1(
+        fmnist_root, tmp_path, signal.SIGSTOP, "--collective-timeout", "8"
+    )
     assert seconds < 8 + 30
-    assert ("error: rank 0: no progress for " in rank0 and "(--collective-timeout 8): rank 1 "
-            "is stuck (stopped, or hung)" in rank0), rank0[-2000:]
+    assert (
+        "error: rank 0: no progress for " in rank0
+        and "(--collective-timeout 8): rank 1 is stuck (stopped, or hung)" in rank0
+    ), rank0[-2000:]
     assert "Traceback" not in output + rank0
     meta, _ = ckpt.read_checkpoint(str(out / "resnet18"))
     assert meta["epoch"] >= 1
@@ -242,29 +381,49 @@ def test_more_ranks_than_batches_is_one_line(fmnist_root, tmp_path):
 def test_incomplete_launcher_environment_is_one_line(fmnist_root, tmp_path):
     env = dict(os.environ, PADDLE_TRAINER_ENDPOINTS="127.0.0.1:6170,127.0.0.1:6171")
     env.pop("PADDLE_TRAINER_ID", None)
-    result = subprocess.run([sys.executable, *train_args(fmnist_root, tmp_path)], cwd=ROOT,
-                            env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, *train_args(fmnist_root, tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: PADDLE_TRAINER_ENDPOINTS names 2 ranks but PADDLE_TRAINER_ID is not set; "
-        "start the ranks with python -m paddle.distributed.launch")
+        "start the ranks with python -m paddle.distributed.launch"
+    )
 
 
 def test_sync_bn_is_refused_without_a_gpu(fmnist_root, tmp_path, capsys):
     """On CPU ranks Fleet keeps per-rank batch norm: the option would do nothing. (The
     converted program is built by the GPU build: tests/test_gpu_build.py.)"""
     assert train.main(train_args(fmnist_root, tmp_path, "--sync-bn")[1:]) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
-        "error: --sync-bn needs an NVIDIA GPU")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .startswith("error: --sync-bn needs an NVIDIA GPU")
+    )
 
 
-def test_a_refused_two_rank_resume_is_one_line_in_every_rank_log(two_ranks, fmnist_root,
-                                                                  tmp_path):
+def test_a_refused_two_rank_resume_is_one_line_in_every_rank_log(two_ranks, fmnist_root, tmp_path):
     """The rank that refuses first ends the job; the launcher's SIGTERM made the other
     rank print three C++ "Termination signal" dumps and no line of its own."""
-    result = launch(train_args(fmnist_root, two_ranks, "--epochs", "3", "--lr", "0.8",
-                               "--from-checkpoint", str(two_ranks / "resnet18")),
-                    tmp_path / "logs")
+    result = launch(
+        train_args(
+            fmnist_root,
+            two_ranks,
+            "--epochs",
+            "3",
+            "--lr",
+            "0.8",
+            "--from-checkpoint",
+            str(two_ranks / "resnet18"),
+        ),
+        tmp_path / "logs",
+    )
     assert result.returncode != 0
     for rank in (0, 1):
         log = (tmp_path / "logs" / f"workerlog.{rank}").read_text()

@@ -4,6 +4,7 @@ preflight (``python -m paddle_resnet.doctor``) reports what this machine can run
 
 The commands run as users run them, in subprocesses whose GPUs are hidden
 (CUDA_VISIBLE_DEVICES empty), so they check the same thing on a GPU machine."""
+
 import json
 import os
 import subprocess
@@ -21,15 +22,23 @@ NO_GPU = dict(os.environ, CUDA_VISIBLE_DEVICES="")
 
 
 def run(*command):
-    return subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env=NO_GPU)
+    return subprocess.run(
+        [sys.executable, *command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=NO_GPU,
+    )
 
 
 def why():
     """What the commands say of the missing GPU, on this build."""
     if devices.cuda_build():
-        return (f"this Paddle is the GPU build (paddlepaddle-gpu {devices.paddle.__version__}) "
-                "but finds no usable GPU (CUDA_VISIBLE_DEVICES is empty)")
+        return (
+            f"this Paddle is the GPU build (paddlepaddle-gpu {devices.paddle.__version__}) "
+            "but finds no usable GPU (CUDA_VISIBLE_DEVICES is empty)"
+        )
     return f"this Paddle is the CPU build (paddlepaddle {devices.paddle.__version__})"
 
 
@@ -42,35 +51,76 @@ def one_line_error(result):
     return lines[0]
 
 
-@pytest.mark.parametrize("flags, option, purpose", [
-    (["--amp"], "--amp", "fp16 kernels exist for CUDA only"),
-    (["--amp", "--use-pure-fp16"], "--use-pure-fp16", "fp16 kernels exist for CUDA only"),
-])
+@pytest.mark.parametrize(
+    "flags, option, purpose",
+    [
+        (["--amp"], "--amp", "fp16 kernels exist for CUDA only"),
+        (["--amp", "--use-pure-fp16"], "--use-pure-fp16", "fp16 kernels exist for CUDA only"),
+    ],
+)
 def test_fp16_training_is_refused_without_a_gpu(fmnist_root, tmp_path, flags, option, purpose):
-    result = run("train.py", "--image-root", fmnist_root, "--num-of-class", "10",
-                 "--output-dir", str(tmp_path), *flags)
+    result = run(
+        "train.py",
+        "--image-root",
+        fmnist_root,
+        "--num-of-class",
+        "10",
+        "--output-dir",
+        str(tmp_path),
+        *flags,
+    )
     assert one_line_error(result) == f"error: {option} needs an NVIDIA GPU ({purpose}); {why()}"
-    assert not os.listdir(tmp_path)                      # refused before anything was written
+    assert not os.listdir(tmp_path)  # refused before anything was written
 
 
 def test_export_and_inference_run_on_the_cpu_and_gpu_backends_are_refused(trained, tmp_path):
     model_dir = tmp_path / "model"
-    export = run("export_model.py", "--model-arch-name", "resnet18", "--num-of-class", "10",
-                 "--crop-size", "32", "--resize-short", "32",
-                 "--from-checkpoint", os.path.join(trained.run.output_dir, "resnet18"),
-                 "--inference-dir", str(model_dir), "--export-log-path", str(tmp_path / "e.json"))
+    export = run(
+        "export_model.py",
+        "--model-arch-name",
+        "resnet18",
+        "--num-of-class",
+        "10",
+        "--crop-size",
+        "32",
+        "--resize-short",
+        "32",
+        "--from-checkpoint",
+        os.path.join(trained.run.output_dir, "resnet18"),
+        "--inference-dir",
+        str(model_dir),
+        "--export-log-path",
+        str(tmp_path / "e.json"),
+    )
     assert export.returncode == 0, export.stderr
     note = f"note: {why()}: running on the CPU"
     assert (export.stdout.splitlines()[0] == note) == devices.cuda_build(), export.stdout
     # --backend auto (the default) picks the CPU
-    accuracy = run("inference.py", "--inference-dir", str(model_dir), "--mode", "accuracy",
-                   "--image-root", trained.data.image_root, "--batch-size", "16",
-                   "--inference-log-path", str(tmp_path / "i.json"))
+    accuracy = run(
+        "inference.py",
+        "--inference-dir",
+        str(model_dir),
+        "--mode",
+        "accuracy",
+        "--image-root",
+        trained.data.image_root,
+        "--batch-size",
+        "16",
+        "--inference-log-path",
+        str(tmp_path / "i.json"),
+    )
     assert accuracy.returncode == 0, accuracy.stderr
     assert (accuracy.stdout.splitlines()[0] == note) == devices.cuda_build(), accuracy.stdout
     for backend in ("trt", "gpu"):
-        refused = run("inference.py", "--inference-dir", str(model_dir), "--backend", backend,
-                      "--inference-log-path", str(tmp_path / "i.json"))
+        refused = run(
+            "inference.py",
+            "--inference-dir",
+            str(model_dir),
+            "--backend",
+            backend,
+            "--inference-log-path",
+            str(tmp_path / "i.json"),
+        )
         line = one_line_error(refused)
         assert line.startswith(f"error: --backend {backend} needs an NVIDIA GPU"), line
         assert line.endswith(why()), line
@@ -110,9 +160,12 @@ def test_doctor_exit_status_follows_the_requirements():
     assert errors[0].startswith("error: required gpu: ") and why() in errors[0]
     assert errors[1].startswith("error: required trt: ")
     cpu = doctor("--require", "bf16,int8")
-    assert cpu.returncode == (0 if core.supports_bfloat16()
-                              and quantization.cpu_has_int8_dot_products() else 1)
+    assert cpu.returncode == (
+        0 if core.supports_bfloat16() and quantization.cpu_has_int8_dot_products() else 1
+    )
     unknown = doctor("--require", "gpu,tpu")
     assert unknown.returncode == 2
-    assert unknown.stderr.strip() == ("error: --require: unknown requirement 'tpu'; known: gpu, "
-                                      "trt, nccl, dali-gpu, bf16, int8, onnx")
+    assert unknown.stderr.strip() == (
+        "error: --require: unknown requirement 'tpu'; known: gpu, "
+        "trt, nccl, dali-gpu, bf16, int8, onnx"
+    )

@@ -3,6 +3,7 @@ what only a GPU can (fp16 kernels, nvJPEG decoding, TensorRT, NCCL). Written aga
 Paddle 2.6's and DALI 2.4's documented APIs; skipped, with the reason, on machines
 without a usable NVIDIA GPU, which is every machine this project has had so far: none of
 them has been executed."""
+
 import os
 import subprocess
 import sys
@@ -11,10 +12,9 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_resnet.commands import export_model
-from paddle_resnet import feeds, program
 from conftest import ROOT, flat, small_config
-from paddle_resnet import devices, exported, predictor
+from paddle_resnet import devices, exported, feeds, predictor, program
+from paddle_resnet.commands import export_model
 from paddle_resnet.config import InferenceConfig, build_config
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
 from paddle_resnet.data.folder import scan_split
@@ -24,8 +24,9 @@ pytestmark = pytest.mark.gpu
 
 NVIDIA_AMP = {"amp.enabled": True, "amp.scale_loss": 128.0, "amp.use_dynamic_loss_scaling": True}
 TOY = os.path.join(ROOT, "tests", "ranks", "toy_reduction.py")
-needs_tensorrt = pytest.mark.skipif(devices.tensorrt_version() is None,
-                                    reason="needs TensorRT's libraries on the library path")
+needs_tensorrt = pytest.mark.skipif(
+    devices.tensorrt_version() is None, reason="needs TensorRT's libraries on the library path"
+)
 
 
 def as_array(value):
@@ -34,14 +35,20 @@ def as_array(value):
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_amp_training_steps_execute_and_lower_the_loss(fmnist_root, tmp_path, layout):
-    config = small_config(fmnist_root, tmp_path, **NVIDIA_AMP, **{"model.data_layout": layout,
-                                                                   "lr.base": 0.1})
+    config = small_config(
+        fmnist_root, tmp_path, **NVIDIA_AMP, **{"model.data_layout": layout, "lr.base": 0.1}
+    )
     programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)
     place, device_id = devices.device()
     exe = paddle.static.Executor(place)
     exe.run(programs.startup)
-    batch = next(iter(make_loader(open_split(config.data, "train"), config.data, layout, True,
-                                  device_id=device_id)))
+    batch = next(
+        iter(
+            make_loader(
+                open_split(config.data, "train"), config.data, layout, True, device_id=device_id
+            )
+        )
+    )
     losses = [train_step(exe, programs, batch)["loss"] for _ in range(10)]
     assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
 
@@ -55,7 +62,9 @@ def test_dali_gpu_decoding_matches_cpu_decoding(imagenet_root):
     gpu = list(make_loader(split, config.data, "NCHW", False, device_id=devices.device()[1]))
     assert len(cpu) == len(gpu) == 3
     for on_cpu, on_gpu in zip(cpu, gpu):
-        np.testing.assert_array_equal(as_array(on_gpu[feeds.LABEL]).ravel(), on_cpu[feeds.LABEL].ravel())
+        np.testing.assert_array_equal(
+            as_array(on_gpu[feeds.LABEL]).ravel(), on_cpu[feeds.LABEL].ravel()
+        )
         difference = np.abs(as_array(on_gpu[feeds.IMAGE]) - on_cpu[feeds.IMAGE])
         assert difference.mean() < 2 / 255 / min(config.data.normalize_std)
 
@@ -63,25 +72,35 @@ def test_dali_gpu_decoding_matches_cpu_decoding(imagenet_root):
 @pytest.fixture(scope="module")
 def model_dir(trained, tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_export")
-    export_model.export(build_config(dict(flat(trained), **{
-        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
-        "inference.model_dir": str(out / "model"),
-        "inference.export_log_path": str(out / "export.json")})))
+    export_model.export(
+        build_config(
+            dict(
+                flat(trained),
+                **{
+                    "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+                    "inference.model_dir": str(out / "model"),
+                    "inference.export_log_path": str(out / "export.json"),
+                },
+            )
+        )
+    )
     return str(out / "model")
 
 
 def classifier(model_dir, backend, **settings):
     info = exported.read_info(model_dir)
-    calls = predictor.predictor_settings(InferenceConfig(**settings), backend,
-                                         info["input_shape"], 16)
+    calls = predictor.predictor_settings(
+        InferenceConfig(**settings), backend, info["input_shape"], 16
+    )
     return predictor.Classifier(model_dir, calls, info["input_shape"])
 
 
 def validation_images(trained, model_dir):
     info = exported.read_info(model_dir)
     split = open_split(trained.data, "val")
-    return np.concatenate([b[feeds.IMAGE] for b in exported.validation_batches(split, trained.data,
-                                                                          info)])
+    return np.concatenate(
+        [b[feeds.IMAGE] for b in exported.validation_batches(split, trained.data, info)]
+    )
 
 
 @needs_tensorrt
@@ -97,12 +116,13 @@ def test_tensorrt_fp16_agrees_with_fp32(trained, model_dir):
 def test_a_second_predictor_reuses_the_serialized_engine(trained, model_dir):
     images = validation_images(trained, model_dir)[:16]
     first = classifier(model_dir, "trt", trt_use_static=True)(images)
-    cache = os.path.join(model_dir, "_opt_cache")        # Paddle's default beside the model
+    cache = os.path.join(model_dir, "_opt_cache")  # Paddle's default beside the model
     engines = {name: os.path.getmtime(os.path.join(cache, name)) for name in os.listdir(cache)}
     assert engines
     second = classifier(model_dir, "trt", trt_use_static=True)(images)
-    assert {name: os.path.getmtime(os.path.join(cache, name))
-            for name in os.listdir(cache)} == engines              # read, not rebuilt
+    assert {
+        name: os.path.getmtime(os.path.join(cache, name)) for name in os.listdir(cache)
+    } == engines  # read, not rebuilt
     np.testing.assert_array_equal(second, first)
 
 
@@ -110,15 +130,36 @@ def test_a_second_predictor_reuses_the_serialized_engine(trained, model_dir):
 @pytest.mark.parametrize("amp", [False, True])
 def test_two_nccl_ranks_equal_one_process(tmp_path, amp):
     flags = ["--amp"] if amp else []
-    one = subprocess.run([sys.executable, TOY, str(tmp_path / "one"), *flags], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    one = subprocess.run(
+        [sys.executable, TOY, str(tmp_path / "one"), *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--gpus", "0,1",
-                          "--log_dir", str(tmp_path / "logs"), TOY, str(tmp_path / "two"), *flags],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    two = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paddle.distributed.launch",
+            "--gpus",
+            "0,1",
+            "--log_dir",
+            str(tmp_path / "logs"),
+            TOY,
+            str(tmp_path / "two"),
+            *flags,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert two.returncode == 0, two.stderr[-3000:]
-    single, rank0, rank1 = (np.load(tmp_path / name) for name in ("one.0.npz", "two.0.npz",
-                                                                  "two.1.npz"))
+    single, rank0, rank1 = (
+        np.load(tmp_path / name) for name in ("one.0.npz", "two.0.npz", "two.1.npz")
+    )
     assert "c_allreduce_sum" in list(rank0["ops"])
     for name in ("linear_0.w_0", "linear_0.b_0"):
         np.testing.assert_array_equal(rank0[name], rank1[name])

@@ -7,6 +7,7 @@ compute in fp16, black ops in fp32, batch norm keeps fp32 statistics and affine
 parameters) and from the architecture (a ResNet-50 has 16 bottleneck blocks, 4 of them
 with a projection shortcut), not from a snapshot of our own output.
 """
+
 import collections
 
 import numpy as np
@@ -14,10 +15,9 @@ import paddle
 import pytest
 from paddle.static.amp.fp16_lists import AutoMixedPrecisionLists
 
-from paddle_resnet import feeds, program
 from conftest import small_config
 from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import gpu_tuning
+from paddle_resnet import feeds, gpu_tuning, program
 from paddle_resnet.config import build_config
 from paddle_resnet.models.registry import get_arch
 from paddle_resnet.quantization import quantize_eval_program
@@ -34,8 +34,13 @@ NVIDIA_AMP = {"amp.enabled": True, "amp.scale_loss": 128.0, "amp.use_dynamic_los
 
 
 def resnet50(**values):
-    return build_config(dict({"model.arch": "resnet50", "data.crop_size": 224,
-                              "run.epochs": 10}, **NVIDIA_AMP, **values))
+    return build_config(
+        dict(
+            {"model.arch": "resnet50", "data.crop_size": 224, "run.epochs": 10},
+            **NVIDIA_AMP,
+            **values,
+        )
+    )
 
 
 def build_for_gpu(config):
@@ -63,7 +68,7 @@ def counts(prog):
 def architecture(name):
     arch = get_arch(name)
     blocks = sum(arch.layers)
-    projections = sum(1 for layer in arch.layers if layer)      # each stage's first block
+    projections = sum(1 for layer in arch.layers if layer)  # each stage's first block
     return blocks, projections
 
 
@@ -73,7 +78,7 @@ def assert_fused_ops_pair_up(prog):
     kinds = counts(prog)
     for kind, number in kinds.items():
         if kind.startswith("fused") and kind.endswith("_grad"):
-            assert kinds[kind[:-len("_grad")]] == number, kind
+            assert kinds[kind[: -len("_grad")]] == number, kind
 
 
 def assert_mixed_precision(prog):
@@ -97,8 +102,9 @@ def assert_dynamic_loss_scaling(programs, initial):
     (update,) = ops(programs.train, "update_loss_scaling")
     assert len(ops(programs.train, "check_finite_and_unscale")) == 1
     scaling = update.input("PrevLossScaling")[0]
-    (init,) = [op for op in ops(programs.startup, "fill_constant")
-               if op.output("Out")[0] == scaling]
+    (init,) = [
+        op for op in ops(programs.startup, "fill_constant") if op.output("Out")[0] == scaling
+    ]
     assert init.attr("value") == initial
     assert update.attr("incr_every_n_steps") > 0 and update.attr("decr_ratio") < 1
 
@@ -122,7 +128,7 @@ def test_amp_nhwc_resnet50_is_nvidias_fused_mixed_precision_program():
     assert kinds["fused_batch_norm_act"] == 1 + 2 * blocks
     assert kinds["fused_bn_add_activation"] == blocks
     assert kinds["batch_norm"] == projections
-    assert kinds["share_buffer"] > 0                          # enable_addto's in-place sums
+    assert kinds["share_buffer"] > 0  # enable_addto's in-place sums
     assert_fused_ops_pair_up(programs.train)
     # the eval program runs compiled with fix_op_run_order
     assert programs.eval_compiled is not None
@@ -144,24 +150,25 @@ def test_amp_nchw_fuses_additions_but_not_batch_norms():
 
 def test_cpu_programs_of_the_gpu_build_stay_unfused():
     """Built for the CPU (no GPU here), the same configuration gets no fusion passes."""
-    programs = program.build_programs(resnet50(), steps_per_epoch=10, global_batch=256,
-                                      on_gpu=False)
+    programs = program.build_programs(
+        resnet50(), steps_per_epoch=10, global_batch=256, on_gpu=False
+    )
     assert not [kind for kind in counts(programs.train) if kind.startswith("fused")]
     assert programs.eval_compiled is None
     assert not paddle.get_flags([gpu_tuning.APPLY_PASSES])[gpu_tuning.APPLY_PASSES]
 
 
 def test_pure_fp16_keeps_fp32_masters_and_an_fp16_eval_program(tmp_path):
-    config = resnet50(**{"amp.use_pure_fp16": True, "model.data_layout": "NHWC",
-                         "data.output_fp16": True})
+    config = resnet50(
+        **{"amp.use_pure_fp16": True, "model.data_layout": "NHWC", "data.output_fp16": True}
+    )
     programs = build_for_gpu(config)
     # DALI's fp16 images go straight into the first convolution
     assert dtype(programs.train, feeds.IMAGE) == FP16
-    assert not [op for op in ops(programs.train, "cast")
-                if op.input("X")[0] == feeds.IMAGE]
+    assert not [op for op in ops(programs.train, "cast") if op.input("X")[0] == feeds.IMAGE]
     statistics = {n for op in ops(programs.train, *BATCH_NORMS) for n in op.input_arg_names}
     weights = [p for p in programs.train.all_parameters() if p.name not in statistics]
-    assert {p.dtype for p in weights} == {FP16}                  # convolutions, classifier
+    assert {p.dtype for p in weights} == {FP16}  # convolutions, classifier
     masters = ckpt.master_weights(programs.train)
     assert set(masters) == {p.name for p in weights}
     for op in ops(programs.train, "momentum"):
@@ -189,9 +196,13 @@ def test_pure_fp16_keeps_fp32_masters_and_an_fp16_eval_program(tmp_path):
 def test_pretrained_weights_reach_the_pure_fp16_masters(trained):
     """Loaded after the startup program cast the random initialisation into the fp32
     masters: without updating them, the first step would bring that initialisation back."""
-    config = build_config(dict({f"{s}.{k}": v for s, entries in trained.to_dict().items()
-                                for k, v in entries.items()}, **NVIDIA_AMP,
-                               **{"amp.use_pure_fp16": True}))
+    config = build_config(
+        dict(
+            {f"{s}.{k}": v for s, entries in trained.to_dict().items() for k, v in entries.items()},
+            **NVIDIA_AMP,
+            **{"amp.use_pure_fp16": True},
+        )
+    )
     programs = build_for_gpu(config)
     place = paddle.CPUPlace()
     paddle.static.Executor(place).run(programs.startup)
@@ -203,10 +214,16 @@ def test_pretrained_weights_reach_the_pure_fp16_masters(trained):
     masters = ckpt.master_weights(programs.train)
     assert masters
     for param, master in masters.items():
-        np.testing.assert_array_equal(np.array(scope.find_var(master).get_tensor()),
-                                      state[param].astype(np.float32), err_msg=param)
-        np.testing.assert_array_equal(np.array(scope.find_var(param).get_tensor()),
-                                      state[param].astype(np.float16), err_msg=param)
+        np.testing.assert_array_equal(
+            np.array(scope.find_var(master).get_tensor()),
+            state[param].astype(np.float32),
+            err_msg=param,
+        )
+        np.testing.assert_array_equal(
+            np.array(scope.find_var(param).get_tensor()),
+            state[param].astype(np.float16),
+            err_msg=param,
+        )
 
 
 def test_asp_with_amp_masks_the_fp32_weights_after_each_update():
@@ -214,8 +231,9 @@ def test_asp_with_amp_masks_the_fp32_weights_after_each_update():
     assert_mixed_precision(programs.train)
     # every convolution (pruning later leaves the 3-channel stem dense: too few input
     # channels); the classifier is excluded by default
-    convolutions = {op.input("Filter")[0].replace(".cast_fp16", "")
-                    for op in ops(programs.train, "conv2d")}
+    convolutions = {
+        op.input("Filter")[0].replace(".cast_fp16", "") for op in ops(programs.train, "conv2d")
+    }
     block = programs.train.global_block()
     order = {id(op): index for index, op in enumerate(block.ops)}
     masked = {}
@@ -226,7 +244,7 @@ def test_asp_with_amp_masks_the_fp32_weights_after_each_update():
     updates = {op.input("Param")[0]: op for op in ops(programs.train, "momentum")}
     for name, mask_op in masked.items():
         assert dtype(programs.train, name) == FP32
-        assert order[id(updates[name])] < order[id(mask_op)], name       # mask after update
+        assert order[id(updates[name])] < order[id(mask_op)], name  # mask after update
     assert_fused_ops_pair_up(programs.train)
 
 
@@ -235,8 +253,9 @@ def test_qat_with_amp_quantizes_both_programs_and_keeps_the_scales_evaluable():
     QAT, 10 epochs at LR 5e-5): every convolution and the classifier read dequantized
     inputs and weights in both programs, and the eval program finds every trained scale
     of the train program under its own name."""
-    config = resnet50(**{"qat.enabled": True, "model.data_layout": "NHWC", "run.epochs": 10,
-                         "lr.base": 0.00005})
+    config = resnet50(
+        **{"qat.enabled": True, "model.data_layout": "NHWC", "run.epochs": 10, "lr.base": 0.00005}
+    )
     programs = build_for_gpu(config)
     place = paddle.CPUPlace()
     paddle.static.Executor(place).run(programs.startup)
@@ -257,12 +276,19 @@ def test_qat_with_amp_quantizes_both_programs_and_keeps_the_scales_evaluable():
 
 
 def test_sync_bn_converts_every_batch_norm_of_the_train_program():
-    config = build_config({"model.arch": "resnet18", "data.crop_size": 32, "run.epochs": 1,
-                           "lr.warmup_epochs": 0, "run.sync_bn": True})
+    config = build_config(
+        {
+            "model.arch": "resnet18",
+            "data.crop_size": 32,
+            "run.epochs": 1,
+            "lr.warmup_epochs": 0,
+            "run.sync_bn": True,
+        }
+    )
     programs = build_for_gpu(config)
     kinds = counts(programs.train)
     assert kinds["sync_batch_norm"] == 20 and "batch_norm" not in kinds
-    assert "sync_batch_norm" not in counts(programs.eval)      # evaluation uses the statistics
+    assert "sync_batch_norm" not in counts(programs.eval)  # evaluation uses the statistics
 
 
 def test_dali_fp16_output_feeds_amp_without_casts(fmnist_root, tmp_path):

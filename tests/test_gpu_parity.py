@@ -2,6 +2,7 @@
 settings as data (build strategy, flags, Fleet fields, --fuse-resunit), the 4-channel
 and fp16 DALI output and a 4-channel model, CPU affinity from real nvidia-smi outputs,
 the profiling window, export at the end of training, and NVIDIA's flag names."""
+
 import json
 import os
 
@@ -9,14 +10,20 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_resnet.commands import export_model
-from paddle_resnet.commands import inference
-from paddle_resnet import feeds, program
-from paddle_resnet.commands import train
 from conftest import ROOT, flat, once, small_config
-from paddle_resnet import (affinity, checkpoint as ckpt, devices, exported, gpu_tuning,
-                           predictor, profiling)
+from paddle_resnet import (
+    affinity,
+    devices,
+    exported,
+    feeds,
+    gpu_tuning,
+    predictor,
+    profiling,
+    program,
+)
+from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.cli import build_parser, config_from_args
+from paddle_resnet.commands import export_model, inference, train
 from paddle_resnet.config import build_config
 from paddle_resnet.data.dali import DataSplit, make_loader
 from paddle_resnet.data.folder import scan_split
@@ -24,8 +31,12 @@ from paddle_resnet.errors import ConfigError, UserError
 from paddle_resnet.report import Report
 from paddle_resnet.weights import pretrained_file, read_weights
 
-FUSIONS = {"fuse_bn_act_ops": True, "fuse_elewise_add_act_ops": True,
-           "fuse_bn_add_act_ops": True, "enable_addto": True}
+FUSIONS = {
+    "fuse_bn_act_ops": True,
+    "fuse_elewise_add_act_ops": True,
+    "fuse_bn_add_act_ops": True,
+    "enable_addto": True,
+}
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 
 
@@ -36,14 +47,16 @@ def test_build_strategy_and_fleet_fields_per_precision(amp, pure):
     eval_fields = gpu_tuning.build_strategy_fields(config, training=False)
     assert train_fields == (FUSIONS if amp else {})
     assert eval_fields == dict(train_fields, fix_op_run_order=True)
-    kept = program.distributed_strategy(config, on_gpu=True).build_strategy   # Fleet's copy
+    kept = program.distributed_strategy(config, on_gpu=True).build_strategy  # Fleet's copy
     for name in ("fuse_bn_act_ops", "fuse_elewise_add_act_ops", "enable_addto"):
         assert getattr(kept, name) == amp
-    assert kept.fuse_bn_add_act_ops              # with AMP ours; without, Fleet's own default
+    assert kept.fuse_bn_add_act_ops  # with AMP ours; without, Fleet's own default
     strategy = program.distributed_strategy(config, on_gpu=True)
     assert strategy.cudnn_batchnorm_spatial_persistent == amp
-    assert gpu_tuning.FLAGS == {"FLAGS_cudnn_exhaustive_search": True,
-                                "FLAGS_conv_workspace_size_limit": 4096}
+    assert gpu_tuning.FLAGS == {
+        "FLAGS_cudnn_exhaustive_search": True,
+        "FLAGS_conv_workspace_size_limit": 4096,
+    }
 
 
 def test_cpu_runs_get_no_gpu_settings():
@@ -52,7 +65,7 @@ def test_cpu_runs_get_no_gpu_settings():
     assert not strategy.build_strategy.fuse_bn_act_ops
     assert not strategy.cudnn_batchnorm_spatial_persistent
     programs = program.build_programs(config, steps_per_epoch=1, global_batch=2, on_gpu=False)
-    assert programs.eval_compiled is None                  # the eval program runs as built
+    assert programs.eval_compiled is None  # the eval program runs as built
     # (built for a GPU: tests/test_gpu_build.py)
 
 
@@ -60,8 +73,9 @@ def test_fuse_resunit_is_refused_where_it_cannot_run():
     with pytest.raises(ConfigError, match="needs --amp"):
         gpu_tuning.check_resunit(build_config({"amp.fuse_resunit": True}), on_gpu=True)
     with pytest.raises(ConfigError, match="needs NVIDIA GPUs"):
-        gpu_tuning.check_resunit(build_config({"amp.enabled": True, "amp.fuse_resunit": True}),
-                                 on_gpu=False)
+        gpu_tuning.check_resunit(
+            build_config({"amp.enabled": True, "amp.fuse_resunit": True}), on_gpu=False
+        )
     # PyPI's Paddle has no cuDNN-frontend build: on a GPU it is named, not ignored
     # (NVIDIA's NGC builds have the pass, and pass this check).
     wanted = build_config({"amp.enabled": True, "amp.fuse_resunit": True})
@@ -73,10 +87,18 @@ def test_fuse_resunit_is_refused_where_it_cannot_run():
 
 
 def loader_batch(root, layout="NCHW", channels=3, **data):
-    config = build_config({f"data.{k}": v for k, v in dict(
-        {"image_root": root, "batch_size": 8, "crop_size": 32, "resize_short": 32}, **data).items()})
+    config = build_config(
+        {
+            f"data.{k}": v
+            for k, v in dict(
+                {"image_root": root, "batch_size": 8, "crop_size": 32, "resize_short": 32}, **data
+            ).items()
+        }
+    )
     split = DataSplit.of_images("val", scan_split(root, "val"))
-    return next(iter(make_loader(split, config.data, layout, False, channels=channels)))[feeds.IMAGE]
+    return next(iter(make_loader(split, config.data, layout, False, channels=channels)))[
+        feeds.IMAGE
+    ]
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -97,7 +119,7 @@ def test_fp16_pipeline_output_trains_on_the_cpu(fmnist_root, tmp_path):
     config = small_config(fmnist_root, tmp_path, **{"data.output_fp16": True, "run.epochs": 1})
     programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)
     image = programs.train.global_block().var(feeds.IMAGE)
-    assert image.dtype == paddle.float16                   # cast to fp32 inside the program
+    assert image.dtype == paddle.float16  # cast to fp32 inside the program
     result = train.run(config, report_stream=open(os.devnull, "w"))
     assert np.isfinite(result["train.loss"]) and result["val.images"] == 130
 
@@ -107,11 +129,34 @@ def four_channel_run(fmnist_root, tmp_path_factory):
     """NVIDIA's --image-shape 4,H,W, trained 1 epoch on the CPU with a profiling window,
     exported at the end of training (train.py --inference-dir)."""
     out = tmp_path_factory.mktemp("four")
-    args = ["--image-root", fmnist_root, "--model-arch-name", "resnet18", "--num-of-class", "10",
-            "--image-shape", "4,32,32", "--resize-short", "32", "--batch-size", "16",
-            "--epochs", "1", "--warmup-epochs", "0", "--lr", "0.4",
-            "--checkpoint-dir", str(out), "--inference-dir", str(out / "inference"),
-            "--profile-start-step", "2", "--profile-stop-step", "4"]
+    args = [
+        "--image-root",
+        fmnist_root,
+        "--model-arch-name",
+        "resnet18",
+        "--num-of-class",
+        "10",
+        "--image-shape",
+        "4,32,32",
+        "--resize-short",
+        "32",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "1",
+        "--warmup-epochs",
+        "0",
+        "--lr",
+        "0.4",
+        "--checkpoint-dir",
+        str(out),
+        "--inference-dir",
+        str(out / "inference"),
+        "--profile-start-step",
+        "2",
+        "--profile-stop-step",
+        "4",
+    ]
     config = config_from_args(build_parser("train").parse_args(args))
     result = train.run(config, report_stream=open(os.devnull, "w"))
     return config, result
@@ -122,8 +167,9 @@ def test_four_channels_train_export_at_the_end_and_predict(four_channel_run, fmn
     assert config.model.image_channels == 4 and config.data.crop_size == 32
     info = exported.read_info(str(config.inference.model_dir))
     assert info["input_shape"] == [4, 32, 32]
-    accuracy_config = build_config(dict(flat(config), **{
-        "inference.backend": "cpu", "inference.mode": "accuracy"}))
+    accuracy_config = build_config(
+        dict(flat(config), **{"inference.backend": "cpu", "inference.mode": "accuracy"})
+    )
     measured = inference.accuracy(accuracy_config, Report(None, enabled=False))
     assert measured["top1"] == result["val.top1"]
 
@@ -131,10 +177,16 @@ def test_four_channels_train_export_at_the_end_and_predict(four_channel_run, fmn
 @once
 def test_export_at_the_end_equals_export_model(four_channel_run, tmp_path):
     config, _ = four_channel_run
-    again = build_config(dict(flat(config), **{
-        "run.from_checkpoint": ckpt.checkpoint_dir(config.run.output_dir, "resnet18", 1),
-        "inference.model_dir": str(tmp_path / "again"),
-        "inference.export_log_path": str(tmp_path / "export.json")}))
+    again = build_config(
+        dict(
+            flat(config),
+            **{
+                "run.from_checkpoint": ckpt.checkpoint_dir(config.run.output_dir, "resnet18", 1),
+                "inference.model_dir": str(tmp_path / "again"),
+                "inference.export_log_path": str(tmp_path / "export.json"),
+            },
+        )
+    )
     export_model.export(again)
     at_end, by_tool = str(config.inference.model_dir), str(tmp_path / "again")
     assert exported.read_info(at_end) == exported.read_info(by_tool)
@@ -157,12 +209,23 @@ def test_profiling_window_writes_a_trace_on_the_cpu(four_channel_run):
 def test_affinity_of_a_dgx_a100():
     with open(os.path.join(FIXTURES, "nvidia_smi_topo_dgx_a100.txt")) as handle:
         affinities = affinity.gpu_affinities(handle.read())
-    assert affinities == {0: "48-63,176-191", 1: "48-63,176-191", 2: "16-31,144-159",
-                          3: "16-31,144-159", 4: "112-127,240-255", 5: "112-127,240-255",
-                          6: "80-95,208-223", 7: "80-95,208-223"}
+    assert affinities == {
+        0: "48-63,176-191",
+        1: "48-63,176-191",
+        2: "16-31,144-159",
+        3: "16-31,144-159",
+        4: "112-127,240-255",
+        5: "112-127,240-255",
+        6: "80-95,208-223",
+        7: "80-95,208-223",
+    }
     # Two GPUs per NUMA node: even cores and their hyper-threads for the first, odd for the second.
-    assert affinity.cores_for_gpu(affinities, 0) == list(range(48, 64, 2)) + list(range(176, 192, 2))
-    assert affinity.cores_for_gpu(affinities, 7) == list(range(81, 96, 2)) + list(range(209, 224, 2))
+    assert affinity.cores_for_gpu(affinities, 0) == list(range(48, 64, 2)) + list(
+        range(176, 192, 2)
+    )
+    assert affinity.cores_for_gpu(affinities, 7) == list(range(81, 96, 2)) + list(
+        range(209, 224, 2)
+    )
     with pytest.raises(UserError, match="no GPU8"):
         affinity.cores_for_gpu(affinities, 8)
 
@@ -176,7 +239,7 @@ def test_affinity_of_an_h100_class_machine_with_lost_tabs():
     cores = affinity.cores_for_gpu(affinities, 5)
     assert cores == list(range(57, 112, 4)) + list(range(169, 224, 4))
     every = sorted(c for gpu in range(8) for c in affinity.cores_for_gpu(affinities, gpu))
-    assert every == list(range(224))                       # each core to exactly one GPU
+    assert every == list(range(224))  # each core to exactly one GPU
     with pytest.raises(UserError, match="no GPU rows"):
         affinity.gpu_affinities("NVIDIA-SMI has failed")
 
@@ -194,7 +257,7 @@ TRAIN_ALIASES = [
     (["--enable-cpu-affinity", "False"], "run.cpu_affinity", False),
     (["--qat"], "qat.enabled", True),
     (["--optimizer", "Momentum"], "optimizer.name", "Momentum"),
-    (["--lr-scheduler", "Cosine"], "lr.schedule", "cosine"),       # NVIDIA capitalises
+    (["--lr-scheduler", "Cosine"], "lr.schedule", "cosine"),  # NVIDIA capitalises
     (["--model-arch-name", "ResNet50"], "model.arch", "ResNet50"),  # registry: any case
 ]
 INFERENCE_ALIASES = [
@@ -204,15 +267,18 @@ INFERENCE_ALIASES = [
     (["--use-static", "True"], "inference.trt_use_static", True),
     (["--use-calib-mode", "True"], "inference.trt_use_calib_mode", True),
     (["--use-synthetic", "True"], "inference.use_synthetic", True),
-    (["--trt-use-synthat"], "inference.use_synthetic", True),          # deprecated, warns
+    (["--trt-use-synthat"], "inference.use_synthetic", True),  # deprecated, warns
     (["--device", "3"], "inference.device_id", 3),
 ]
 
 
 @pytest.mark.parametrize("argv, dotted, value", TRAIN_ALIASES + INFERENCE_ALIASES)
 def test_nvidia_flag_names_reach_our_keys(argv, dotted, value):
-    config = config_from_args(build_parser(
-        "inference" if (argv, dotted, value) in INFERENCE_ALIASES else "train").parse_args(argv))
+    config = config_from_args(
+        build_parser(
+            "inference" if (argv, dotted, value) in INFERENCE_ALIASES else "train"
+        ).parse_args(argv)
+    )
     section, _, name = dotted.partition(".")
     assert getattr(getattr(config, section), name) == value
 
@@ -228,8 +294,10 @@ def test_nvidia_values_are_checked():
     with pytest.raises(ConfigError, match="must be one of 3, 4"):
         config_from_args(parser.parse_args(["--image-shape", "2,224,224"]))
     # two flags that disagree about one key: refused, not the last one silently
-    with pytest.raises(ConfigError, match="--image-shape 4,32,32 sets --image-channels 4, "
-                                          "but --image-channels 3 is given too"):
+    with pytest.raises(
+        ConfigError,
+        match="--image-shape 4,32,32 sets --image-channels 4, but --image-channels 3 is given too",
+    ):
         config_from_args(parser.parse_args(["--image-shape", "4,32,32", "--image-channels", "3"]))
     with pytest.raises(ConfigError, match="sets --crop-size 32, but --crop-size 64"):
         config_from_args(parser.parse_args(["--image-shape", "4,32,32", "--crop-size", "64"]))
@@ -242,14 +310,17 @@ def test_nvidia_values_are_checked():
 @once
 def test_last_epoch_and_model_prefix_find_nvidia_style_checkpoints(trained, tmp_path):
     folder = os.path.join(trained.run.output_dir, "resnet18")
-    config = build_config(dict(flat(trained), **{
-        "run.from_checkpoint": folder, "run.last_epoch_of_checkpoint": "2"}))
-    assert read_weights(config.run)[0]["epoch"] == 2           # not the newest (3)
+    config = build_config(
+        dict(flat(trained), **{"run.from_checkpoint": folder, "run.last_epoch_of_checkpoint": "2"})
+    )
+    assert read_weights(config.run)[0]["epoch"] == 2  # not the newest (3)
     programs = program.build_programs(trained, training=False)
-    ckpt.save_checkpoint(programs.eval, str(tmp_path / "5"), {"epoch": 5},
-                         prefix="resnet_50_paddle")
+    ckpt.save_checkpoint(
+        programs.eval, str(tmp_path / "5"), {"epoch": 5}, prefix="resnet_50_paddle"
+    )
     assert os.path.exists(tmp_path / "5" / "resnet_50_paddle.pdparams")
     assert ckpt.read_checkpoint(str(tmp_path / "5"))[0]["epoch"] == 5
-    pretrained = build_config({"run.from_pretrained_params": str(tmp_path / "5"),
-                               "run.model_prefix": "resnet_50_paddle"})
+    pretrained = build_config(
+        {"run.from_pretrained_params": str(tmp_path / "5"), "run.model_prefix": "resnet_50_paddle"}
+    )
     assert pretrained_file(pretrained.run).endswith("5/resnet_50_paddle.pdparams")

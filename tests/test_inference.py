@@ -1,4 +1,5 @@
 """Export to Paddle Inference and run it: agreement with the eval program, modes, bad input."""
+
 import json
 import os
 import shutil
@@ -10,13 +11,11 @@ import paddle.inference as paddle_infer
 import pytest
 from paddle.inference import PrecisionType
 
-from paddle_resnet.commands import export_model
-from paddle_resnet.commands import inference
-from paddle_resnet import feeds, program
 from conftest import flat
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import exported as exported_model
-from paddle_resnet import predictor
+from paddle_resnet import feeds, predictor, program
+from paddle_resnet.commands import export_model, inference
 from paddle_resnet.config import InferenceConfig, build_config
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
 from paddle_resnet.data.folder import scan_split
@@ -27,10 +26,16 @@ from paddle_resnet.report import read_report
 @pytest.fixture(scope="module")
 def exported(trained, tmp_path_factory):
     out = tmp_path_factory.mktemp("export")
-    config = build_config(dict(flat(trained), **{
-        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
-        "inference.model_dir": str(out / "model"),
-        "inference.export_log_path": str(out / "export.json")}))
+    config = build_config(
+        dict(
+            flat(trained),
+            **{
+                "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+                "inference.model_dir": str(out / "model"),
+                "inference.export_log_path": str(out / "export.json"),
+            },
+        )
+    )
     report = export_model.export(config)
     return config, report
 
@@ -48,7 +53,7 @@ def test_export_writes_model_classes_and_report(exported):
     with open(config.inference.export_log_path) as handle:
         saved = json.load(handle)
     assert saved["arch"] == "resnet18" and saved["input_shape"] == [3, 32, 32]
-    assert saved["files"]["inference.pdiparams"] > 40_000_000     # 11.2 M float32 weights
+    assert saved["files"]["inference.pdiparams"] > 40_000_000  # 11.2 M float32 weights
     with open(os.path.join(model_dir, "classes.json")) as handle:
         assert "coat" in json.load(handle).values()
 
@@ -58,10 +63,19 @@ def test_our_checkpoints_parameters_export_with_their_class_names(exported, tmp_
     checkpoint's (its meta.json), not the label numbers."""
     config, _ = exported
     weights = os.path.join(config.run.from_checkpoint, "3", "model.pdparams")
-    export_model.export(build_config(dict(flat(config), **{
-        "run.from_checkpoint": None, "run.from_pretrained_params": weights,
-        "inference.model_dir": str(tmp_path / "model"),
-        "inference.export_log_path": str(tmp_path / "export.json")})))
+    export_model.export(
+        build_config(
+            dict(
+                flat(config),
+                **{
+                    "run.from_checkpoint": None,
+                    "run.from_pretrained_params": weights,
+                    "inference.model_dir": str(tmp_path / "model"),
+                    "inference.export_log_path": str(tmp_path / "export.json"),
+                },
+            )
+        )
+    )
     with open(os.path.join(tmp_path, "model", "classes.json")) as handle:
         classes = json.load(handle)
     with open(os.path.join(config.inference.model_dir, "classes.json")) as handle:
@@ -71,17 +85,30 @@ def test_our_checkpoints_parameters_export_with_their_class_names(exported, tmp_
 @pytest.mark.gpu_wheel
 def test_predictor_agrees_with_eval_program(exported, fmnist_root):
     config, _ = exported
-    batch = next(iter(make_loader(DataSplit.of_images("val", scan_split(fmnist_root, "val")), config.data, "NCHW", False)))
+    batch = next(
+        iter(
+            make_loader(
+                DataSplit.of_images("val", scan_split(fmnist_root, "val")),
+                config.data,
+                "NCHW",
+                False,
+            )
+        )
+    )
     programs = program.build_programs(config, training=False)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)
-    ckpt.load_pretrained(programs.eval, ckpt.read_checkpoint(config.run.from_checkpoint)[1],
-                         config.run.from_checkpoint, config.model.arch)
+    ckpt.load_pretrained(
+        programs.eval,
+        ckpt.read_checkpoint(config.run.from_checkpoint)[1],
+        config.run.from_checkpoint,
+        config.model.arch,
+    )
     expected = exe.run(programs.eval, feed=batch, fetch_list=[programs.eval_fetches["probs"]])[0]
     fp32 = build(config, cpu_precision="fp32")(batch[feeds.IMAGE])
     np.testing.assert_allclose(fp32, expected, atol=1e-4)
     np.testing.assert_allclose(fp32.sum(axis=1), 1.0, atol=1e-5)
-    if not predictor.cpu_supports_bf16():          # e.g. AVX2-only CPUs
+    if not predictor.cpu_supports_bf16():  # e.g. AVX2-only CPUs
         with pytest.raises(ConfigError, match="no bfloat16 support"):
             build(config, cpu_precision="bf16")
         return
@@ -97,9 +124,14 @@ def build(config, **inference_values):
 @pytest.mark.gpu_wheel
 def test_accuracy_mode_matches_training_evaluation(exported, trained, tmp_path):
     config, _ = exported
-    values = dict(flat(config), **{"inference.mode": "accuracy",
-                                   "inference.log_path": str(tmp_path / "inf.json"),
-                                   "data.batch_size": 32})
+    values = dict(
+        flat(config),
+        **{
+            "inference.mode": "accuracy",
+            "inference.log_path": str(tmp_path / "inf.json"),
+            "data.batch_size": 32,
+        },
+    )
     result = inference.run(build_config(values), quiet())
     val = [r for r in read_report(trained.report_file) if r["type"] == "VAL"][-1]["data"]
     assert result["images"] == 130
@@ -112,9 +144,17 @@ def test_accuracy_mode_matches_training_evaluation(exported, trained, tmp_path):
 def test_benchmark_mode_reports_latency_percentiles(exported, tmp_path):
     config, _ = exported
     log = tmp_path / "bench.json"
-    values = dict(flat(config), **{"inference.mode": "benchmark", "inference.batch_sizes": (1, 4),
-                                   "inference.use_synthetic": True, "inference.log_path": str(log),
-                                   "run.benchmark_steps": 5, "run.benchmark_warmup_steps": 1})
+    values = dict(
+        flat(config),
+        **{
+            "inference.mode": "benchmark",
+            "inference.batch_sizes": (1, 4),
+            "inference.use_synthetic": True,
+            "inference.log_path": str(log),
+            "run.benchmark_steps": 5,
+            "run.benchmark_warmup_steps": 1,
+        },
+    )
     rows = inference.run(build_config(values), quiet())
     assert [r["batch_size"] for r in rows] == [1, 4]
     for row in rows:
@@ -132,16 +172,24 @@ def test_predict_ranks_classes_and_agrees_with_accuracy_mode(exported, fmnist_ro
     config, _ = exported
     classes = exported_model.read_classes(config.inference.model_dir)
     folders = tuple(os.path.join(fmnist_root, "val", name) for name in classes)
-    values = dict(flat(config), **{"inference.mode": "predict", "inference.images": folders,
-                                   "inference.log_path": str(tmp_path / "pred.json")})
+    values = dict(
+        flat(config),
+        **{
+            "inference.mode": "predict",
+            "inference.images": folders,
+            "inference.log_path": str(tmp_path / "pred.json"),
+        },
+    )
     predictions = inference.run(build_config(values), quiet())
     assert len(predictions) == 130
     for entry in predictions:
         probabilities = [p["probability"] for p in entry["top"]]
         assert len(entry["top"]) == 5 and probabilities == sorted(probabilities, reverse=True)
         assert sum(probabilities) <= 1.0 + 1e-5
-    hits = [entry["top"][0]["class"] == os.path.basename(os.path.dirname(entry["image"]))
-            for entry in predictions]
+    hits = [
+        entry["top"][0]["class"] == os.path.basename(os.path.dirname(entry["image"]))
+        for entry in predictions
+    ]
     accuracy = inference.run(build_config(dict(values, **{"inference.mode": "accuracy"})), quiet())
     assert sum(hits) == round(accuracy["top1"] * 130)
 
@@ -165,14 +213,28 @@ def test_bad_input(exported, capsys, tmp_path):
     fails_with(capsys, ["--trt-inference-dir", str(partial)], "inference.pdiparams is missing", log)
     not_image = tmp_path / "notes.jpg"
     not_image.write_text("not an image")
-    fails_with(capsys, ["--trt-inference-dir", model_dir, "--mode", "predict", "--images",
-                        str(not_image)], "1 of 1 images cannot be decoded as images", log)
-    fails_with(capsys, ["--trt-inference-dir", model_dir, "--batch-size", "0"],
-               "data.batch_size (--batch-size) must be at least 1", log)
-    fails_with(capsys, ["--trt-inference-dir", model_dir, "--backend", "cpu", "--trt-precision",
-                        "INT8"], "--trt-precision INT8 needs --backend trt", log)
+    fails_with(
+        capsys,
+        ["--trt-inference-dir", model_dir, "--mode", "predict", "--images", str(not_image)],
+        "1 of 1 images cannot be decoded as images",
+        log,
+    )
+    fails_with(
+        capsys,
+        ["--trt-inference-dir", model_dir, "--batch-size", "0"],
+        "data.batch_size (--batch-size) must be at least 1",
+        log,
+    )
+    fails_with(
+        capsys,
+        ["--trt-inference-dir", model_dir, "--backend", "cpu", "--trt-precision", "INT8"],
+        "--trt-precision INT8 needs --backend trt",
+        log,
+    )
     classifier = build(config)
-    with pytest.raises(Exception, match=r"does not fit the model, which takes \[batch, 3, 32, 32\]"):
+    with pytest.raises(
+        Exception, match=r"does not fit the model, which takes \[batch, 3, 32, 32\]"
+    ):
         classifier(np.zeros((2, 3, 224, 224), np.float32))
 
 
@@ -181,40 +243,74 @@ def test_predict_keeps_the_good_images_and_names_the_bad(exported, fmnist_root, 
     folder = tmp_path / "mixed"
     shutil.copytree(os.path.join(fmnist_root, "val", "bag"), folder)
     (folder / "broken.jpg").write_bytes(b"\xff\xd8 truncated")
-    assert inference.main(["--inference-dir", config.inference.model_dir, "--mode", "predict",
-                           "--images", str(folder), "--inference-log-path",
-                           str(tmp_path / "log.json")]) == 2
+    assert (
+        inference.main(
+            [
+                "--inference-dir",
+                config.inference.model_dir,
+                "--mode",
+                "predict",
+                "--images",
+                str(folder),
+                "--inference-log-path",
+                str(tmp_path / "log.json"),
+            ]
+        )
+        == 2
+    )
     captured = capsys.readouterr()
     predicted = [line for line in captured.out.splitlines() if line.startswith(str(folder))]
-    assert len(predicted) == 14 and "broken.jpg: cannot be decoded as an image; skipped" in predicted[0]
+    assert (
+        len(predicted) == 14
+        and "broken.jpg: cannot be decoded as an image; skipped" in predicted[0]
+    )
     assert captured.err.strip().splitlines()[-1] == (
-        f"error: 1 of 14 images cannot be decoded as images, e.g. {folder / 'broken.jpg'}")
+        f"error: 1 of 14 images cannot be decoded as images, e.g. {folder / 'broken.jpg'}"
+    )
 
 
 @pytest.mark.gpu_wheel
 def test_tensorrt_settings_without_a_gpu():
     """The TensorRT path cannot run here: check the Config calls it would make."""
-    settings = InferenceConfig(trt_precision="INT8", trt_use_calib_mode=True,
-                               trt_workspace_size=2048, trt_min_subgraph_size=5,
-                               trt_use_static=True)
+    settings = InferenceConfig(
+        trt_precision="INT8",
+        trt_use_calib_mode=True,
+        trt_workspace_size=2048,
+        trt_min_subgraph_size=5,
+        trt_use_static=True,
+    )
     calls = {c.method: c for c in predictor.predictor_settings(settings, "trt", [3, 224, 224], 64)}
     assert calls["enable_use_gpu"].args == (1024, 0)
     trt = dict(calls["enable_tensorrt_engine"].kwargs)
-    assert trt == {"workspace_size": 2048 << 20, "max_batch_size": 64, "min_subgraph_size": 5,
-                   "precision_mode": PrecisionType.Int8, "use_static": True,
-                   "use_calib_mode": True}
+    assert trt == {
+        "workspace_size": 2048 << 20,
+        "max_batch_size": 64,
+        "min_subgraph_size": 5,
+        "precision_mode": PrecisionType.Int8,
+        "use_static": True,
+        "use_calib_mode": True,
+    }
     assert calls["set_trt_dynamic_shape_info"].args == (
-        {"data": [1, 3, 224, 224]}, {"data": [64, 3, 224, 224]}, {"data": [64, 3, 224, 224]})
-    fp16 = {c.method: c for c in predictor.predictor_settings(
-        InferenceConfig(trt_precision="FP16"), "trt", [224, 224, 3], 8)}
+        {"data": [1, 3, 224, 224]},
+        {"data": [64, 3, 224, 224]},
+        {"data": [64, 3, 224, 224]},
+    )
+    fp16 = {
+        c.method: c
+        for c in predictor.predictor_settings(
+            InferenceConfig(trt_precision="FP16"), "trt", [224, 224, 3], 8
+        )
+    }
     assert dict(fp16["enable_tensorrt_engine"].kwargs)["precision_mode"] == PrecisionType.Half
     assert dict(fp16["enable_tensorrt_engine"].kwargs)["use_calib_mode"] is False
     assert "enable_mkldnn" not in fp16
     with pytest.raises(ConfigError, match="needs --backend cpu"):
         predictor.predictor_settings(InferenceConfig(cpu_precision="bf16"), "trt", [3, 8, 8], 1)
     # INT8 with the model's own scales (--ptq-algo export): no calibration
-    scaled = {c.method: c for c in predictor.predictor_settings(
-        settings, "trt", [3, 224, 224], 64, quantized=True)}
+    scaled = {
+        c.method: c
+        for c in predictor.predictor_settings(settings, "trt", [3, 224, 224], 64, quantized=True)
+    }
     assert dict(scaled["enable_tensorrt_engine"].kwargs)["use_calib_mode"] is False
     with pytest.raises(ConfigError, match="INT8 needs a model with quantization scales"):
         predictor.predictor_settings(InferenceConfig(trt_precision="INT8"), "trt", [3, 8, 8], 1)
@@ -222,17 +318,22 @@ def test_tensorrt_settings_without_a_gpu():
 
 @pytest.mark.cuda_build
 @pytest.mark.gpu_wheel
-@pytest.mark.parametrize("precision, mode", [("FP32", PrecisionType.Float32),
-                                             ("FP16", PrecisionType.Half),
-                                             ("INT8", PrecisionType.Int8)])
+@pytest.mark.parametrize(
+    "precision, mode",
+    [("FP32", PrecisionType.Float32), ("FP16", PrecisionType.Half), ("INT8", PrecisionType.Int8)],
+)
 def test_tensorrt_settings_apply_to_a_real_config(exported, precision, mode):
     """The GPU build takes every TensorRT call (no GPU needed to configure) and reports
     what a predictor would run."""
     config, _ = exported
     real = paddle_infer.Config(*exported_model.model_paths(config.inference.model_dir))
     for call in predictor.predictor_settings(
-            InferenceConfig(trt_precision=precision, trt_use_static=True, device_id=1), "trt",
-            [3, 32, 32], 8, quantized=precision == "INT8"):
+        InferenceConfig(trt_precision=precision, trt_use_static=True, device_id=1),
+        "trt",
+        [3, 32, 32],
+        8,
+        quantized=precision == "INT8",
+    ):
         call.apply(real)
     assert real.use_gpu() and real.gpu_device_id() == 1
     assert real.tensorrt_engine_enabled() and real.tensorrt_dynamic_shape_enabled()
@@ -244,8 +345,9 @@ def test_cpu_settings_apply_to_a_real_config(exported):
     config, _ = exported
     real = paddle_infer.Config(*exported_model.model_paths(config.inference.model_dir))
     precision = "bf16" if predictor.cpu_supports_bf16() else "fp32"
-    for call in predictor.predictor_settings(InferenceConfig(cpu_precision=precision, cpu_threads=2),
-                                             "cpu", [3, 32, 32], 8):
+    for call in predictor.predictor_settings(
+        InferenceConfig(cpu_precision=precision, cpu_threads=2), "cpu", [3, 32, 32], 8
+    ):
         call.apply(real)
     assert real.mkldnn_enabled() and not real.use_gpu()
     assert real.cpu_math_library_num_threads() == 2
@@ -254,9 +356,16 @@ def test_cpu_settings_apply_to_a_real_config(exported):
 def test_nhwc_export_equals_nchw(exported, tmp_path):
     """An NHWC model (same weights as the NCHW one) exports and predicts the same."""
     config, _ = exported
-    nhwc = build_config(dict(flat(config), **{
-        "model.data_layout": "NHWC", "inference.model_dir": str(tmp_path / "nhwc"),
-        "inference.export_log_path": str(tmp_path / "nhwc.json")}))
+    nhwc = build_config(
+        dict(
+            flat(config),
+            **{
+                "model.data_layout": "NHWC",
+                "inference.model_dir": str(tmp_path / "nhwc"),
+                "inference.export_log_path": str(tmp_path / "nhwc.json"),
+            },
+        )
+    )
     report = export_model.export(nhwc)
     assert report["layout"] == "NHWC" and report["input_shape"] == [32, 32, 3]
     images = np.random.default_rng(0).standard_normal((4, 3, 32, 32)).astype("float32")
@@ -268,7 +377,9 @@ def test_nhwc_export_equals_nchw(exported, tmp_path):
 def test_failed_export_keeps_the_previous_one(exported, monkeypatch):
     config, _ = exported
     model_dir = config.inference.model_dir
-    before = {name: open(os.path.join(model_dir, name), "rb").read() for name in os.listdir(model_dir)}
+    before = {
+        name: open(os.path.join(model_dir, name), "rb").read() for name in os.listdir(model_dir)
+    }
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt("killed during export")
@@ -276,7 +387,9 @@ def test_failed_export_keeps_the_previous_one(exported, monkeypatch):
     monkeypatch.setattr(paddle.static, "save_inference_model", crash)
     with pytest.raises(KeyboardInterrupt):
         export_model.export(config)
-    after = {name: open(os.path.join(model_dir, name), "rb").read() for name in os.listdir(model_dir)}
+    after = {
+        name: open(os.path.join(model_dir, name), "rb").read() for name in os.listdir(model_dir)
+    }
     assert after == before
     assert not [n for n in os.listdir(os.path.dirname(model_dir)) if ".partial-" in n]
 
@@ -285,16 +398,25 @@ def test_onnx_export_equals_the_paddle_model(exported, tmp_path):
     """--onnx writes model.onnx beside the Paddle model; onnxruntime gives the Paddle
     predictor's probabilities on real validation images (measured: within 2e-6)."""
     config, _ = exported
-    onnx_config = build_config(dict(flat(config), **{
-        "inference.model_dir": str(tmp_path / "model"), "inference.onnx": True,
-        "inference.export_log_path": str(tmp_path / "export.json")}))
+    onnx_config = build_config(
+        dict(
+            flat(config),
+            **{
+                "inference.model_dir": str(tmp_path / "model"),
+                "inference.onnx": True,
+                "inference.export_log_path": str(tmp_path / "export.json"),
+            },
+        )
+    )
     report = export_model.export(onnx_config)
     assert report["files"]["model.onnx"] > 40_000_000
-    session = onnxruntime.InferenceSession(str(tmp_path / "model" / "model.onnx"),
-                                           providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        str(tmp_path / "model" / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
     classifier, info, _ = inference.build_classifier(onnx_config, 16)
-    batch = next(iter(exported_model.validation_batches(open_split(config.data, "val"),
-                                                        config.data, info)))
+    batch = next(
+        iter(exported_model.validation_batches(open_split(config.data, "val"), config.data, info))
+    )
     paddle_probs = classifier(batch[feeds.IMAGE])
     onnx_probs = session.run(None, {session.get_inputs()[0].name: batch[feeds.IMAGE]})[0]
     np.testing.assert_allclose(onnx_probs, paddle_probs, atol=1e-4)

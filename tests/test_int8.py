@@ -1,5 +1,6 @@
 """INT8 by post-training quantization: export with --ptq-algo, run with --cpu-precision
 int8 (oneDNN), on real images; and the refusals."""
+
 import json
 import os
 
@@ -7,25 +8,31 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from paddle_resnet.commands import export_model
-from paddle_resnet.commands import inference
-from paddle_resnet.commands import train
 from conftest import flat, small_config
-from paddle_resnet import exported as exported_model, feeds
-from paddle_resnet import quantization
+from paddle_resnet import exported as exported_model
+from paddle_resnet import feeds, quantization
+from paddle_resnet.commands import export_model, inference, train
 from paddle_resnet.config import build_config
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.errors import ConfigError
 
-needs_int8_cpu = pytest.mark.skipif(not quantization.cpu_has_int8_dot_products(),
-                                    reason="this CPU has no int8 dot products")
+needs_int8_cpu = pytest.mark.skipif(
+    not quantization.cpu_has_int8_dot_products(), reason="this CPU has no int8 dot products"
+)
 
 
 def export_config(trained, out, **values):
-    return build_config(dict(flat(trained), **{
-        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
-        "inference.model_dir": str(out), "inference.export_log_path": str(out) + ".json"},
-        **values))
+    return build_config(
+        dict(
+            flat(trained),
+            **{
+                "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+                "inference.model_dir": str(out),
+                "inference.export_log_path": str(out) + ".json",
+            },
+            **values,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +40,11 @@ def learned(fmnist_root, tmp_path_factory):
     """A model that has learned something (55 % top-1 on the 130 validation images in
     6 epochs at LR 0.05): the suite's shared ``trained`` model is at chance, where int8
     rounding flips near-uniform predictions and agreement means little."""
-    config = small_config(fmnist_root, tmp_path_factory.mktemp("learned"), **{
-        "lr.base": 0.05, "run.epochs": 6, "run.run_scope": "train_only"})
+    config = small_config(
+        fmnist_root,
+        tmp_path_factory.mktemp("learned"),
+        **{"lr.base": 0.05, "run.epochs": 6, "run.run_scope": "train_only"},
+    )
     train.run(config, report_stream=open(os.devnull, "w"))
     return config
 
@@ -46,21 +56,29 @@ def models(learned, tmp_path_factory):
     out = tmp_path_factory.mktemp("int8")
     fp32 = export_config(learned, out / "fp32")
     export_model.export(fp32)
-    int8 = export_config(learned, out / "int8", **{"inference.ptq_algo": "hist",
-                                                   "inference.calibration_images": 64,
-                                                   "inference.onnx": True})
+    int8 = export_config(
+        learned,
+        out / "int8",
+        **{
+            "inference.ptq_algo": "hist",
+            "inference.calibration_images": 64,
+            "inference.onnx": True,
+        },
+    )
     export_model.export(int8)
     return fp32, int8
 
 
 def probabilities(config, precision):
     """Probabilities of every validation image, and the labels."""
-    config = build_config(dict(flat(config), **{"inference.cpu_precision": precision,
-                                                "inference.backend": "cpu"}))
+    config = build_config(
+        dict(flat(config), **{"inference.cpu_precision": precision, "inference.backend": "cpu"})
+    )
     classifier, info, _ = inference.build_classifier(config, config.data.batch_size)
     outputs, labels = [], []
-    for batch in exported_model.validation_batches(open_split(config.data, "val"),
-                                                   config.data, info):
+    for batch in exported_model.validation_batches(
+        open_split(config.data, "val"), config.data, info
+    ):
         outputs.append(classifier(batch[feeds.IMAGE]))
         labels.append(batch[feeds.LABEL].ravel())
     return np.concatenate(outputs), np.concatenate(labels)
@@ -70,13 +88,17 @@ def test_ptq_model_records_its_calibration_and_holds_int8_scales(models):
     _, int8 = models
     info = exported_model.read_info(int8.inference.model_dir)
     assert info["quantization"] == {
-        "method": "ptq", "algo": "hist", "calibration_images": 64,
+        "method": "ptq",
+        "algo": "hist",
+        "calibration_images": 64,
         "calibration_data": "training images, validation preprocessing",
-        "weights": "int8, channel-wise abs-max", "activations": "int8, hist",
-        "ops": list(quantization.QUANTIZABLE_OPS)}
+        "weights": "int8, channel-wise abs-max",
+        "activations": "int8, hist",
+        "ops": list(quantization.QUANTIZABLE_OPS),
+    }
     with open(os.path.join(int8.inference.model_dir, "inference.pdmodel"), "rb") as handle:
         program = handle.read()
-    assert b"quantize" in program                 # quantize/dequantize ops with the scales
+    assert b"quantize" in program  # quantize/dequantize ops with the scales
 
 
 @needs_int8_cpu
@@ -93,7 +115,7 @@ def test_int8_predictor_agrees_with_fp32_on_real_images(models):
     assert agreement >= 0.9, agreement
     top1_fp32, top1_int8 = ((p.argmax(1) == labels).mean() for p in (probs32, probs8))
     assert top1_int8 >= top1_fp32 - 0.05 and top1_fp32 > 0.4, (top1_fp32, top1_int8)
-    np.testing.assert_allclose(probs8.sum(1), 1.0, atol=1e-3)       # still probabilities
+    np.testing.assert_allclose(probs8.sum(1), 1.0, atol=1e-3)  # still probabilities
 
 
 def test_int8_refuses_a_model_without_scales(models):
@@ -106,13 +128,19 @@ def test_ptq_bad_inputs_are_one_line(trained, tmp_path):
     with pytest.raises(ConfigError, match="ptq_algo.*must be one of KL, hist, mse, avg, abs_max"):
         export_config(trained, tmp_path / "m", **{"inference.ptq_algo": "best"})
     with pytest.raises(ConfigError, match="calibration_images"):
-        export_config(trained, tmp_path / "m", **{"inference.ptq_algo": "KL",
-                                                  "inference.calibration_images": 0})
-    too_many = export_config(trained, tmp_path / "m", **{"inference.ptq_algo": "abs_max",
-                                                         "inference.calibration_images": 10_000})
+        export_config(
+            trained,
+            tmp_path / "m",
+            **{"inference.ptq_algo": "KL", "inference.calibration_images": 0},
+        )
+    too_many = export_config(
+        trained,
+        tmp_path / "m",
+        **{"inference.ptq_algo": "abs_max", "inference.calibration_images": 10_000},
+    )
     with pytest.raises(ConfigError, match="the calibration data hold only 160"):
         export_model.export(too_many)
-    assert not os.path.exists(tmp_path / "m")      # nothing half-written
+    assert not os.path.exists(tmp_path / "m")  # nothing half-written
 
 
 def test_cpu_without_int8_dot_products_is_refused(tmp_path):
@@ -137,11 +165,16 @@ def test_the_quantized_onnx_model_agrees_with_fp32(models):
     probs32, labels = probabilities(fp32, "fp32")
     session = onnxruntime.InferenceSession(
         os.path.join(int8.inference.model_dir, exported_model.ONNX_FILE),
-        providers=["CPUExecutionProvider"])
+        providers=["CPUExecutionProvider"],
+    )
     info = exported_model.read_info(int8.inference.model_dir)
-    top = np.concatenate([
-        session.run(None, {session.get_inputs()[0].name: batch[feeds.IMAGE]})[0].argmax(1)
-        for batch in exported_model.validation_batches(open_split(int8.data, "val"),
-                                                       int8.data, info)])
+    top = np.concatenate(
+        [
+            session.run(None, {session.get_inputs()[0].name: batch[feeds.IMAGE]})[0].argmax(1)
+            for batch in exported_model.validation_batches(
+                open_split(int8.data, "val"), int8.data, info
+            )
+        ]
+    )
     agreement = float((top == probs32.argmax(1)).mean())
     assert agreement >= 0.9, agreement

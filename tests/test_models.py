@@ -18,9 +18,14 @@ def trainable_parameters(model):
     return sum(int(np.prod(p.shape)) for p in model.parameters() if not p.stop_gradient)
 
 
-@pytest.mark.parametrize("arch, published", [
-    ("resnet18", 11_689_512), ("resnet50", 25_557_032), ("resnext101_32x4d", 44_177_704),
-])
+@pytest.mark.parametrize(
+    "arch, published",
+    [
+        ("resnet18", 11_689_512),
+        ("resnet50", 25_557_032),
+        ("resnext101_32x4d", 44_177_704),
+    ],
+)
 def test_parameter_counts_match_published(arch, published):
     assert trainable_parameters(build_model(ModelConfig(arch=arch))) == published
 

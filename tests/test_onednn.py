@@ -1,5 +1,6 @@
 """oneDNN training kernels (--cpu-onednn): the chosen ops and no others, the same learning
 as the plain kernels, and resume still bit-identical."""
+
 import os
 import subprocess
 import sys
@@ -8,30 +9,36 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_resnet import feeds, program
-from paddle_resnet.commands import train
 from conftest import ROOT, once, small_config
 from paddle_resnet import checkpoint as ckpt
+from paddle_resnet import feeds, program
+from paddle_resnet.commands import train
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.onednn import TRAINING_OPS, onednn_wanted
 from paddle_resnet.report import read_report
 
 
 def test_only_the_chosen_ops_are_marked(fmnist_root, tmp_path):
-    config = small_config(fmnist_root, tmp_path)            # 32 px: oneDNN by default
+    config = small_config(fmnist_root, tmp_path)  # 32 px: oneDNN by default
     programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)
     ops = [op for op in programs.train.global_block().ops if op.has_attr("use_mkldnn")]
     assert {op.type for op in ops if op.attr("use_mkldnn")} == set(TRAINING_OPS)
     assert all(op.attr("use_mkldnn") for op in ops if op.type in TRAINING_OPS)
-    assert not any(op.attr("use_mkldnn") for op in programs.eval.global_block().ops
-                   if op.has_attr("use_mkldnn"))
+    assert not any(
+        op.attr("use_mkldnn")
+        for op in programs.eval.global_block().ops
+        if op.has_attr("use_mkldnn")
+    )
     large = small_config(fmnist_root, tmp_path, **{"data.crop_size": 96, "data.resize_short": 96})
     assert not onednn_wanted(large) and onednn_wanted(config)
     plain = small_config(fmnist_root, tmp_path, **{"run.cpu_onednn": False})
     programs = program.build_programs(plain, steps_per_epoch=10, global_batch=16)
-    assert not any(op.attr("use_mkldnn") for built in (programs.train, programs.eval)
-                   for op in built.global_block().ops if op.has_attr("use_mkldnn"))
-
+    assert not any(
+        op.attr("use_mkldnn")
+        for built in (programs.train, programs.eval)
+        for op in built.global_block().ops
+        if op.has_attr("use_mkldnn")
+    )
 
 
 def one_step_updates(config):
@@ -43,8 +50,10 @@ def one_step_updates(config):
         exe = paddle.static.Executor(paddle.CPUPlace())
         exe.run(programs.startup)
         rng = np.random.default_rng(0)
-        feed = {feeds.IMAGE: rng.standard_normal([16, 3, 32, 32]).astype("float32"),
-                feeds.LABEL: rng.integers(0, 10, (16, 1)).astype("int64")}
+        feed = {
+            feeds.IMAGE: rng.standard_normal([16, 3, 32, 32]).astype("float32"),
+            feeds.LABEL: rng.integers(0, 10, (16, 1)).astype("int64"),
+        }
         names = [p.name for p in programs.train.all_parameters()]
         before = {n: np.array(scope.find_var(n).get_tensor()) for n in names}
         exe.run(programs.train, feed=feed)
@@ -55,18 +64,23 @@ def test_onednn_gradients_equal_the_plain_ones(fmnist_root, tmp_path):
     """The weight update of one step, per parameter, within 1 % of its largest entry
     (measured: 2e-4; NHWC tensors, which oneDNN gets wrong, differ by 130-180 %)."""
     values = {"optimizer.momentum": 0.0, "lr.base": 0.1}
-    plain = one_step_updates(small_config(fmnist_root, tmp_path, **values,
-                                          **{"run.cpu_onednn": False}))
-    onednn = one_step_updates(small_config(fmnist_root, tmp_path, **values,
-                                           **{"run.cpu_onednn": True}))
+    plain = one_step_updates(
+        small_config(fmnist_root, tmp_path, **values, **{"run.cpu_onednn": False})
+    )
+    onednn = one_step_updates(
+        small_config(fmnist_root, tmp_path, **values, **{"run.cpu_onednn": True})
+    )
     for name, update in plain.items():
         scale = np.abs(update).max()
         assert np.abs(onednn[name] - update).max() <= 0.01 * scale + 1e-9, name
     nhwc = small_config(fmnist_root, tmp_path, **{"model.data_layout": "NHWC"})
     assert not onednn_wanted(nhwc)
     with pytest.raises(ConfigError, match="needs --data-layout NCHW"):
-        onednn_wanted(small_config(fmnist_root, tmp_path, **{"model.data_layout": "NHWC",
-                                                            "run.cpu_onednn": True}))
+        onednn_wanted(
+            small_config(
+                fmnist_root, tmp_path, **{"model.data_layout": "NHWC", "run.cpu_onednn": True}
+            )
+        )
 
 
 @once
@@ -78,12 +92,20 @@ def test_onednn_learns_like_the_plain_kernels(fmnist_root, tmp_path):
     epoch's losses agree within 0.15 (measured: 1.971 plain, 1.963 oneDNN)."""
     finals = []
     for onednn in (False, True):
-        config = small_config(fmnist_root, tmp_path / str(onednn), **{
-            "run.epochs": 4, "lr.base": 0.2, "run.cpu_onednn": onednn,
-            "run.run_scope": "train_only"})
+        config = small_config(
+            fmnist_root,
+            tmp_path / str(onednn),
+            **{
+                "run.epochs": 4,
+                "lr.base": 0.2,
+                "run.cpu_onednn": onednn,
+                "run.run_scope": "train_only",
+            },
+        )
         train.run(config, report_stream=open(os.devnull, "w"))
-        epochs = [r["data"]["train.loss"] for r in read_report(config.report_file)
-                  if r["type"] == "EPOCH"]
+        epochs = [
+            r["data"]["train.loss"] for r in read_report(config.report_file) if r["type"] == "EPOCH"
+        ]
         assert epochs[-1] < epochs[0] - 0.5, (onednn, epochs)
         finals.append(epochs[-1])
     assert abs(finals[1] - finals[0]) < 0.15, finals
@@ -91,17 +113,44 @@ def test_onednn_learns_like_the_plain_kernels(fmnist_root, tmp_path):
 
 @once
 def test_resume_with_onednn_is_bit_identical(fmnist_root, tmp_path):
-    common = [sys.executable, "train.py", "--model-arch-name", "resnet18", "--num-of-class", "10",
-              "--image-root", fmnist_root, "--crop-size", "32", "--resize-short", "32",
-              "--batch-size", "16", "--epochs", "2", "--warmup-epochs", "0.5", "--lr", "0.4",
-              "--momentum", "0.9", "--run-scope", "train_only"]
+    common = [
+        sys.executable,
+        "train.py",
+        "--model-arch-name",
+        "resnet18",
+        "--num-of-class",
+        "10",
+        "--image-root",
+        fmnist_root,
+        "--crop-size",
+        "32",
+        "--resize-short",
+        "32",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        "--warmup-epochs",
+        "0.5",
+        "--lr",
+        "0.4",
+        "--momentum",
+        "0.9",
+        "--run-scope",
+        "train_only",
+    ]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    for extra in (["--output-dir", str(straight)],
-                  ["--output-dir", str(resumed), "--from-checkpoint", str(straight / "resnet18" / "1")]):
-        result = subprocess.run(common + extra, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    for extra in (
+        ["--output-dir", str(straight)],
+        ["--output-dir", str(resumed), "--from-checkpoint", str(straight / "resnet18" / "1")],
+    ):
+        result = subprocess.run(
+            common + extra, cwd=ROOT, capture_output=True, text=True, timeout=600
+        )
         assert result.returncode == 0, result.stderr[-2000:]
-    assert [r["step"] for r in read_report(str(resumed / "report.json"))
-            if r["type"] == "EPOCH"] == [[2]]
+    assert [
+        r["step"] for r in read_report(str(resumed / "report.json")) if r["type"] == "EPOCH"
+    ] == [[2]]
     expected = ckpt.read_checkpoint(str(straight / "resnet18" / "2"))[1]
     actual = ckpt.read_checkpoint(str(resumed / "resnet18" / "2"))[1]
     for name in expected:
@@ -115,9 +164,14 @@ def test_validation_between_epochs_equals_a_fresh_evaluation(fmnist_root, tmp_pa
     config = small_config(fmnist_root, tmp_path / "train", **{"run.epochs": 2})
     train.run(config, report_stream=open(os.devnull, "w"))
     during = [r["data"] for r in read_report(config.report_file) if r["type"] == "VAL"][-1]
-    fresh = small_config(fmnist_root, tmp_path / "eval", **{
-        "run.run_scope": "eval_only",
-        "run.from_checkpoint": str(tmp_path / "train" / config.model.arch / "2")})
+    fresh = small_config(
+        fmnist_root,
+        tmp_path / "eval",
+        **{
+            "run.run_scope": "eval_only",
+            "run.from_checkpoint": str(tmp_path / "train" / config.model.arch / "2"),
+        },
+    )
     after = train.run(fresh, report_stream=open(os.devnull, "w"))
     assert during["val.top1"] == after["val.top1"] and during["val.images"] == after["val.images"]
     assert abs(during["val.loss"] - after["val.loss"]) < 1e-5

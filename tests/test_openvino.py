@@ -1,6 +1,7 @@
 """OpenVINO as the toolkit's CPU backend (inference.py --backend openvino), on real
 images: agreement with the Paddle predictor at each precision, the three modes, the
 cached conversion, the export's verification table, and the refusals."""
+
 import os
 import shutil
 import subprocess
@@ -10,11 +11,9 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_resnet.commands import export_model
-from paddle_resnet.commands import inference
-from paddle_resnet import feeds, program
 from conftest import ROOT, flat
-from paddle_resnet import exported, predictor, quantization, verify
+from paddle_resnet import exported, feeds, predictor, program, quantization, verify
+from paddle_resnet.commands import export_model, inference
 from paddle_resnet.config import build_config
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.errors import ConfigError, UserError
@@ -23,10 +22,19 @@ pytestmark = pytest.mark.gpu_wheel
 
 
 def export(trained, folder, **values):
-    config = build_config(dict(flat(trained), **dict({
-        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
-        "inference.model_dir": str(folder), "inference.export_log_path": str(folder) + ".json"},
-        **values)))
+    config = build_config(
+        dict(
+            flat(trained),
+            **dict(
+                {
+                    "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+                    "inference.model_dir": str(folder),
+                    "inference.export_log_path": str(folder) + ".json",
+                },
+                **values,
+            ),
+        )
+    )
     return config, export_model.export(config)
 
 
@@ -37,14 +45,21 @@ def fp32_model(trained, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def int8_model(trained, tmp_path_factory):
-    return export(trained, tmp_path_factory.mktemp("ov") / "int8", **{
-        "inference.ptq_algo": "abs_max", "inference.calibration_images": 64,
-        "inference.onnx": True})
+    return export(
+        trained,
+        tmp_path_factory.mktemp("ov") / "int8",
+        **{
+            "inference.ptq_algo": "abs_max",
+            "inference.calibration_images": 64,
+            "inference.onnx": True,
+        },
+    )
 
 
 def probabilities(config, backend, precision):
-    run = build_config(dict(flat(config), **{"inference.backend": backend,
-                                             "inference.cpu_precision": precision}))
+    run = build_config(
+        dict(flat(config), **{"inference.backend": backend, "inference.cpu_precision": precision})
+    )
     classifier, info, _ = inference.build_classifier(run, 16)
     batches = list(exported.validation_batches(open_split(run.data, "val"), run.data, info))
     return np.concatenate([classifier(batch[feeds.IMAGE]) for batch in batches]), classifier
@@ -56,9 +71,11 @@ def test_fp32_equals_the_paddle_predictor_and_says_what_ran(fp32_model):
     ours, classifier = probabilities(config, "openvino", "fp32")
     paddle, _ = probabilities(config, "cpu", "fp32")
     np.testing.assert_allclose(ours, paddle, atol=1e-4)
-    assert classifier.ran_precision() == "f32"        # not OpenVINO's bf16 default on AMX
-    assert classifier.describe().startswith("openvino ") and "floating point in f32" in \
-        classifier.describe()
+    assert classifier.ran_precision() == "f32"  # not OpenVINO's bf16 default on AMX
+    assert (
+        classifier.describe().startswith("openvino ")
+        and "floating point in f32" in classifier.describe()
+    )
 
 
 @pytest.mark.skipif(not predictor.cpu_supports_bf16(), reason="this CPU has no bf16")
@@ -71,15 +88,16 @@ def test_bf16_agrees_with_fp32(fp32_model):
     assert np.abs(bf16 - fp32).max() < 0.05
 
 
-@pytest.mark.skipif(not quantization.cpu_has_int8_dot_products(),
-                    reason="this CPU has no int8 dot products")
+@pytest.mark.skipif(
+    not quantization.cpu_has_int8_dot_products(), reason="this CPU has no int8 dot products"
+)
 def test_int8_runs_the_models_own_scales(int8_model):
     config, _ = int8_model
     ours, classifier = probabilities(config, "openvino", "int8")
     # the quantized model itself: its quantize/dequantize ops simulated in fp32
     simulated, _ = probabilities(config, "cpu", "fp32")
     onednn, _ = probabilities(config, "cpu", "int8")
-    assert classifier.int8_layers() == 20             # every convolution in int8
+    assert classifier.int8_layers() == 20  # every convolution in int8
     # This 3-epoch model's top classes are close calls (oneDNN int8 agrees on 85 %; the
     # demo model: 98-99 %, README): OpenVINO follows the scales at least as closely.
     agreement = (ours.argmax(1) == simulated.argmax(1)).mean()
@@ -95,57 +113,97 @@ def test_the_cached_conversion_is_reused_and_refreshed(fp32_model, tmp_path):
     before = os.path.getmtime(cached)
     copy = build_config(dict(flat(config), **{"inference.model_dir": str(folder)}))
     probabilities(copy, "openvino", "fp32")
-    assert os.path.getmtime(cached) == before                    # read, not converted again
-    os.utime(folder / "inference.pdmodel")                       # a newer Paddle model
+    assert os.path.getmtime(cached) == before  # read, not converted again
+    os.utime(folder / "inference.pdmodel")  # a newer Paddle model
     probabilities(copy, "openvino", "fp32")
     assert os.path.getmtime(cached) > before
 
 
 def test_modes_through_the_command_line(fp32_model, tmp_path):
     config, _ = fp32_model
-    base = [sys.executable, "inference.py", "--inference-dir", config.inference.model_dir,
-            "--backend", "openvino", "--inference-log-path", str(tmp_path / "log.json")]
-    accuracy = subprocess.run(base + ["--mode", "accuracy", "--image-root",
-                                      config.data.image_root, "--batch-size", "16"],
-                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+    base = [
+        sys.executable,
+        "inference.py",
+        "--inference-dir",
+        config.inference.model_dir,
+        "--backend",
+        "openvino",
+        "--inference-log-path",
+        str(tmp_path / "log.json"),
+    ]
+    accuracy = subprocess.run(
+        base + ["--mode", "accuracy", "--image-root", config.data.image_root, "--batch-size", "16"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert accuracy.returncode == 0, accuracy.stderr
     assert accuracy.stdout.splitlines()[0].startswith("openvino ")
     bag = os.path.join(config.data.image_root, "val", "bag")
-    predict = subprocess.run(base + ["--mode", "predict", "--images", bag], cwd=ROOT,
-                             capture_output=True, text=True, timeout=300)
+    predict = subprocess.run(
+        base + ["--mode", "predict", "--images", bag],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert predict.returncode == 0, predict.stderr
     assert sum(line.startswith(bag) for line in predict.stdout.splitlines()) == 13
-    bench = subprocess.run(base + ["--mode", "benchmark", "--use-synthetic",
-                                   "--benchmark-batch-sizes", "1,8", "--benchmark-steps", "5",
-                                   "--benchmark-warmup-steps", "1"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    bench = subprocess.run(
+        base
+        + [
+            "--mode",
+            "benchmark",
+            "--use-synthetic",
+            "--benchmark-batch-sizes",
+            "1,8",
+            "--benchmark-steps",
+            "5",
+            "--benchmark-warmup-steps",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bench.returncode == 0, bench.stderr
     assert "stream(s)" in bench.stdout.splitlines()[0] and "img/s" in bench.stdout
 
 
 def test_int8_without_scales_is_one_line(fp32_model):
     config, _ = fp32_model
-    run = build_config(dict(flat(config), **{"inference.backend": "openvino",
-                                             "inference.cpu_precision": "int8"}))
+    run = build_config(
+        dict(flat(config), **{"inference.backend": "openvino", "inference.cpu_precision": "int8"})
+    )
     with pytest.raises(ConfigError, match="needs a model with quantization scales"):
         inference.build_classifier(run, 8)
 
 
 def test_the_export_proves_its_formats_agree_and_refuses_when_they_do_not(trained, tmp_path):
     folder = tmp_path / "verified"
-    config, report = export(trained, folder, **{"inference.onnx": True,
-                                                "inference.verify_images": 100})
+    config, report = export(
+        trained, folder, **{"inference.onnx": True, "inference.verify_images": 100}
+    )
     backends = {row["backend"] for row in report["verification"]}
     assert {"paddle fp32 (reference)", "openvino fp32", "onnxruntime"} <= backends
-    assert all(row["agreement"] >= verify.MIN_AGREEMENT[row["precision"]]
-               for row in report["verification"])
+    assert all(
+        row["agreement"] >= verify.MIN_AGREEMENT[row["precision"]] for row in report["verification"]
+    )
     # another model's ONNX file (the initial random weights) beside these: they disagree
     programs = program.build_programs(config, training=False)
     paddle.static.Executor(paddle.CPUPlace()).run(programs.startup)
     paddle.static.save(programs.eval, str(tmp_path / "initial"))
-    export(trained, tmp_path / "other", **{
-        "run.from_checkpoint": None, "inference.onnx": True,
-        "run.from_pretrained_params": str(tmp_path / "initial.pdparams")})
+    export(
+        trained,
+        tmp_path / "other",
+        **{
+            "run.from_checkpoint": None,
+            "inference.onnx": True,
+            "run.from_pretrained_params": str(tmp_path / "initial.pdparams"),
+        },
+    )
     shutil.copy(tmp_path / "other" / "model.onnx", folder / "model.onnx")
     with pytest.raises(UserError, match=r"onnxruntime agrees with the fp32 Paddle model on"):
         verify.verify(str(folder), config.data, config.inference, 100)

@@ -11,8 +11,14 @@ pytestmark = pytest.mark.gpu_wheel
 
 
 def config(**values):
-    base = {"model.arch": "resnet18", "model.num_classes": 10, "data.image_root": "x",
-            "data.crop_size": 32, "data.resize_short": 32, "run.epochs": 10}
+    base = {
+        "model.arch": "resnet18",
+        "model.num_classes": 10,
+        "data.image_root": "x",
+        "data.crop_size": 32,
+        "data.resize_short": 32,
+        "run.epochs": 10,
+    }
     base.update(values)
     return build_config(base)
 
@@ -24,9 +30,19 @@ def op_types(prog):
 def test_train_program_has_forward_loss_metrics_and_momentum():
     programs = program.build_programs(config(), steps_per_epoch=10, global_batch=256)
     types = op_types(programs.train)
-    for expected in ("conv2d", "batch_norm", "relu", "pool2d", "matmul_v2", "one_hot_v2",
-                     "label_smooth", "softmax_with_cross_entropy", "accuracy", "conv2d_grad",
-                     "momentum"):
+    for expected in (
+        "conv2d",
+        "batch_norm",
+        "relu",
+        "pool2d",
+        "matmul_v2",
+        "one_hot_v2",
+        "label_smooth",
+        "softmax_with_cross_entropy",
+        "accuracy",
+        "conv2d_grad",
+        "momentum",
+    ):
         assert expected in types, expected
     assert set(programs.train_fetches) == {"loss", "top1", "top5"}
 
@@ -42,52 +58,66 @@ def test_weight_decay_only_on_conv_and_fc_weights():
             if op.attr("regularization_method") == "l2_decay":
                 assert op.attr("regularization_coeff") == pytest.approx(1 / 32768)
     assert decayed and plain
-    assert all(len(shapes[name]) > 1 for name in decayed)           # conv and FC weights
-    assert all(len(shapes[name]) == 1 for name in plain)            # BN scale/shift, FC bias
+    assert all(len(shapes[name]) > 1 for name in decayed)  # conv and FC weights
+    assert all(len(shapes[name]) == 1 for name in plain)  # BN scale/shift, FC bias
     assert sorted(decayed + plain) == sorted(shapes)
 
 
 def test_bn_weight_decay_flag_decays_everything():
-    programs = program.build_programs(config(**{"optimizer.bn_weight_decay": True}),
-                                      steps_per_epoch=10, global_batch=256)
-    methods = {op.attr("regularization_method") for op in programs.train.global_block().ops
-               if op.type == "momentum"}
+    programs = program.build_programs(
+        config(**{"optimizer.bn_weight_decay": True}), steps_per_epoch=10, global_batch=256
+    )
+    methods = {
+        op.attr("regularization_method")
+        for op in programs.train.global_block().ops
+        if op.type == "momentum"
+    }
     assert methods == {"l2_decay"}
 
 
 def test_nesterov_reaches_the_momentum_ops():
-    programs = program.build_programs(config(**{"optimizer.nesterov": True}),
-                                      steps_per_epoch=10, global_batch=256)
-    assert all(op.attr("use_nesterov") for op in programs.train.global_block().ops
-               if op.type == "momentum")
+    programs = program.build_programs(
+        config(**{"optimizer.nesterov": True}), steps_per_epoch=10, global_batch=256
+    )
+    assert all(
+        op.attr("use_nesterov") for op in programs.train.global_block().ops if op.type == "momentum"
+    )
 
 
 def test_eval_program_is_inference_only_and_shares_parameters():
     programs = program.build_programs(config(), steps_per_epoch=10, global_batch=256)
     types = op_types(programs.eval)
     assert "momentum" not in types and "conv2d_grad" not in types
-    assert all(op.attr("is_test") for op in programs.eval.global_block().ops
-               if op.type == "batch_norm")
+    assert all(
+        op.attr("is_test") for op in programs.eval.global_block().ops if op.type == "batch_norm"
+    )
     train_params = {p.name for p in programs.train.all_parameters()}
     assert {p.name for p in programs.eval.all_parameters()} <= train_params
 
 
 def test_amp_adds_loss_scaling_through_fleet():
     programs = program.build_programs(
-        config(**{"amp.enabled": True, "amp.scale_loss": 128.0,
-                  "amp.use_dynamic_loss_scaling": True}),
-        steps_per_epoch=10, global_batch=256)
+        config(
+            **{"amp.enabled": True, "amp.scale_loss": 128.0, "amp.use_dynamic_loss_scaling": True}
+        ),
+        steps_per_epoch=10,
+        global_batch=256,
+    )
     types = op_types(programs.train)
     assert "check_finite_and_unscale" in types and "update_loss_scaling" in types
 
 
 def test_nhwc_program_feeds_channels_last():
-    programs = program.build_programs(config(**{"model.data_layout": "NHWC"}),
-                                      steps_per_epoch=10, global_batch=256)
+    programs = program.build_programs(
+        config(**{"model.data_layout": "NHWC"}), steps_per_epoch=10, global_batch=256
+    )
     data = programs.train.global_block().var(feeds.IMAGE)
     assert list(data.shape) == [-1, 32, 32, 3]
-    assert all(op.attr("data_format") in ("NHWC", "AnyLayout") for op in programs.train.global_block().ops
-               if op.type == "conv2d")
+    assert all(
+        op.attr("data_format") in ("NHWC", "AnyLayout")
+        for op in programs.train.global_block().ops
+        if op.type == "conv2d"
+    )
 
 
 def lr(step, **values):
@@ -101,13 +131,18 @@ def test_lr_warmup_then_cosine_scaled_to_global_batch():
     assert lr(0, **values) == 0.0
     assert lr(100, **values) == pytest.approx(peak / 2)
     assert lr(200, **values) == pytest.approx(peak)
-    assert lr(600, **values) == pytest.approx(peak / 2)          # half-way through the cosine
+    assert lr(600, **values) == pytest.approx(peak / 2)  # half-way through the cosine
     assert lr(999, **values) == pytest.approx(0.5 * peak * (1 + np.cos(np.pi * 799 / 800)))
 
 
 def test_lr_step_schedule_drops_at_milestones():
-    values = {"lr.base": 0.1, "lr.schedule": "step", "lr.warmup_epochs": 5.0, "run.epochs": 90,
-              "lr.milestones": (30, 60, 80)}
+    values = {
+        "lr.base": 0.1,
+        "lr.schedule": "step",
+        "lr.warmup_epochs": 5.0,
+        "run.epochs": 90,
+        "lr.milestones": (30, 60, 80),
+    }
     peak = 0.2
     assert lr(499, **values) == pytest.approx(peak * 499 / 500)
     assert lr(500, **values) == pytest.approx(peak)
@@ -118,8 +153,9 @@ def test_lr_step_schedule_drops_at_milestones():
 
 
 def test_scheduler_follows_lr_at_step_and_resumes():
-    programs = program.build_programs(config(**{"lr.warmup_epochs": 1.0}), steps_per_epoch=100,
-                                      global_batch=512)
+    programs = program.build_programs(
+        config(**{"lr.warmup_epochs": 1.0}), steps_per_epoch=100, global_batch=512
+    )
     scheduler = programs.lr_scheduler
     values = []
     for _ in range(150):

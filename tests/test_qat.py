@@ -1,6 +1,7 @@
 """Quantization-aware training (--qat): the quantize/dequantize ops on every quantizable
 layer of both programs, learning, exact resume with the scales, evaluation-only and
 export of a QAT checkpoint, and INT8 inference of the export."""
+
 import collections
 import os
 import types
@@ -10,13 +11,10 @@ import paddle
 import pytest
 from paddle.distributed.fleet.meta_optimizers import ASPOptimizer, QATOptimizer
 
-from paddle_resnet.commands import export_model
-from paddle_resnet.commands import inference
-from paddle_resnet import program
-from paddle_resnet.commands import train
 from conftest import flat, once, small_config, train_in_fresh_process
 from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import exported, quantization
+from paddle_resnet import exported, program, quantization
+from paddle_resnet.commands import export_model, inference, train
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError, ConfigError
 from paddle_resnet.report import read_report
@@ -30,11 +28,14 @@ QAT = {"qat.enabled": True}
 
 def quantized_inputs(built):
     """Type of each op whose input comes out of a dequantize_linear op."""
-    dequantized = {op.output("Y")[0] for op in built.global_block().ops
-                   if op.type == "dequantize_linear"}
-    return collections.Counter(op.type for op in built.global_block().ops
-                               if op.type != "quantize_linear"
-                               and any(name in dequantized for name in op.input_arg_names))
+    dequantized = {
+        op.output("Y")[0] for op in built.global_block().ops if op.type == "dequantize_linear"
+    }
+    return collections.Counter(
+        op.type
+        for op in built.global_block().ops
+        if op.type != "quantize_linear" and any(name in dequantized for name in op.input_arg_names)
+    )
 
 
 def test_every_conv_and_matmul_is_quantized_in_both_programs(fmnist_root, tmp_path):
@@ -49,23 +50,26 @@ def test_every_conv_and_matmul_is_quantized_in_both_programs(fmnist_root, tmp_pa
         assert inputs["conv2d"] == types["conv2d"] == 20
         assert inputs["matmul_v2"] == types["matmul_v2"] == 1
         assert not {"batch_norm", "pool2d", "relu"} & set(inputs)
-    plain = program.build_programs(small_config(fmnist_root, tmp_path), steps_per_epoch=10,
-                                   global_batch=16)
+    plain = program.build_programs(
+        small_config(fmnist_root, tmp_path), steps_per_epoch=10, global_batch=16
+    )
     assert not any("quantize" in op.type for op in plain.train.global_block().ops)
 
 
 @pytest.fixture(scope="module")
 def qat_run(fmnist_root, tmp_path_factory):
     """Three QAT epochs from scratch (LR 0.05: the QAT ops make LR 0.8 diverge here)."""
-    config = small_config(fmnist_root, tmp_path_factory.mktemp("qat"), **QAT, **{
-        "lr.base": 0.05, "run.epochs": 3})
-    train_in_fresh_process(config)      # compared bit for bit by test_qat_resume_is_exact
+    config = small_config(
+        fmnist_root, tmp_path_factory.mktemp("qat"), **QAT, **{"lr.base": 0.05, "run.epochs": 3}
+    )
+    train_in_fresh_process(config)  # compared bit for bit by test_qat_resume_is_exact
     return config
 
 
 def test_qat_training_learns_and_saves_the_scales(qat_run):
-    epochs = [r["data"]["train.loss"] for r in read_report(qat_run.report_file)
-              if r["type"] == "EPOCH"]
+    epochs = [
+        r["data"]["train.loss"] for r in read_report(qat_run.report_file) if r["type"] == "EPOCH"
+    ]
     assert epochs[-1] < epochs[0] - 0.3, epochs
     _, state = ckpt.read_checkpoint(os.path.join(qat_run.run.output_dir, "resnet18"))
     scales = [name for name in state if name.endswith("@scale")]
@@ -76,9 +80,16 @@ def test_qat_training_learns_and_saves_the_scales(qat_run):
 def test_qat_resume_is_exact(qat_run, tmp_path):
     """Also the moving-average accumulators, which Paddle names in an order that changes
     from process to process (name_qat_variables)."""
-    resumed = small_config(qat_run.data.image_root, tmp_path, **QAT, **{
-        "lr.base": 0.05, "run.epochs": 3,
-        "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18", "2")})
+    resumed = small_config(
+        qat_run.data.image_root,
+        tmp_path,
+        **QAT,
+        **{
+            "lr.base": 0.05,
+            "run.epochs": 3,
+            "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18", "2"),
+        },
+    )
     train_in_fresh_process(resumed)
     _, straight = ckpt.read_checkpoint(os.path.join(qat_run.run.output_dir, "resnet18", "3"))
     _, again = ckpt.read_checkpoint(os.path.join(str(tmp_path), "resnet18", "3"))
@@ -91,9 +102,15 @@ def test_eval_only_of_a_qat_checkpoint_equals_its_training_evaluation(qat_run, t
     """The scales are loaded after the quantization ops exist (NVIDIA's eval-only QAT
     path loads the weights first and skips the scales)."""
     during = [r["data"] for r in read_report(qat_run.report_file) if r["type"] == "VAL"][-1]
-    fresh = small_config(qat_run.data.image_root, tmp_path, **QAT, **{
-        "run.run_scope": "eval_only",
-        "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18", "3")})
+    fresh = small_config(
+        qat_run.data.image_root,
+        tmp_path,
+        **QAT,
+        **{
+            "run.run_scope": "eval_only",
+            "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18", "3"),
+        },
+    )
     # In a new process, as the training run was: evaluated in this process, after other
     # tests' oneDNN work, the loss came out 1e-4 apart with equal top-1 (2.6.2 and 3.3.1;
     # likely a last-bit kernel difference that simulated quantization rounds a step away).
@@ -104,18 +121,25 @@ def test_eval_only_of_a_qat_checkpoint_equals_its_training_evaluation(qat_run, t
 
 
 def test_qat_export_runs_in_int8(qat_run, tmp_path):
-    config = build_config(dict(flat(qat_run), **{
-        "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18"),
-        "inference.model_dir": str(tmp_path / "model"),
-        "inference.export_log_path": str(tmp_path / "export.json")}))
+    config = build_config(
+        dict(
+            flat(qat_run),
+            **{
+                "run.from_checkpoint": os.path.join(qat_run.run.output_dir, "resnet18"),
+                "inference.model_dir": str(tmp_path / "model"),
+                "inference.export_log_path": str(tmp_path / "export.json"),
+            },
+        )
+    )
     export_model.export(config)
     info = exported.read_info(config.inference.model_dir)
     assert info["quantization"]["method"] == "qat"
     with open(os.path.join(config.inference.model_dir, "inference.pdmodel"), "rb") as handle:
-        assert handle.read().count(b"dequantize_linear") >= 21     # scales for TensorRT
+        assert handle.read().count(b"dequantize_linear") >= 21  # scales for TensorRT
     if quantization.cpu_has_int8_dot_products():
-        run = build_config(dict(flat(config), **{"inference.backend": "cpu",
-                                                 "inference.cpu_precision": "int8"}))
+        run = build_config(
+            dict(flat(config), **{"inference.backend": "cpu", "inference.cpu_precision": "int8"})
+        )
         classifier, _, _ = inference.build_classifier(run, 16)
         probs = classifier(np.zeros((2, 3, 32, 32), np.float32))
         np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-3)
@@ -139,28 +163,64 @@ def test_qat_models_are_evaluated_and_exported_only_as_qat_models(qat_run, train
     dense one went through untrained quantizers. Both are refused; a QAT checkpoint's
     .pdparams evaluates like the checkpoint (its scales come from the .pdopt beside it)."""
     qat_folder = os.path.join(qat_run.run.output_dir, "resnet18", "3")
-    as_fp32 = build_config(dict(flat(qat_run), **{
-        "qat.enabled": False, "run.run_scope": "eval_only", "run.from_checkpoint": qat_folder,
-        "run.output_dir": str(tmp_path / "fp32")}))
+    as_fp32 = build_config(
+        dict(
+            flat(qat_run),
+            **{
+                "qat.enabled": False,
+                "run.run_scope": "eval_only",
+                "run.from_checkpoint": qat_folder,
+                "run.output_dir": str(tmp_path / "fp32"),
+            },
+        )
+    )
     with pytest.raises(CheckpointError, match="a quantization-aware .--qat. model: give --qat"):
         train.run(as_fp32, report_stream=open(os.devnull, "w"))
-    export = build_config(dict(flat(as_fp32), **{
-        "inference.model_dir": str(tmp_path / "model"),
-        "inference.export_log_path": str(tmp_path / "export.json")}))
+    export = build_config(
+        dict(
+            flat(as_fp32),
+            **{
+                "inference.model_dir": str(tmp_path / "model"),
+                "inference.export_log_path": str(tmp_path / "export.json"),
+            },
+        )
+    )
     with pytest.raises(CheckpointError, match="give --qat"):
         export_model.export(export)
     assert not (tmp_path / "model").exists()
-    dense = build_config(dict(flat(trained), **{
-        "qat.enabled": True, "run.run_scope": "eval_only", "run.output_dir": str(tmp_path / "d"),
-        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18")}))
+    dense = build_config(
+        dict(
+            flat(trained),
+            **{
+                "qat.enabled": True,
+                "run.run_scope": "eval_only",
+                "run.output_dir": str(tmp_path / "d"),
+                "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+            },
+        )
+    )
     with pytest.raises(CheckpointError, match="not a quantization-aware model"):
         train.run(dense, report_stream=open(os.devnull, "w"))
-    by_file = build_config(dict(flat(qat_run), **{
-        "run.run_scope": "eval_only", "run.output_dir": str(tmp_path / "file"),
-        "run.from_pretrained_params": os.path.join(qat_folder, "model.pdparams")}))
-    by_checkpoint = build_config(dict(flat(by_file), **{
-        "run.from_pretrained_params": None, "run.from_checkpoint": qat_folder,
-        "run.output_dir": str(tmp_path / "checkpoint")}))
+    by_file = build_config(
+        dict(
+            flat(qat_run),
+            **{
+                "run.run_scope": "eval_only",
+                "run.output_dir": str(tmp_path / "file"),
+                "run.from_pretrained_params": os.path.join(qat_folder, "model.pdparams"),
+            },
+        )
+    )
+    by_checkpoint = build_config(
+        dict(
+            flat(by_file),
+            **{
+                "run.from_pretrained_params": None,
+                "run.from_checkpoint": qat_folder,
+                "run.output_dir": str(tmp_path / "checkpoint"),
+            },
+        )
+    )
     results = [train.run(c, report_stream=open(os.devnull, "w")) for c in (by_file, by_checkpoint)]
     assert results[0]["val.top1"] == results[1]["val.top1"]
     assert results[0]["val.loss"] == pytest.approx(results[1]["val.loss"], abs=1e-6)

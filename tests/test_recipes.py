@@ -1,10 +1,11 @@
 """Every recipe of the source documents: loads, builds, trains a step, and says what the document says."""
+
 import numpy as np
 import paddle
 import pytest
 
-from paddle_resnet import program
 from conftest import once
+from paddle_resnet import program
 from paddle_resnet.cli import parse
 from paddle_resnet.config import ConfigError, DataConfig, list_recipes
 from paddle_resnet.data.dali import make_loader, open_split
@@ -17,8 +18,28 @@ RECIPES = {
     "resnet50_tf_90e": ("resnet50", 0.875, False, 1 / 32768, 0.256, "cosine", 90, 0.0, 0.1),
     "resnet50_tf_250e_mixup": ("resnet50", 0.875, False, 1 / 32768, 0.256, "cosine", 250, 0.2, 0.1),
     "resnet50_mxnet_90e": ("resnet50", 0.9, False, 1e-4, 0.1, "step", 90, 0.0, 0.0),
-    "resnext101_32x4d_tf_90e": ("resnext101_32x4d", 0.875, False, 1 / 16384, 0.256, "cosine", 90, 0.0, 0.1),
-    "resnext101_32x4d_tf_250e_mixup": ("resnext101_32x4d", 0.875, False, 1 / 16384, 0.256, "cosine", 250, 0.2, 0.1),
+    "resnext101_32x4d_tf_90e": (
+        "resnext101_32x4d",
+        0.875,
+        False,
+        1 / 16384,
+        0.256,
+        "cosine",
+        90,
+        0.0,
+        0.1,
+    ),
+    "resnext101_32x4d_tf_250e_mixup": (
+        "resnext101_32x4d",
+        0.875,
+        False,
+        1 / 16384,
+        0.256,
+        "cosine",
+        250,
+        0.2,
+        0.1,
+    ),
     "resnet50_he_90e": ("resnet50", 0.9, True, 1e-4, 0.1, "step", 90, 0.0, 0.1),
 }
 
@@ -50,10 +71,10 @@ def test_recipe_matches_its_document(name):
 
     assert lr_at_epoch(0) == 0.0
     assert lr_at_epoch(2.5) == pytest.approx(peak / 2)
-    assert lr_at_epoch(5) == pytest.approx(peak)                       # warm-up end
+    assert lr_at_epoch(5) == pytest.approx(peak)  # warm-up end
     if schedule == "cosine":
         assert lr_at_epoch((5 + epochs) / 2) == pytest.approx(peak / 2)
-        assert lr_at_epoch(epochs - 0.01) < peak * 1e-3                 # cosine end
+        assert lr_at_epoch(epochs - 0.01) < peak * 1e-3  # cosine end
     else:
         for boundary, factor in ((30, 0.1), (60, 0.01), (80, 0.001)):
             assert lr_at_epoch(boundary - 0.01) == pytest.approx(peak * factor * 10)
@@ -66,28 +87,38 @@ def test_recipe_matches_its_document(name):
 
 # One recipe (ResNet-50, MixUp) on both versions; the others, which differ in values
 # and depth only, on 2.6.2 alone.
-@pytest.mark.parametrize("name", [pytest.param(name, marks=() if name == "resnet50_tf_250e_mixup"
-                                                else once)
-    for name in sorted(RECIPES)])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=() if name == "resnet50_tf_250e_mixup" else once)
+        for name in sorted(RECIPES)
+    ],
+)
 def test_recipe_builds_and_trains_a_step_on_the_cpu(name):
-    config = recipe(name, "--image-root", "x", "--num-of-class", "10", "--crop-size", "64",
-                    "--batch-size", "2")
+    config = recipe(
+        name, "--image-root", "x", "--num-of-class", "10", "--crop-size", "64", "--batch-size", "2"
+    )
     arch, momentum, nesterov, wd, *_ = RECIPES[name]
     programs = program.build_programs(config, steps_per_epoch=10, global_batch=2)
     momentum_ops = [op for op in programs.train.global_block().ops if op.type == "momentum"]
     assert all(op.attr("mu") == pytest.approx(momentum) for op in momentum_ops)
     assert {op.attr("use_nesterov") for op in momentum_ops} == {nesterov}
-    decayed = [op.attr("regularization_coeff") for op in momentum_ops
-               if op.attr("regularization_method") == "l2_decay"]
+    decayed = [
+        op.attr("regularization_coeff")
+        for op in momentum_ops
+        if op.attr("regularization_method") == "l2_decay"
+    ]
     assert decayed and all(coeff == pytest.approx(wd) for coeff in decayed)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)
     rng = np.random.RandomState(0)
-    feed = {"data": rng.standard_normal((2, 3, 64, 64)).astype("float32"),
-            "label": np.array([[1], [7]], dtype="int64")}
+    feed = {
+        "data": rng.standard_normal((2, 3, 64, 64)).astype("float32"),
+        "label": np.array([[1], [7]], dtype="int64"),
+    }
     if config.loss.mixup_alpha:
         feed["mixup_lambda"] = np.array([0.7], dtype="float32")
-    loss, = exe.run(programs.train, feed=feed, fetch_list=[programs.train_fetches["loss"]])
+    (loss,) = exe.run(programs.train, feed=feed, fetch_list=[programs.train_fetches["loss"]])
     assert np.isfinite(loss).all()
 
 
@@ -98,15 +129,27 @@ def test_unknown_recipe_lists_the_known_ones():
 
 def _mixup_step(alpha, mixup_lambda):
     """Loss and soft targets of one step from fixed weights, with the given MixUp weight."""
-    config = recipe("resnet50_tf_250e_mixup", "--image-root", "x", "--model-arch-name",
-                    "resnet18", "--num-of-class", "10", "--crop-size", "32",
-                    "--mixup-alpha", str(alpha))
+    config = recipe(
+        "resnet50_tf_250e_mixup",
+        "--image-root",
+        "x",
+        "--model-arch-name",
+        "resnet18",
+        "--num-of-class",
+        "10",
+        "--crop-size",
+        "32",
+        "--mixup-alpha",
+        str(alpha),
+    )
     programs = program.build_programs(config, steps_per_epoch=10, global_batch=4)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)
     rng = np.random.RandomState(1)
-    feed = {"data": rng.standard_normal((4, 3, 32, 32)).astype("float32"),
-            "label": np.array([[0], [3], [3], [9]], dtype="int64")}
+    feed = {
+        "data": rng.standard_normal((4, 3, 32, 32)).astype("float32"),
+        "label": np.array([[0], [3], [3], [9]], dtype="int64"),
+    }
     if alpha:
         feed["mixup_lambda"] = np.array([mixup_lambda], dtype="float32")
     fetch = [programs.train_fetches["loss"], programs.soft_target]
@@ -123,13 +166,20 @@ def test_mixup_with_weight_one_equals_no_mixup():
 def test_mixup_targets_blend_the_reversed_batch_and_sum_to_one():
     _, target = _mixup_step(0.2, 0.3)
     np.testing.assert_allclose(target.sum(axis=1), 1.0, atol=1e-6)
-    smooth = lambda c: np.eye(10)[c] * 0.9 + 0.01       # noqa: E731  label smoothing 0.1
+    smooth = lambda c: np.eye(10)[c] * 0.9 + 0.01  # noqa: E731  label smoothing 0.1
     np.testing.assert_allclose(target[0], 0.3 * smooth(0) + 0.7 * smooth(9), atol=1e-6)
 
 
 def test_color_jitter_changes_training_images_not_labels(fmnist_root):
-    base = dict(image_root=fmnist_root, batch_size=16, crop_size=28, resize_short=28,
-                num_threads=1, rand_crop_scale=(1.0, 1.0), rand_crop_ratio=(1.0, 1.0))
+    base = dict(
+        image_root=fmnist_root,
+        batch_size=16,
+        crop_size=28,
+        resize_short=28,
+        num_threads=1,
+        rand_crop_scale=(1.0, 1.0),
+        rand_crop_ratio=(1.0, 1.0),
+    )
     plain_cfg = DataConfig(**base)
     jitter_cfg = DataConfig(color_jitter=(0.4, 0.4, 0.4), **base)
     split = open_split(plain_cfg, "train")

@@ -44,16 +44,21 @@ def decoded_epoch(read, num_images):
 
 
 def read_in_order(root, split, fmt, shard_id=0, num_shards=1):
-    return lambda: records.read_records(root, split, fmt, shard_id, num_shards,
-                                        random_shuffle=False, seed=0)
+    return lambda: records.read_records(
+        root, split, fmt, shard_id, num_shards, random_shuffle=False, seed=0
+    )
 
 
 def read_files(image_list):
     def read():
-        encoded, labels = fn.readers.file(files=list(image_list.files),
-                                          labels=list(image_list.labels),
-                                          random_shuffle=False, pad_last_batch=True)
+        encoded, labels = fn.readers.file(
+            files=list(image_list.files),
+            labels=list(image_list.labels),
+            random_shuffle=False,
+            pad_last_batch=True,
+        )
         return encoded, fn.cast(labels, dtype=types.INT64)
+
     return read
 
 
@@ -75,7 +80,7 @@ def test_a_shard_reads_the_records_of_its_shard_range(fmnist_root, record_root):
     shard = records.shard_range(130, 1, 3)
     assert (shard.start, shard.stop) == (43, 86)
     _, got = decoded_epoch(read_in_order(record_root, "val", "recordio", 1, 3), len(shard))
-    assert got.ravel().tolist() == list(labels[shard.start:shard.stop])
+    assert got.ravel().tolist() == list(labels[shard.start : shard.stop])
 
 
 def test_written_files_counts_and_classes(fmnist_root, record_root):
@@ -88,25 +93,32 @@ def test_written_files_counts_and_classes(fmnist_root, record_root):
     assert not [name for name in os.listdir(record_root) if name.endswith(".tmp")]
     with open(os.path.join(record_root, "val.tfrecord"), "rb") as handle:
         _, _, first = next(records.tfrecord_frames(handle, "val.tfrecord"))
-    assert records.feature_kinds(first) == {records.ENCODED: records.BYTES_LIST,
-                                            records.LABEL: records.INT64_LIST,
-                                            records.TEXT: records.BYTES_LIST}
+    assert records.feature_kinds(first) == {
+        records.ENCODED: records.BYTES_LIST,
+        records.LABEL: records.INT64_LIST,
+        records.TEXT: records.BYTES_LIST,
+    }
 
 
 def test_missing_record_file_or_index_is_named(record_root, tmp_path):
     for name in ("val.rec", "val.idx"):
         os.link(os.path.join(record_root, name), tmp_path / name)
     os.remove(tmp_path / "val.idx")
-    with pytest.raises(DataError, match=r"val.rec: index file .*val.idx is missing; "
-                                        r"create it with scripts/data/make_records.py"):
+    with pytest.raises(
+        DataError,
+        match=r"val.rec: index file .*val.idx is missing; "
+        r"create it with scripts/data/make_records.py",
+    ):
         records.count_records(str(tmp_path), "val", "recordio")
     with pytest.raises(DataError, match=r"train.tfrecord: record file is missing"):
         records.record_files(str(tmp_path), "train", "tfrecord")
 
 
 def example(image_bytes, label, drop=None):
-    features = {records.ENCODED: records.bytes_feature(image_bytes),
-                records.LABEL: records.int64_feature(label)}
+    features = {
+        records.ENCODED: records.bytes_feature(image_bytes),
+        records.LABEL: records.int64_feature(label),
+    }
     features.pop(drop, None)
     return records.encode_example(features)
 
@@ -117,8 +129,8 @@ def test_record_without_label_is_named(fmnist_root, tmp_path):
     image_bytes = open(images.files[0], "rb").read()
     prefix = str(tmp_path / "val")
     records.write_tfrecord_examples(
-        [example(image_bytes, 0, drop=records.LABEL if i == 3 else None) for i in range(5)],
-        prefix)
+        [example(image_bytes, 0, drop=records.LABEL if i == 3 else None) for i in range(5)], prefix
+    )
     message = r"val.tfrecord: record 3 has no 'image/class/label' feature"
     with pytest.raises(DataError, match=message):
         records.check_records(str(tmp_path), "val", "tfrecord")
@@ -137,15 +149,27 @@ def test_malformed_tfrecord_files_are_named(record_root, tmp_path):
     stale_index = os.path.join(record_root, "train.tfrecord.idx")
     with pytest.raises(DataError, match=r"train.tfrecord.idx: does not list the 1 records"):
         records.check_tfrecord(path, stale_index)
-    records.write_tfrecord_examples([example(b"\xff\xd8", 1, drop=records.ENCODED)],
-                                    str(tmp_path / "val"))
+    records.write_tfrecord_examples(
+        [example(b"\xff\xd8", 1, drop=records.ENCODED)], str(tmp_path / "val")
+    )
     with pytest.raises(DataError, match=r"record 0 has no 'image/encoded' feature"):
         records.check_tfrecord(path)
-    records.write_tfrecord_examples([records.encode_example(
-        {records.ENCODED: records.bytes_feature(b"\xff\xd8"),
-         records.LABEL: records.bytes_feature(b"coat")})], str(tmp_path / "val"))
-    with pytest.raises(DataError, match=r"record 0: feature 'image/class/label' is bytes_list, "
-                                        r"expected int64_list"):
+    records.write_tfrecord_examples(
+        [
+            records.encode_example(
+                {
+                    records.ENCODED: records.bytes_feature(b"\xff\xd8"),
+                    records.LABEL: records.bytes_feature(b"coat"),
+                }
+            )
+        ],
+        str(tmp_path / "val"),
+    )
+    with pytest.raises(
+        DataError,
+        match=r"record 0: feature 'image/class/label' is bytes_list, "
+        r"expected int64_list",
+    ):
         records.check_tfrecord(path)
     with open(path, "r+b") as handle:
         handle.truncate(os.path.getsize(path) - 2)
@@ -154,24 +178,30 @@ def test_malformed_tfrecord_files_are_named(record_root, tmp_path):
 
 
 def test_crc32c_and_tfrecord_framing():
-    assert records.crc32c(b"123456789") == 0xE3069283          # the standard check value
+    assert records.crc32c(b"123456789") == 0xE3069283  # the standard check value
     frame = records.tfrecord_frame(b"abc")
     assert len(frame) == 8 + 4 + 3 + 4
     assert frame[:8] == (3).to_bytes(8, "little")
 
 
 def run_script(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "data", "make_records.py"),
-                           *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "data", "make_records.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_make_records_script(fmnist_root, tmp_path):
-    done = run_script("--image-root", fmnist_root, "--output", str(tmp_path), "--format",
-                      "recordio")
+    done = run_script(
+        "--image-root", fmnist_root, "--output", str(tmp_path), "--format", "recordio"
+    )
     assert done.returncode == 0, done.stderr
     assert os.path.join(str(tmp_path), "val.idx") in done.stdout.split()
-    failed = run_script("--image-root", str(tmp_path / "nowhere"), "--output", str(tmp_path),
-                        "--format", "tfrecord")
+    failed = run_script(
+        "--image-root", str(tmp_path / "nowhere"), "--output", str(tmp_path), "--format", "tfrecord"
+    )
     assert failed.returncode == 1
     assert failed.stderr.startswith("error: ") and failed.stderr.count("\n") == 1
     assert "holds no train/ or val/ folder" in failed.stderr
@@ -185,8 +215,9 @@ def test_loaders_give_identical_validation_batches_for_every_format(fmnist_root,
         if fmt != "folder":
             root = str(tmp_path / fmt)
             records.write_records(fmnist_root, root, fmt)
-        cfg = DataConfig(image_root=root, format=fmt, batch_size=16, crop_size=28,
-                         resize_short=28, num_threads=1)
+        cfg = DataConfig(
+            image_root=root, format=fmt, batch_size=16, crop_size=28, resize_short=28, num_threads=1
+        )
         split = open_split(cfg, "val")
         assert len(split) == 130 and len(split.classes) == 10
         passes[fmt] = list(make_loader(split, cfg, "NCHW", training=False))

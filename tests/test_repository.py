@@ -1,10 +1,12 @@
 """The README, recipes and launch scripts stay in step with the code; the import rule
 of docs/architecture.md holds."""
+
 import ast
 import glob
 import os
 import re
 import subprocess
+
 import tomllib
 
 from conftest import ROOT
@@ -18,14 +20,23 @@ def test_readme_flag_table_is_the_generated_one():
     block = readme.split("<!-- flag-table:start")[1].split("-->", 1)[1]
     block = block.split("<!-- flag-table:end -->")[0].lstrip("\n")
     assert block == flag_table_markdown(), (
-        "README flag table is stale: paste the output of python -m paddle_resnet.cli --flag-table")
+        "README flag table is stale: paste the output of python -m paddle_resnet.cli --flag-table"
+    )
 
 
 def tracked_python_files():
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
-                             "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
-    return [os.path.join(ROOT, path) for path in listed.stdout.split()
-            if os.path.exists(os.path.join(ROOT, path))]
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [
+        os.path.join(ROOT, path)
+        for path in listed.stdout.split()
+        if os.path.exists(os.path.join(ROOT, path))
+    ]
 
 
 def test_imports_are_at_the_top_of_every_module():
@@ -36,9 +47,11 @@ def test_imports_are_at_the_top_of_every_module():
             tree = ast.parse(handle.read())
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                nested += [f"{os.path.relpath(path, ROOT)}:{inner.lineno}"
-                           for inner in ast.walk(node)
-                           if isinstance(inner, (ast.Import, ast.ImportFrom))]
+                nested += [
+                    f"{os.path.relpath(path, ROOT)}:{inner.lineno}"
+                    for inner in ast.walk(node)
+                    if isinstance(inner, (ast.Import, ast.ImportFrom))
+                ]
     assert not nested, nested
 
 
@@ -61,9 +74,12 @@ def top_level_imports(path):
 def test_nothing_imports_the_entry_points():
     """train.py, export_model.py and inference.py are run, never imported: tests and
     scripts reach the same code in paddle_resnet.commands."""
-    importers = [f"{os.path.relpath(path, ROOT)}: {name}" for path in tracked_python_files()
-                 for name in top_level_imports(path)
-                 if name.split(".")[0] in ENTRY_POINTS + ("program",)]
+    importers = [
+        f"{os.path.relpath(path, ROOT)}: {name}"
+        for path in tracked_python_files()
+        for name in top_level_imports(path)
+        if name.split(".")[0] in ENTRY_POINTS + ("program",)
+    ]
     assert not importers, importers
 
 
@@ -83,7 +99,8 @@ def test_entry_points_only_call_their_command():
     for target in project["project"]["scripts"].values():
         module, _, function = target.partition(":")
         assert function == "main" and os.path.exists(
-            os.path.join(ROOT, *module.split(".")) + ".py"), target
+            os.path.join(ROOT, *module.split(".")) + ".py"
+        ), target
 
 
 def test_shell_scripts_parse_and_name_real_recipes():
@@ -100,6 +117,7 @@ def test_shell_scripts_parse_and_name_real_recipes():
 
 def test_launch_script_rejects_bad_arguments():
     launch = os.path.join(ROOT, "scripts", "training", "launch.sh")
-    result = subprocess.run(["bash", launch, "resnet50_paddle_90e", "8", "FP8"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["bash", launch, "resnet50_paddle_90e", "8", "FP8"], capture_output=True, text=True
+    )
     assert result.returncode == 2 and "PRECISION must be AMP or TF32" in result.stderr

@@ -1,22 +1,22 @@
 """Nothing silently wrong: runs never mix, labels never shift, ASP state is kept, outputs
 that cannot be written are named before work is lost, and Paddle's chatter stays hidden."""
+
 import fcntl
 import os
 import pty
 import shutil
-import subprocess
 import struct
+import subprocess
 import sys
 import termios
 
 import paddle
 import pytest
 
-from paddle_resnet.commands import inference
-from paddle_resnet.commands import train
 from conftest import ROOT, flat, once, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import devices
+from paddle_resnet.commands import inference, train
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError, ConfigError, DataError
 
@@ -27,15 +27,25 @@ def quiet():
 
 def test_a_fresh_run_refuses_a_folder_holding_another_runs_checkpoints(trained):
     again = build_config(dict(flat(trained), **{"run.report_file": None}))
-    with pytest.raises(CheckpointError, match=r"resnet18 already holds checkpoints of an "
-                                              r"earlier run \(epochs 1-3\): resume it"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"resnet18 already holds checkpoints of an "
+        r"earlier run \(epochs 1-3\): resume it",
+    ):
         train.run(again, report_stream=quiet())
 
 
 def test_resume_refuses_a_checkpoint_of_another_run(trained, fmnist_root, tmp_path):
-    other = small_config(fmnist_root, tmp_path, **{
-        "lr.base": 0.4, "run.epochs": 4, "model.zero_init_residual": True,
-        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18")})
+    other = small_config(
+        fmnist_root,
+        tmp_path,
+        **{
+            "lr.base": 0.4,
+            "run.epochs": 4,
+            "model.zero_init_residual": True,
+            "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+        },
+    )
     with pytest.raises(CheckpointError) as error:
         train.run(other, report_stream=quiet())
     message = str(error.value)
@@ -47,21 +57,39 @@ def test_resume_refuses_a_checkpoint_of_another_run(trained, fmnist_root, tmp_pa
 @once
 def test_resuming_an_asp_checkpoint_without_asp_is_refused(trained, fmnist_root, tmp_path):
     sparse_out = tmp_path / "sparse"
-    params = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams")
-    sparse = small_config(fmnist_root, sparse_out, **{
-        "asp.enabled": True, "asp.prune_model": True, "run.epochs": 1,
-        "run.from_pretrained_params": params, "run.run_scope": "train_only"})
+    params = os.path.join(
+        ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+    )
+    sparse = small_config(
+        fmnist_root,
+        sparse_out,
+        **{
+            "asp.enabled": True,
+            "asp.prune_model": True,
+            "run.epochs": 1,
+            "run.from_pretrained_params": params,
+            "run.run_scope": "train_only",
+        },
+    )
     train.run(sparse, report_stream=quiet())
-    dense_resume = small_config(fmnist_root, sparse_out, **{
-        "run.epochs": 2, "run.from_checkpoint": str(sparse_out / "resnet18" / "1")})
+    dense_resume = small_config(
+        fmnist_root,
+        sparse_out,
+        **{"run.epochs": 2, "run.from_checkpoint": str(sparse_out / "resnet18" / "1")},
+    )
     with pytest.raises(CheckpointError, match=r"asp.enabled: True -> False"):
         train.run(dense_resume, report_stream=quiet())
 
 
 def test_asp_without_prune_model_on_dense_weights_is_refused(trained, fmnist_root, tmp_path):
-    params = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams")
-    config = small_config(fmnist_root, tmp_path, **{"asp.enabled": True, "run.epochs": 1,
-                                                    "run.from_pretrained_params": params})
+    params = os.path.join(
+        ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+    )
+    config = small_config(
+        fmnist_root,
+        tmp_path,
+        **{"asp.enabled": True, "run.epochs": 1, "run.from_pretrained_params": params},
+    )
     with pytest.raises(ConfigError, match="these weights are dense: add --prune-model"):
         train.run(config, report_stream=quiet())
 
@@ -75,27 +103,64 @@ def renamed_tree(fmnist_root, tmp_path):
     return str(data)
 
 
-def test_evaluation_refuses_data_whose_class_names_are_not_the_models(trained, fmnist_root,
-                                                                     tmp_path):
+def test_evaluation_refuses_data_whose_class_names_are_not_the_models(
+    trained, fmnist_root, tmp_path
+):
     data = renamed_tree(fmnist_root, tmp_path)
-    config = small_config(data, tmp_path / "out", **{
-        "run.run_scope": "eval_only",
-        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18")})
+    config = small_config(
+        data,
+        tmp_path / "out",
+        **{
+            "run.run_scope": "eval_only",
+            "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+        },
+    )
     with pytest.raises(DataError, match="class names .* are not the model's"):
         train.run(config, report_stream=quiet())
 
 
 def test_inference_accuracy_refuses_renamed_classes(trained, fmnist_root, tmp_path, capsys):
     model_dir = tmp_path / "model"
-    assert subprocess.run([sys.executable, "export_model.py", "--model-arch-name", "resnet18",
-                           "--num-of-class", "10", "--crop-size", "32", "--resize-short", "32",
-                           "--from-checkpoint", os.path.join(trained.run.output_dir, "resnet18"),
-                           "--inference-dir", str(model_dir), "--export-log-path",
-                           str(tmp_path / "export.json")], cwd=ROOT).returncode == 0
+    assert (
+        subprocess.run(
+            [
+                sys.executable,
+                "export_model.py",
+                "--model-arch-name",
+                "resnet18",
+                "--num-of-class",
+                "10",
+                "--crop-size",
+                "32",
+                "--resize-short",
+                "32",
+                "--from-checkpoint",
+                os.path.join(trained.run.output_dir, "resnet18"),
+                "--inference-dir",
+                str(model_dir),
+                "--export-log-path",
+                str(tmp_path / "export.json"),
+            ],
+            cwd=ROOT,
+        ).returncode
+        == 0
+    )
     data = renamed_tree(fmnist_root, tmp_path)
-    assert inference.main(["--inference-dir", str(model_dir), "--mode", "accuracy",
-                           "--image-root", data, "--inference-log-path",
-                           str(tmp_path / "log.json")]) == 2
+    assert (
+        inference.main(
+            [
+                "--inference-dir",
+                str(model_dir),
+                "--mode",
+                "accuracy",
+                "--image-root",
+                data,
+                "--inference-log-path",
+                str(tmp_path / "log.json"),
+            ]
+        )
+        == 2
+    )
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "are not the model's" in last and "'purse'" in last and "'bag'" in last
 
@@ -104,30 +169,59 @@ def test_a_newest_checkpoint_folder_without_meta_is_named(trained, tmp_path):
     folder = tmp_path / "resnet18"
     shutil.copytree(os.path.join(trained.run.output_dir, "resnet18"), folder)
     os.remove(folder / "3" / "meta.json")
-    with pytest.raises(CheckpointError, match=r"resnet18/3: the newest checkpoint folder has "
-                                              r"no meta.json"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"resnet18/3: the newest checkpoint folder has "
+        r"no meta.json",
+    ):
         ckpt.read_checkpoint(str(folder))
 
 
-@pytest.mark.parametrize("where, cause", [
-    ("/proc/self/cannot_write", "cannot write there"),
-    ("FILE", "is a file, not a folder"),
-])
-def test_unwritable_output_folders_are_named_before_training(fmnist_root, tmp_path, capsys,
-                                                             where, cause):
+@pytest.mark.parametrize(
+    "where, cause",
+    [
+        ("/proc/self/cannot_write", "cannot write there"),
+        ("FILE", "is a file, not a folder"),
+    ],
+)
+def test_unwritable_output_folders_are_named_before_training(
+    fmnist_root, tmp_path, capsys, where, cause
+):
     if where == "FILE":
         where = str(tmp_path / "a_file")
         open(where, "w").close()
-    assert train.main(["--model-arch-name", "resnet18", "--num-of-class", "10", "--crop-size",
-                       "32", "--resize-short", "32", "--batch-size", "16", "--epochs", "1",
-                       "--warmup-epochs", "0", "--image-root", fmnist_root,
-                       "--output-dir", where]) == 2
+    assert (
+        train.main(
+            [
+                "--model-arch-name",
+                "resnet18",
+                "--num-of-class",
+                "10",
+                "--crop-size",
+                "32",
+                "--resize-short",
+                "32",
+                "--batch-size",
+                "16",
+                "--epochs",
+                "1",
+                "--warmup-epochs",
+                "0",
+                "--image-root",
+                fmnist_root,
+                "--output-dir",
+                where,
+            ]
+        )
+        == 2
+    )
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(f"error: --output-dir {where}: {cause}"), last
 
 
-def test_a_full_disk_while_saving_is_one_line_and_keeps_earlier_checkpoints(trained, tmp_path,
-                                                                            monkeypatch):
+def test_a_full_disk_while_saving_is_one_line_and_keeps_earlier_checkpoints(
+    trained, tmp_path, monkeypatch
+):
     folder = tmp_path / "resnet18"
     shutil.copytree(os.path.join(trained.run.output_dir, "resnet18"), folder)
 
@@ -135,27 +229,59 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_earlier_checkpoints(trai
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(paddle.static, "save", disk_full)
-    with pytest.raises(CheckpointError, match=r"resnet18/4: the checkpoint cannot be written "
-                                              r"\(No space left on device\); the earlier"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"resnet18/4: the checkpoint cannot be written "
+        r"\(No space left on device\); the earlier",
+    ):
         ckpt.save_checkpoint(paddle.static.Program(), str(folder / "4"), {"epoch": 4})
     assert ckpt.saved_epochs(str(folder)) == [1, 2, 3]
-    assert sorted(os.listdir(folder)) == ["1", "2", "3"]          # no staging left behind
+    assert sorted(os.listdir(folder)) == ["1", "2", "3"]  # no staging left behind
 
 
-CHATTER = ("valid_optimizer_list", "meta_optimizer=", "OMP_NUM_THREADS set to",
-           "UserWarning", "] [    INFO]", "New Executor is Running", "DeprecationWarning")
+CHATTER = (
+    "valid_optimizer_list",
+    "meta_optimizer=",
+    "OMP_NUM_THREADS set to",
+    "UserWarning",
+    "] [    INFO]",
+    "New Executor is Running",
+    "DeprecationWarning",
+)
 
 
 @pytest.mark.gpu_wheel
 def test_the_console_shows_no_paddle_chatter_unless_verbose(fmnist_root, tmp_path):
-    command = [sys.executable, "train.py", "--model-arch-name", "resnet18", "--num-of-class",
-               "10", "--crop-size", "32", "--resize-short", "32", "--batch-size", "16",
-               "--epochs", "1", "--warmup-epochs", "0", "--run-scope", "train_only",
-               "--image-root", fmnist_root]
+    command = [
+        sys.executable,
+        "train.py",
+        "--model-arch-name",
+        "resnet18",
+        "--num-of-class",
+        "10",
+        "--crop-size",
+        "32",
+        "--resize-short",
+        "32",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "1",
+        "--warmup-epochs",
+        "0",
+        "--run-scope",
+        "train_only",
+        "--image-root",
+        fmnist_root,
+    ]
     # --verbose False (NVIDIA's spelling) is quiet: the value counts, not the flag's presence
-    quiet_run = subprocess.run(command + ["--output-dir", str(tmp_path / "quiet"), "--verbose",
-                                          "False"], cwd=ROOT, capture_output=True, text=True,
-                               timeout=300)
+    quiet_run = subprocess.run(
+        command + ["--output-dir", str(tmp_path / "quiet"), "--verbose", "False"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert quiet_run.returncode == 0, quiet_run.stderr
     console = quiet_run.stdout + quiet_run.stderr
     assert not [word for word in CHATTER if word in console], console
@@ -163,8 +289,13 @@ def test_the_console_shows_no_paddle_chatter_unless_verbose(fmnist_root, tmp_pat
     device = devices.describe(0 if devices.gpu_available() else None)
     assert quiet_run.stdout.splitlines()[0] == f"resnet18: 10 classes, rank 0/1, {device}"
     assert "summary" in quiet_run.stdout and "checkpoints" in quiet_run.stdout
-    loud = subprocess.run(command + ["--output-dir", str(tmp_path / "loud"), "--verbose"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    loud = subprocess.run(
+        command + ["--output-dir", str(tmp_path / "loud"), "--verbose"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert loud.returncode == 0
     assert "valid_optimizer_list" in loud.stdout + loud.stderr
 
@@ -176,9 +307,9 @@ def test_a_checkpoint_replacement_left_by_a_dead_node_is_finished(trained, tmp_p
     arch = tmp_path / "resnet18"
     shutil.copytree(os.path.join(trained.run.output_dir, "resnet18"), arch)
     owner = "node-b-4242"
-    shutil.copytree(arch / "3", arch / f".3.retired-{owner}")      # the replaced folder
-    os.rename(arch / "3", arch / f".3.partial-{owner}")             # the complete new one
-    (arch / f".3.lock-{owner}").touch()                             # its lock, released
+    shutil.copytree(arch / "3", arch / f".3.retired-{owner}")  # the replaced folder
+    os.rename(arch / "3", arch / f".3.partial-{owner}")  # the complete new one
+    (arch / f".3.lock-{owner}").touch()  # its lock, released
     assert ckpt.resolve_checkpoint(str(arch)) == str(arch / "3")
     assert ckpt.read_checkpoint(str(arch))[0]["epoch"] == 3
     assert sorted(os.listdir(arch)) == ["1", "2", "3"]
@@ -189,18 +320,39 @@ def test_a_terminal_of_no_columns_gets_the_lines(fmnist_root, tmp_path):
     run prints its DLLogger lines there instead."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 0, 0, 0))
-    command = [sys.executable, "train.py", "--model-arch-name", "resnet18", "--num-of-class",
-               "10", "--crop-size", "32", "--resize-short", "32", "--batch-size", "16",
-               "--epochs", "1", "--warmup-epochs", "0", "--run-scope", "train_only",
-               "--print-interval", "5", "--image-root", fmnist_root,
-               "--output-dir", str(tmp_path)]
+    command = [
+        sys.executable,
+        "train.py",
+        "--model-arch-name",
+        "resnet18",
+        "--num-of-class",
+        "10",
+        "--crop-size",
+        "32",
+        "--resize-short",
+        "32",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "1",
+        "--warmup-epochs",
+        "0",
+        "--run-scope",
+        "train_only",
+        "--print-interval",
+        "5",
+        "--image-root",
+        fmnist_root,
+        "--output-dir",
+        str(tmp_path),
+    ]
     job = subprocess.Popen(command, cwd=ROOT, stdout=follower, stderr=follower)
     os.close(follower)
     output = b""
     while True:
         try:
             chunk = os.read(leader, 4096)
-        except OSError:                       # the child closed the terminal
+        except OSError:  # the child closed the terminal
             break
         if not chunk:
             break

@@ -1,6 +1,7 @@
 """Sparse INT8: a 2:4 model trained with quantization while its masks are enforced (the
 toolkit owns the masks where Fleet cannot combine ASP with QAT), its pattern checked in
 the QAT checkpoint, the oneDNN int8 export and the ONNX export."""
+
 import os
 import subprocess
 import sys
@@ -10,39 +11,61 @@ import paddle
 import pytest
 from paddle.distributed import fleet
 
-from paddle_resnet.commands import export_model
-from paddle_resnet import program
 from conftest import ROOT, flat, once, train_in_fresh_process
 from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import exported, optional
+from paddle_resnet import exported, optional, program
+from paddle_resnet.commands import export_model
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.sparsity.pattern import MASK_SUFFIX, is_2to4, sparse_parameters
 
 pytestmark = pytest.mark.gpu_wheel
 
-QAT_PHASE = {"qat.enabled": True, "asp.enabled": True, "asp.prune_model": False,
-             "lr.base": 0.05, "lr.warmup_epochs": 0.0}
+QAT_PHASE = {
+    "qat.enabled": True,
+    "asp.enabled": True,
+    "asp.prune_model": False,
+    "lr.base": 0.05,
+    "lr.warmup_epochs": 0.0,
+}
 
 
 @pytest.fixture(scope="module")
 def pruned(trained, tmp_path_factory):
     """The trained dense model pruned to 2:4 and fine-tuned one epoch with its masks."""
-    config = build_config(dict(flat(trained), **{
-        "asp.enabled": True, "asp.prune_model": True, "run.epochs": 1,
-        "run.output_dir": str(tmp_path_factory.mktemp("pruned")),
-        "run.from_pretrained_params": os.path.join(
-            ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams")}))
+    config = build_config(
+        dict(
+            flat(trained),
+            **{
+                "asp.enabled": True,
+                "asp.prune_model": True,
+                "run.epochs": 1,
+                "run.output_dir": str(tmp_path_factory.mktemp("pruned")),
+                "run.from_pretrained_params": os.path.join(
+                    ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+                ),
+            },
+        )
+    )
     train_in_fresh_process(config)
     return config
 
 
 def qat_phase(pruned, output_dir, epochs=2, **values):
     """NVIDIA's sparse INT8 order: QAT from the fine-tuned 2:4 checkpoint, masks kept."""
-    return build_config(dict(flat(pruned), **QAT_PHASE, **{
-        "run.epochs": epochs, "run.output_dir": str(output_dir),
-        "run.from_pretrained_params": None,
-        "run.from_checkpoint": os.path.join(pruned.run.output_dir, "resnet18")}, **values))
+    return build_config(
+        dict(
+            flat(pruned),
+            **QAT_PHASE,
+            **{
+                "run.epochs": epochs,
+                "run.output_dir": str(output_dir),
+                "run.from_pretrained_params": None,
+                "run.from_checkpoint": os.path.join(pruned.run.output_dir, "resnet18"),
+            },
+            **values,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,18 +79,21 @@ def test_qat_keeps_every_mask_and_trains_quantized(pruned, sparse_qat):
     _, before = ckpt.read_checkpoint(os.path.join(pruned.run.output_dir, "resnet18"))
     _, after = ckpt.read_checkpoint(os.path.join(sparse_qat.run.output_dir, "resnet18"))
     masked = sparse_parameters(before)
-    assert len(masked) == 19 and sparse_parameters(after) == masked   # the 3-channel stem stays dense
+    assert (
+        len(masked) == 19 and sparse_parameters(after) == masked
+    )  # the 3-channel stem stays dense
     for name in masked:
         np.testing.assert_array_equal(after[name + MASK_SUFFIX], before[name + MASK_SUFFIX])
         assert is_2to4(after[name]) and not after[name][before[name + MASK_SUFFIX] == 0].any()
-        assert not np.array_equal(after[name], before[name])          # and it did train
+        assert not np.array_equal(after[name], before[name])  # and it did train
     scales = [name for name in after if name.endswith("@scale")]
-    assert len(scales) >= 21                                        # trained with QAT
+    assert len(scales) >= 21  # trained with QAT
 
 
 def test_both_strategies_are_in_the_train_program(pruned, tmp_path):
-    programs = program.build_programs(qat_phase(pruned, tmp_path), steps_per_epoch=10,
-                                      global_batch=16)
+    programs = program.build_programs(
+        qat_phase(pruned, tmp_path), steps_per_epoch=10, global_batch=16
+    )
     applied = program.applied_strategies(programs.train)
     assert applied["ASP"] and applied["QAT"]
 
@@ -81,7 +107,7 @@ def test_a_strategy_fleet_drops_is_named(pruned, tmp_path):
         x = paddle.static.data("x", [None, 8], "float32")
         loss = paddle.mean(paddle.nn.Linear(8, 8)(x))
         strategy = program.distributed_strategy(config, on_gpu=False)
-        strategy.asp = True                                 # what the toolkit no longer asks
+        strategy.asp = True  # what the toolkit no longer asks
         fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), strategy=strategy).minimize(loss)
     with pytest.raises(ConfigError, match=r"did not apply QAT to the train program"):
         program.check_strategies_applied(config, main)
@@ -91,9 +117,15 @@ def test_a_strategy_fleet_drops_is_named(pruned, tmp_path):
 def test_sparse_qat_resume_is_exact(sparse_qat, tmp_path):
     """Epoch 2 again, resumed from the run's epoch-1 checkpoint: masks, scales, the QAT
     accumulators and momentum continue bit for bit."""
-    resumed = build_config(dict(flat(sparse_qat), **{
-        "run.output_dir": str(tmp_path),
-        "run.from_checkpoint": os.path.join(sparse_qat.run.output_dir, "resnet18", "1")}))
+    resumed = build_config(
+        dict(
+            flat(sparse_qat),
+            **{
+                "run.output_dir": str(tmp_path),
+                "run.from_checkpoint": os.path.join(sparse_qat.run.output_dir, "resnet18", "1"),
+            },
+        )
+    )
     train_in_fresh_process(resumed)
     _, straight = ckpt.read_checkpoint(os.path.join(sparse_qat.run.output_dir, "resnet18", "2"))
     _, again = ckpt.read_checkpoint(os.path.join(str(tmp_path), "resnet18", "2"))
@@ -103,8 +135,13 @@ def test_sparse_qat_resume_is_exact(sparse_qat, tmp_path):
 
 
 def checker(path):
-    return subprocess.run([sys.executable, "-m", "paddle_resnet.sparsity", str(path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "paddle_resnet.sparsity", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_int8_exports_hold_the_pattern(sparse_qat, tmp_path):
@@ -112,10 +149,17 @@ def test_the_int8_exports_hold_the_pattern(sparse_qat, tmp_path):
     assert checkpoint.returncode == 0, checkpoint.stdout + checkpoint.stderr
     assert "19 weights marked sparse, 0 violate 2:4" in checkpoint.stdout
     assert "int8 (QAT-trained scale)" in checkpoint.stdout
-    config = build_config(dict(flat(sparse_qat), **{
-        "run.from_checkpoint": os.path.join(sparse_qat.run.output_dir, "resnet18"),
-        "inference.model_dir": str(tmp_path / "model"), "inference.onnx": optional.has_paddle2onnx,
-        "inference.export_log_path": str(tmp_path / "export.json")}))
+    config = build_config(
+        dict(
+            flat(sparse_qat),
+            **{
+                "run.from_checkpoint": os.path.join(sparse_qat.run.output_dir, "resnet18"),
+                "inference.model_dir": str(tmp_path / "model"),
+                "inference.onnx": optional.has_paddle2onnx,
+                "inference.export_log_path": str(tmp_path / "export.json"),
+            },
+        )
+    )
     export_model.export(config)
     info = exported.read_info(config.inference.model_dir)
     assert len(info["sparse_2to4"]) == 19 and info["quantization"]["method"] == "qat"
@@ -124,7 +168,7 @@ def test_the_int8_exports_hold_the_pattern(sparse_qat, tmp_path):
     tables = export.stdout.count("19 weights marked sparse, 0 violate 2:4, 0 missing")
     assert tables == (2 if optional.has_paddle2onnx else 1), export.stdout
     paddle_table = export.stdout.split(exported.ONNX_FILE)[0]
-    assert paddle_table.count("int8 (QAT-trained scale)") == 21     # every conv and the fc
+    assert paddle_table.count("int8 (QAT-trained scale)") == 21  # every conv and the fc
     # paddle2onnx 1.2.11 (onnxruntime backend) keeps quantize/dequantize pairs for a few
     # convolutions only; the table says which (README: ONNX)
 

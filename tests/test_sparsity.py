@@ -1,4 +1,5 @@
 """2:4 sparsity: masks on real weights, kept through training, checkpoints and export."""
+
 import os
 import subprocess
 import sys
@@ -8,11 +9,10 @@ import paddle
 import pytest
 from paddle.incubate import asp
 
-from paddle_resnet.commands import export_model
-from paddle_resnet import program
-from paddle_resnet.commands import train
 from conftest import flat, once, small_config
 from paddle_resnet import checkpoint as ckpt
+from paddle_resnet import program
+from paddle_resnet.commands import export_model, train
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError, ConfigError
 from paddle_resnet.report import read_report
@@ -28,22 +28,27 @@ def quiet():
 
 
 def weights_of(config, epoch):
-    return ckpt.read_checkpoint(ckpt.checkpoint_dir(config.run.output_dir, config.model.arch, epoch))[1]
+    return ckpt.read_checkpoint(
+        ckpt.checkpoint_dir(config.run.output_dir, config.model.arch, epoch)
+    )[1]
 
 
 @pytest.mark.parametrize("algo", ["mask_1d", "mask_2d_greedy", "mask_2d_best"])
 def test_mask_algorithms_give_2to4_on_real_weights(trained, algo):
     state = weights_of(trained, 3)
-    conv = state["conv2d_5.w_0"]                       # layer1: [64, 64, 3, 3]
-    fc = state["linear_0.w_0"]                         # [512, 10]
+    conv = state["conv2d_5.w_0"]  # layer1: [64, 64, 3, 3]
+    fc = state["linear_0.w_0"]  # [512, 10]
     for weight in (conv, fc):
-        rows = sparsity.rows_along_input(weight)       # groups of 4 along the input dimension
+        rows = sparsity.rows_along_input(weight)  # groups of 4 along the input dimension
         mask = asp.create_mask(rows, func_name=asp.MaskAlgo[algo.upper()])
         pruned = rows * mask
-        assert sparsity.is_2to4(pruned.T if weight.ndim == 2 else
-                                pruned.reshape(conv.shape[0], 3, 3, -1).transpose(0, 3, 1, 2))
+        assert sparsity.is_2to4(
+            pruned.T
+            if weight.ndim == 2
+            else pruned.reshape(conv.shape[0], 3, 3, -1).transpose(0, 3, 1, 2)
+        )
         assert sparsity.density(pruned) == pytest.approx(0.5, abs=0.01)
-        if algo != "mask_1d":                          # 2-D masks also hold along the outputs
+        if algo != "mask_1d":  # 2-D masks also hold along the outputs
             groups = pruned[: pruned.shape[0] // 4 * 4].reshape(-1, 4, pruned.shape[1])
             assert ((groups != 0).sum(axis=1) <= 2).all()
 
@@ -52,11 +57,22 @@ def test_mask_algorithms_give_2to4_on_real_weights(trained, algo):
 def sparse_run(trained, tmp_path_factory):
     """Prune the trained model (mask_1d, fc and layer4.1.conv2 kept dense), retrain two epochs."""
     out = tmp_path_factory.mktemp("sparse")
-    config = build_config(dict(flat(trained), **{
-        "asp.enabled": True, "asp.prune_model": True, "asp.exclude": ("fc", "layer4.1.conv2"),
-        "optimizer.weight_decay": 1e-3, "run.epochs": 2, "run.output_dir": str(out),
-        "run.from_pretrained_params": os.path.join(
-            ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams")}))
+    config = build_config(
+        dict(
+            flat(trained),
+            **{
+                "asp.enabled": True,
+                "asp.prune_model": True,
+                "asp.exclude": ("fc", "layer4.1.conv2"),
+                "optimizer.weight_decay": 1e-3,
+                "run.epochs": 2,
+                "run.output_dir": str(out),
+                "run.from_pretrained_params": os.path.join(
+                    ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+                ),
+            },
+        )
+    )
     train.run(config, report_stream=quiet())
     return config
 
@@ -75,19 +91,29 @@ def test_pruned_weights_stay_2to4_with_the_same_zeros(sparse_run):
     for name in pruned:
         assert sparsity.is_2to4(after_two[name]), name
         np.testing.assert_array_equal(after_one[name] == 0, after_two[name] == 0)
-        assert not np.array_equal(after_one[name], after_two[name])     # it did train
+        assert not np.array_equal(after_one[name], after_two[name])  # it did train
     names = {row["layer"]: row["param"] for row in table}
     for dense in ("fc.weight", "layer4.1.conv2.weight"):
         assert sparsity.density(after_two[names[dense]]) > 0.99
     val = [r for r in records if r["type"] == "VAL"]
-    assert val[0]["step"] == [0]                     # evaluated right after pruning
+    assert val[0]["step"] == [0]  # evaluated right after pruning
 
 
 def test_resume_keeps_the_masks(sparse_run, tmp_path):
-    config = build_config(dict(flat(sparse_run), **{
-        "asp.prune_model": False, "run.from_pretrained_params": None, "run.epochs": 3,
-        "run.output_dir": str(tmp_path),
-        "run.from_checkpoint": ckpt.checkpoint_dir(sparse_run.run.output_dir, "resnet18", 2)}))
+    config = build_config(
+        dict(
+            flat(sparse_run),
+            **{
+                "asp.prune_model": False,
+                "run.from_pretrained_params": None,
+                "run.epochs": 3,
+                "run.output_dir": str(tmp_path),
+                "run.from_checkpoint": ckpt.checkpoint_dir(
+                    sparse_run.run.output_dir, "resnet18", 2
+                ),
+            },
+        )
+    )
     train.run(config, report_stream=quiet())
     before, after = weights_of(sparse_run, 2), weights_of(config, 3)
     for name in sparsity.sparse_parameters(before):
@@ -98,10 +124,19 @@ def test_resume_keeps_the_masks(sparse_run, tmp_path):
 @once
 def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, tmp_path):
     model_dir = str(tmp_path / "model")
-    config = build_config(dict(flat(sparse_run), **{
-        "run.from_pretrained_params": None, "inference.model_dir": model_dir,
-        "inference.export_log_path": str(tmp_path / "export.json"),
-        "run.from_checkpoint": ckpt.checkpoint_dir(sparse_run.run.output_dir, "resnet18", 2)}))
+    config = build_config(
+        dict(
+            flat(sparse_run),
+            **{
+                "run.from_pretrained_params": None,
+                "inference.model_dir": model_dir,
+                "inference.export_log_path": str(tmp_path / "export.json"),
+                "run.from_checkpoint": ckpt.checkpoint_dir(
+                    sparse_run.run.output_dir, "resnet18", 2
+                ),
+            },
+        )
+    )
     report = export_model.export(config)
     assert len(report["sparse_2to4"]) == 18
     result = check(model_dir)
@@ -125,8 +160,9 @@ def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, t
 
 def check(path):
     """The checker as users run it: a fresh process."""
-    return subprocess.run([sys.executable, "-m", "paddle_resnet.sparsity", path],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "paddle_resnet.sparsity", path], capture_output=True, text=True
+    )
 
 
 def test_bad_asp_input(trained, fmnist_root, tmp_path):
@@ -134,25 +170,41 @@ def test_bad_asp_input(trained, fmnist_root, tmp_path):
         small_config(fmnist_root, tmp_path, **{"asp.prune_model": True})
     with pytest.raises(ConfigError, match=r"asp.mask_algo \(--mask-algo\) must be one of"):
         small_config(fmnist_root, tmp_path, **{"asp.enabled": True, "asp.mask_algo": "mask_3d"})
-    config = small_config(fmnist_root, tmp_path, **{"asp.enabled": True,
-                                                    "asp.exclude": ("fc", "layer9.conv1")})
+    config = small_config(
+        fmnist_root, tmp_path, **{"asp.enabled": True, "asp.exclude": ("fc", "layer9.conv1")}
+    )
     with pytest.raises(ConfigError, match="'layer9.conv1' matches no layer"):
         program.build_programs(config, steps_per_epoch=10, global_batch=16)
-    params = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams")
-    other = small_config(fmnist_root, tmp_path, **{
-        "model.arch": "resnet34", "asp.enabled": True, "asp.prune_model": True,
-        "run.from_pretrained_params": params})
+    params = os.path.join(
+        ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+    )
+    other = small_config(
+        fmnist_root,
+        tmp_path,
+        **{
+            "model.arch": "resnet34",
+            "asp.enabled": True,
+            "asp.prune_model": True,
+            "run.from_pretrained_params": params,
+        },
+    )
     with pytest.raises(CheckpointError, match="does not fit resnet34"):
         train.run(other, report_stream=quiet())
 
 
 def test_amp_and_asp_combine_in_one_program(fmnist_root, tmp_path):
-    config = small_config(fmnist_root, tmp_path, **{"asp.enabled": True, "amp.enabled": True,
-                                                    "amp.use_dynamic_loss_scaling": True})
+    config = small_config(
+        fmnist_root,
+        tmp_path,
+        **{"asp.enabled": True, "amp.enabled": True, "amp.use_dynamic_loss_scaling": True},
+    )
     programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)
     ops = programs.train.global_block().ops
     types = [op.type for op in ops]
     assert "check_finite_and_unscale" in types and "update_loss_scaling" in types
-    masked = {op.input("X")[0] for op in ops if op.type == "elementwise_mul"
-              and op.input("Y")[0].endswith(sparsity.MASK_SUFFIX)}
+    masked = {
+        op.input("X")[0]
+        for op in ops
+        if op.type == "elementwise_mul" and op.input("Y")[0].endswith(sparsity.MASK_SUFFIX)
+    }
     assert "conv2d_1.w_0" in masked and "linear_0.w_0" not in masked

@@ -1,4 +1,5 @@
 """End-to-end runs of train.py on real JPEGs: training, exact evaluation, checkpoints, resume."""
+
 import glob
 import json
 import os
@@ -11,9 +12,9 @@ import paddle
 import pytest
 from visualdl import LogReader
 
-from paddle_resnet.commands import train
 from conftest import ROOT, flat, once, small_config
 from paddle_resnet import checkpoint as ckpt
+from paddle_resnet.commands import train
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError
 from paddle_resnet.report import read_report
@@ -46,8 +47,8 @@ def test_checkpoints_hold_everything_needed(trained):
         meta, state = ckpt.read_checkpoint(directory)
         assert meta["epoch"] == epoch and meta["global_step"] == 10 * epoch
         assert meta["config"]["model"]["arch"] == "resnet18"
-        assert any(name.endswith("_velocity_0") for name in state)          # optimizer state
-        assert any(name.endswith(".w_1") for name in state)                 # BN running mean
+        assert any(name.endswith("_velocity_0") for name in state)  # optimizer state
+        assert any(name.endswith(".w_1") for name in state)  # BN running mean
     with open(os.path.join(trained.run.output_dir, "classes.json")) as handle:
         assert len(json.load(handle)) == 10
     assert not glob.glob(os.path.join(trained.run.output_dir, "resnet18", ".*"))
@@ -57,10 +58,19 @@ def test_checkpoints_hold_everything_needed(trained):
 def test_evaluation_is_exact_whatever_the_batch_size(trained, fmnist_root):
     results = []
     for batch_size in (16, 7, 130):
-        config = build_config(dict(flat(trained), **{
-            "run.run_scope": "eval_only", "data.batch_size": batch_size,
-            "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
-            "run.report_file": os.path.join(trained.run.output_dir, f"eval{batch_size}.json")}))
+        config = build_config(
+            dict(
+                flat(trained),
+                **{
+                    "run.run_scope": "eval_only",
+                    "data.batch_size": batch_size,
+                    "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+                    "run.report_file": os.path.join(
+                        trained.run.output_dir, f"eval{batch_size}.json"
+                    ),
+                },
+            )
+        )
         results.append(run(config))
     for result in results:
         assert result["val.images"] == 130
@@ -79,17 +89,45 @@ def test_resume_continues_exactly(fmnist_root, tmp_path):
     Both runs are fresh processes: earlier oneDNN inference in this process could
     change which CPU kernels later training picks.
     """
-    common = [sys.executable, "train.py", "--model-arch-name", "resnet18", "--num-of-class", "10",
-              "--image-root", fmnist_root, "--crop-size", "32", "--resize-short", "32",
-              "--batch-size", "16", "--epochs", "3", "--warmup-epochs", "0.5", "--lr", "0.4",
-              "--momentum", "0.9", "--run-scope", "train_only"]
+    common = [
+        sys.executable,
+        "train.py",
+        "--model-arch-name",
+        "resnet18",
+        "--num-of-class",
+        "10",
+        "--image-root",
+        fmnist_root,
+        "--crop-size",
+        "32",
+        "--resize-short",
+        "32",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "3",
+        "--warmup-epochs",
+        "0.5",
+        "--lr",
+        "0.4",
+        "--momentum",
+        "0.9",
+        "--run-scope",
+        "train_only",
+    ]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    for extra in (["--output-dir", str(straight)],
-                  ["--output-dir", str(resumed), "--from-checkpoint", str(straight / "resnet18" / "1")]):
-        result = subprocess.run(common + extra, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    for extra in (
+        ["--output-dir", str(straight)],
+        ["--output-dir", str(resumed), "--from-checkpoint", str(straight / "resnet18" / "1")],
+    ):
+        result = subprocess.run(
+            common + extra, cwd=ROOT, capture_output=True, text=True, timeout=600
+        )
         assert result.returncode == 0, result.stderr[-2000:]
     assert "resumed from" in result.stdout
-    resumed_epochs = [r["step"] for r in read_report(str(resumed / "report.json")) if r["type"] == "EPOCH"]
+    resumed_epochs = [
+        r["step"] for r in read_report(str(resumed / "report.json")) if r["type"] == "EPOCH"
+    ]
     assert resumed_epochs == [[2], [3]]
     expected = ckpt.read_checkpoint(str(straight / "resnet18" / "3"))[1]
     actual = ckpt.read_checkpoint(str(resumed / "resnet18" / "3"))[1]
@@ -113,7 +151,7 @@ def test_crash_while_saving_keeps_previous_checkpoint(trained, tmp_path, monkeyp
     monkeypatch.setattr(paddle.static, "save", crash)
     with pytest.raises(KeyboardInterrupt):
         ckpt.save_checkpoint(paddle.static.Program(), target, {"epoch": 2})
-    after = ckpt.read_checkpoint(str(programs_dir))[1]          # newest complete one
+    after = ckpt.read_checkpoint(str(programs_dir))[1]  # newest complete one
     assert after.keys() == before.keys()
     for name in before:
         np.testing.assert_array_equal(after[name], before[name])
@@ -135,10 +173,19 @@ def test_truncated_checkpoint_is_named(trained, tmp_path):
 
 @once
 def test_pretrained_params_skip_mismatched_classifier(trained, fmnist_root, tmp_path, capsys):
-    params = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams")
-    config = small_config(fmnist_root, tmp_path, **{
-        "run.epochs": 1, "run.run_scope": "train_only", "model.num_classes": 10,
-        "run.from_pretrained_params": params})
+    params = os.path.join(
+        ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+    )
+    config = small_config(
+        fmnist_root,
+        tmp_path,
+        **{
+            "run.epochs": 1,
+            "run.run_scope": "train_only",
+            "model.num_classes": 10,
+            "run.from_pretrained_params": params,
+        },
+    )
     train.run(config)
     assert "skipped" not in capsys.readouterr().out
     subset = tmp_path / "five"
@@ -146,28 +193,52 @@ def test_pretrained_params_skip_mismatched_classifier(trained, fmnist_root, tmp_
         for name in sorted(os.listdir(os.path.join(fmnist_root, split)))[:5]:
             os.makedirs(subset / split, exist_ok=True)
             os.symlink(os.path.join(fmnist_root, split, name), subset / split / name)
-    config = small_config(str(subset), tmp_path / "five_out", **{
-        "run.epochs": 1, "run.run_scope": "train_only", "model.num_classes": 5,
-        "run.from_pretrained_params": params})
+    config = small_config(
+        str(subset),
+        tmp_path / "five_out",
+        **{
+            "run.epochs": 1,
+            "run.run_scope": "train_only",
+            "model.num_classes": 5,
+            "run.from_pretrained_params": params,
+        },
+    )
     train.run(config)
     out = capsys.readouterr().out
-    assert "pretrained parameter skipped: linear_0.w_0 (shape (512, 10) in the file, (512, 5) here)" in out
+    assert (
+        "pretrained parameter skipped: linear_0.w_0 (shape (512, 10) in the file, (512, 5) here)"
+        in out
+    )
     assert "linear_0.b_0" in out and out.count("skipped") == 2
 
 
 def test_evaluation_rejects_weights_of_another_model(trained):
-    config = build_config(dict(flat(trained), **{
-        "run.run_scope": "eval_only", "model.arch": "resnet34",
-        "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18")}))
+    config = build_config(
+        dict(
+            flat(trained),
+            **{
+                "run.run_scope": "eval_only",
+                "model.arch": "resnet34",
+                "run.from_checkpoint": os.path.join(trained.run.output_dir, "resnet18"),
+            },
+        )
+    )
     with pytest.raises(CheckpointError, match="does not fit resnet34"):
         run(config)
 
 
 @once
 def test_benchmark_mode_times_the_requested_steps_and_saves_nothing(fmnist_root, tmp_path):
-    config = small_config(fmnist_root, tmp_path, **{
-        "run.benchmark": True, "run.benchmark_steps": 4, "run.benchmark_warmup_steps": 12,
-        "run.run_scope": "train_only"})
+    config = small_config(
+        fmnist_root,
+        tmp_path,
+        **{
+            "run.benchmark": True,
+            "run.benchmark_steps": 4,
+            "run.benchmark_warmup_steps": 12,
+            "run.run_scope": "train_only",
+        },
+    )
     result = run(config)
     # 12 warm-up + 4 timed steps cross the 10-step epoch: the loader restarts unnoticed.
     assert result["benchmark_steps"] == 4 and result["world_size"] == 1
@@ -180,22 +251,32 @@ def test_benchmark_mode_times_the_requested_steps_and_saves_nothing(fmnist_root,
 
 def test_plot_report_draws_the_last_run(trained, tmp_path):
     image = tmp_path / "curves.png"
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "plot_report.py"),
-                             trained.report_file, "--output", str(image)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "scripts", "plot_report.py"),
+            trained.report_file,
+            "--output",
+            str(image),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     with open(image, "rb") as handle:
         header = handle.read(24)
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
-    assert (width, height) == (1500, 400)          # three panels, figsize 15x4 at 100 dpi
+    assert (width, height) == (1500, 400)  # three panels, figsize 15x4 at 100 dpi
 
 
 @once
 def test_visualdl_logs_the_training_and_validation_scalars(fmnist_root, tmp_path):
     logdir = tmp_path / "vdl"
-    config = small_config(fmnist_root, tmp_path / "out", **{"run.epochs": 1,
-                                                            "run.visualdl_log_dir": str(logdir)})
+    config = small_config(
+        fmnist_root, tmp_path / "out", **{"run.epochs": 1, "run.visualdl_log_dir": str(logdir)}
+    )
     run(config)
     files = os.listdir(logdir)
     assert len(files) == 1 and files[0].startswith("vdlrecords.")
@@ -204,6 +285,7 @@ def test_visualdl_logs_the_training_and_validation_scalars(fmnist_root, tmp_path
     assert {"train/loss", "train/lr", "train/ips", "val/top1", "val/loss"} <= set(tags)
     logged = [r["data"]["loss"] for r in records(config, "LOG")]
     assert [round(p.value, 4) for p in reader.get_data("scalar", "train/loss")] == [
-        round(v, 4) for v in logged]
+        round(v, 4) for v in logged
+    ]
     val = records(config, "VAL")[0]["data"]["val.top1"]
     assert reader.get_data("scalar", "val/top1")[0].value == pytest.approx(val, abs=1e-6)

@@ -1,6 +1,7 @@
 """Importing weights users already have: torchvision / timm (PyTorch and safetensors
 files) and PaddleClas, checked output for output on real images against the source
 framework's own models; ASP and QAT starting from an imported file; bad files."""
+
 import json
 import os
 import subprocess
@@ -11,18 +12,18 @@ import paddle
 import pytest
 import torch
 from PIL import Image
+from seeded_weights import CROP, imagenet_normalise, seeded_state
 
-from paddle_resnet import feeds, program
-from paddle_resnet.commands import train
 from conftest import ROOT, once, small_config
 from paddle_resnet import checkpoint as ckpt
+from paddle_resnet import feeds, program
+from paddle_resnet.commands import train
 from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError
 from paddle_resnet.report import read_report
 from paddle_resnet.sparsity.pattern import is_2to4
 from paddle_resnet.weights import program_state, read_weights
 from paddle_resnet.weights.files import read_tensors
-from seeded_weights import CROP, imagenet_normalise, seeded_state
 
 # The import is plain Python over NumPy arrays and the program's parameter names, which
 # other tests load on both versions.
@@ -34,10 +35,15 @@ FIXTURE = os.path.join(ROOT, "tests", "fixtures", "paddleclas_reference.npz")
 def crops_of(imagenet_root, count=4):
     """The first ``count`` ImageNet JPEGs the tests ship, as uint8 CROP x CROP RGB crops
     (the PaddleClas fixture's own crops are made the same way)."""
-    paths = sorted(os.path.join(folder, name) for folder, _, names in os.walk(imagenet_root)
-                   for name in names)[:count]
-    return np.stack([np.asarray(Image.open(p).convert("RGB").resize((CROP, CROP), Image.BILINEAR))
-                     for p in paths])
+    paths = sorted(
+        os.path.join(folder, name) for folder, _, names in os.walk(imagenet_root) for name in names
+    )[:count]
+    return np.stack(
+        [
+            np.asarray(Image.open(p).convert("RGB").resize((CROP, CROP), Image.BILINEAR))
+            for p in paths
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,15 +53,32 @@ def torch_models(imagenet_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("torch_models")
     images = imagenet_normalise(crops_of(imagenet_root))
     np.save(out / "images.npy", images)
-    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "torch_reference.py"), str(out),
-                    str(out / "images.npy")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "tests", "torch_reference.py"),
+            str(out),
+            str(out / "images.npy"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return out, images
 
 
 def config_for(arch, tmp_path, num_classes=1000, **values):
-    return build_config(dict({"model.arch": arch, "model.num_classes": num_classes,
-                              "data.crop_size": CROP, "run.output_dir": str(tmp_path),
-                              "run.from_pretrained_params": None}, **values))
+    return build_config(
+        dict(
+            {
+                "model.arch": arch,
+                "model.num_classes": num_classes,
+                "data.crop_size": CROP,
+                "run.output_dir": str(tmp_path),
+                "run.from_pretrained_params": None,
+            },
+            **values,
+        )
+    )
 
 
 def paddle_logits(config, path, images):
@@ -68,8 +91,9 @@ def paddle_logits(config, path, images):
     softmax = next(op for op in programs.eval.global_block().ops if op.type == "softmax")
     logits = programs.eval.global_block().var(softmax.input("X")[0])
     labels = np.zeros((len(images), 1), np.int64)
-    return exe.run(programs.eval, feed={feeds.IMAGE: images, feeds.LABEL: labels},
-                   fetch_list=[logits])[0]
+    return exe.run(
+        programs.eval, feed={feeds.IMAGE: images, feeds.LABEL: labels}, fetch_list=[logits]
+    )[0]
 
 
 def assert_close(ours, reference):
@@ -79,12 +103,15 @@ def assert_close(ours, reference):
     assert (ours.argmax(1) == reference.argmax(1)).all()
 
 
-@pytest.mark.parametrize("name, arch", [
-    ("torchvision_resnet50.pth", "resnet50"),
-    ("torchvision_resnet18.pth", "resnet18"),
-    ("torchvision_resnext50_32x4d.pth", "resnext50_32x4d"),
-    ("timm_resnet50.safetensors", "resnet50"),
-])
+@pytest.mark.parametrize(
+    "name, arch",
+    [
+        ("torchvision_resnet50.pth", "resnet50"),
+        ("torchvision_resnet18.pth", "resnet18"),
+        ("torchvision_resnext50_32x4d.pth", "resnext50_32x4d"),
+        ("timm_resnet50.safetensors", "resnet50"),
+    ],
+)
 def test_pytorch_weights_give_the_same_logits(torch_models, tmp_path, name, arch):
     out, images = torch_models
     reference = np.load(out / (name.split(".")[0] + ".logits.npy"))
@@ -98,7 +125,9 @@ def test_paddleclas_weights_give_the_same_logits(tmp_path, name):
     paddle.save writes a Layer's state dict, then imported."""
     fixture = np.load(FIXTURE)
     shapes = [(key, tuple(shape)) for key, shape in json.loads(str(fixture[name + ".shapes"]))]
-    state = seeded_state(shapes, seed=["paddleclas_resnet50", "paddleclas_resnext50_32x4d"].index(name))
+    state = seeded_state(
+        shapes, seed=["paddleclas_resnet50", "paddleclas_resnext50_32x4d"].index(name)
+    )
     state["StructuredToParameterName@@"] = {key: f"param_{i}" for i, key in enumerate(state)}
     path = str(tmp_path / f"{name}.pdparams")
     paddle.save(state, path)
@@ -121,15 +150,18 @@ def test_the_importer_says_what_it_read(torch_models, tmp_path):
 
 
 @pytest.mark.gpu_wheel
-@pytest.mark.parametrize("extra", [{"asp.enabled": True, "asp.prune_model": True},
-                                   {"qat.enabled": True, "lr.base": 0.05}])
+@pytest.mark.parametrize(
+    "extra",
+    [{"asp.enabled": True, "asp.prune_model": True}, {"qat.enabled": True, "lr.base": 0.05}],
+)
 def test_asp_and_qat_start_from_an_imported_file(torch_models, fmnist_root, tmp_path, extra):
     """A torchvision ResNet-18 of 10 classes, pruned (ASP) or quantized (QAT), trained
     one epoch on the demo data from the imported weights."""
     out, _ = torch_models
     path = str(out / "torchvision_resnet18_10_classes.pth")
-    config = small_config(fmnist_root, tmp_path, **extra, **{
-        "run.epochs": 1, "run.from_pretrained_params": path})
+    config = small_config(
+        fmnist_root, tmp_path, **extra, **{"run.epochs": 1, "run.from_pretrained_params": path}
+    )
     result = train.run(config, report_stream=open(os.devnull, "w"))
     assert np.isfinite(result["val.loss"])
     records = read_report(config.report_file)
@@ -138,7 +170,7 @@ def test_asp_and_qat_start_from_an_imported_file(torch_models, fmnist_root, tmp_
     _, state = ckpt.read_checkpoint(os.path.join(str(tmp_path), "resnet18"))
     if config.qat.enabled:
         assert any(name.endswith("@scale") for name in state)
-    else:   # the imported first convolution of layer1, pruned to 2:4
+    else:  # the imported first convolution of layer1, pruned to 2:4
         assert is_2to4(state["conv2d_1.w_0"])
 
 
@@ -151,13 +183,18 @@ def imported(path, arch, tmp_path):
 def test_another_architecture_names_the_file_and_first_tensor(torch_models, tmp_path):
     out, _ = torch_models
     path = str(out / "torchvision_resnet18.pth")
-    with pytest.raises(CheckpointError, match=r"torchvision_resnet18\.pth: a torchvision/timm "
-                       r"file that does not fit resnet50: layer1\.0\.conv1\.weight has shape"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"torchvision_resnet18\.pth: a torchvision/timm "
+        r"file that does not fit resnet50: layer1\.0\.conv1\.weight has shape",
+    ):
         imported(path, "resnet50", tmp_path)
 
 
 def test_a_v1_5_file_into_a_v1_model_is_refused(torch_models, tmp_path):
-    with pytest.raises(CheckpointError, match=r"holds a ResNet v1\.5 .* resnet50_v1 is a ResNet v1"):
+    with pytest.raises(
+        CheckpointError, match=r"holds a ResNet v1\.5 .* resnet50_v1 is a ResNet v1"
+    ):
         imported(str(torch_models[0] / "torchvision_resnet50.pth"), "resnet50_v1", tmp_path)
 
 
@@ -167,13 +204,27 @@ def test_a_v1_checkpoint_into_a_v1_5_model_is_refused(fmnist_root, tmp_path):
     paddle.static.Executor(paddle.CPUPlace()).run(programs.startup)
     folder = str(tmp_path / "v1")
     ckpt.save_checkpoint(programs.eval, folder, {"config": v1.to_dict()})
-    v15 = small_config(fmnist_root, tmp_path, **{
-        "model.arch": "resnet50", "run.from_pretrained_params": os.path.join(folder, "model.pdparams")})
+    v15 = small_config(
+        fmnist_root,
+        tmp_path,
+        **{
+            "model.arch": "resnet50",
+            "run.from_pretrained_params": os.path.join(folder, "model.pdparams"),
+        },
+    )
     meta, state = read_weights(v15.run)
-    with pytest.raises(CheckpointError, match=r"model\.pdparams: holds a ResNet v1 \(trained as "
-                       r"resnet50_v1\); resnet50 is a ResNet v1\.5"):
-        program_state(state, meta, program.build_programs(v15, training=False).model, v15,
-                      v15.run.from_pretrained_params)
+    with pytest.raises(
+        CheckpointError,
+        match=r"model\.pdparams: holds a ResNet v1 \(trained as "
+        r"resnet50_v1\); resnet50 is a ResNet v1\.5",
+    ):
+        program_state(
+            state,
+            meta,
+            program.build_programs(v15, training=False).model,
+            v15,
+            v15.run.from_pretrained_params,
+        )
 
 
 def test_a_truncated_pth_is_one_clear_error(torch_models, tmp_path):
@@ -187,8 +238,11 @@ def test_a_truncated_pth_is_one_clear_error(torch_models, tmp_path):
 def test_an_unknown_naming_names_the_file_and_a_tensor(tmp_path):
     path = str(tmp_path / "detectron.pth")
     torch.save({"backbone.res2.0.conv1.weight": torch.zeros(64, 64, 1, 1)}, path)
-    with pytest.raises(CheckpointError, match=r"detectron\.pth: unknown naming: tensor "
-                       r"'backbone\.res2\.0\.conv1\.weight'"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"detectron\.pth: unknown naming: tensor "
+        r"'backbone\.res2\.0\.conv1\.weight'",
+    ):
         imported(path, "resnet18", tmp_path)
 
 
@@ -197,12 +251,19 @@ def test_a_missing_file_is_one_clear_error(tmp_path):
         read_tensors(str(tmp_path / "nothing.pth"))
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("notes.pth", b"these are not weights\n", r"notes\.pth: not a weights file \(neither "
-                                              r"PyTorch, safetensors nor a Paddle pickle"),
-    ("empty.safetensors", b"", r"empty\.safetensors: is empty, not a weights file"),
-    ("empty.pth", b"", r"empty\.pth: is empty, not a weights file"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        (
+            "notes.pth",
+            b"these are not weights\n",
+            r"notes\.pth: not a weights file \(neither "
+            r"PyTorch, safetensors nor a Paddle pickle",
+        ),
+        ("empty.safetensors", b"", r"empty\.safetensors: is empty, not a weights file"),
+        ("empty.pth", b"", r"empty\.pth: is empty, not a weights file"),
+    ],
+)
 def test_a_text_or_empty_file_is_named_as_no_weights_file(tmp_path, name, content, message):
     """Named as what it is, not as "<file>.pdparams does not exist"."""
     path = tmp_path / name

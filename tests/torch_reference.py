@@ -7,6 +7,7 @@ the state dict saved as its source saves it (torchvision: ``torch.save`` to ``.p
 timm: safetensors, its hub format), and the eval-mode logits of IMAGES (float32 NCHW,
 already normalised) saved as ``<name>.logits.npy``.
 """
+
 import os
 import sys
 import types
@@ -27,7 +28,10 @@ MODELS = {
     "torchvision_resnet18": (lambda: torchvision.models.resnet18(), ".pth"),
     "torchvision_resnext50_32x4d": (lambda: torchvision.models.resnext50_32x4d(), ".pth"),
     "timm_resnet50": (lambda: timm.create_model("resnet50"), ".safetensors"),
-    "torchvision_resnet18_10_classes": (lambda: torchvision.models.resnet18(num_classes=10), ".pth"),
+    "torchvision_resnet18_10_classes": (
+        lambda: torchvision.models.resnet18(num_classes=10),
+        ".pth",
+    ),
 }
 
 

@@ -7,6 +7,7 @@ Writes the exported-model folder (``paddle_resnet/exported.py``: inference.pdmod
 inference.pdiparams, loadable by paddle.inference on Paddle 2.6 and 3.x, classes.json,
 model.json) and the JSON export report.
 """
+
 import dataclasses
 import json
 import os
@@ -14,17 +15,21 @@ import sys
 
 import paddle
 
-from paddle_resnet import feeds, program as program_builder
 from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import devices, exported, verify
+from paddle_resnet import devices, exported, feeds, verify
+from paddle_resnet import program as program_builder
 from paddle_resnet.atomic import staged_directory
 from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.data.folder import read_class_index
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.optional import require
-from paddle_resnet.quantization import (QAT_RECORD, freeze_qat, quantize_eval_program,
-                                        quantize_in_place)
+from paddle_resnet.quantization import (
+    QAT_RECORD,
+    freeze_qat,
+    quantize_eval_program,
+    quantize_in_place,
+)
 from paddle_resnet.sparsity.pattern import check_sparse, sparse_parameters
 from paddle_resnet.weights import check_quantization, pretrained_file, program_state, read_weights
 
@@ -37,9 +42,11 @@ def _classes(config, meta):
         return meta["classes"]
     weights_file = pretrained_file(config.run)
     index = os.path.join(os.path.dirname(os.path.abspath(weights_file)), exported.CLASSES_FILE)
-    return (ckpt.classes_beside(weights_file)
-            or (read_class_index(index) if os.path.exists(index) else None)
-            or [str(i) for i in range(config.model.num_classes)])
+    return (
+        ckpt.classes_beside(weights_file)
+        or (read_class_index(index) if os.path.exists(index) else None)
+        or [str(i) for i in range(config.model.num_classes)]
+    )
 
 
 def export(config):
@@ -68,10 +75,16 @@ def export(config):
         info["quantization"] = QAT_RECORD
     model = freeze_qat(programs.eval, paddle.CPUPlace()) if config.qat.enabled else programs.eval
     out_dir = config.inference.directory
-    with staged_directory(out_dir) as staging:    # an earlier export survives a crash
-        exported.write(staging, exe, model, model.global_block().var(feeds.IMAGE),
-                       model.global_block().var(programs.eval_fetches["probs"].name), info,
-                       _classes(config, meta))
+    with staged_directory(out_dir) as staging:  # an earlier export survives a crash
+        exported.write(
+            staging,
+            exe,
+            model,
+            model.global_block().var(feeds.IMAGE),
+            model.global_block().var(programs.eval_fetches["probs"].name),
+            info,
+            _classes(config, meta),
+        )
         if sparse:
             check_sparse(exported.read_params(staging), sparse, f"{out_dir} (exported)")
         if config.inference.ptq_algo:
@@ -82,11 +95,14 @@ def export(config):
             openvino = require("openvino", "--openvino")
             exported.openvino_model(staging, openvino.Core(), openvino)
         if config.inference.verify_images:
-            rows, images = verify.verify(staging, config.data, config.inference,
-                                         config.inference.verify_images)
+            rows, images = verify.verify(
+                staging, config.data, config.inference, config.inference.verify_images
+            )
             info = dict(exported.read_info(staging), verification=rows)
             print(verify.table(rows, images))
-    files = {name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))}
+    files = {
+        name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))
+    }
     report = dict(info, directory=out_dir, files=files, source=source)
     with open(config.inference.export_log_path, "w") as handle:
         json.dump(report, handle, indent=1)
@@ -113,8 +129,10 @@ def export_and_describe(config):
         print(note)
     report = export(config)
     sizes = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in report["files"].items())
-    print(f"exported {report['arch']} ({report['layout']} {report['input_shape']}) "
-          f"to {report['directory']}: {sizes}")
+    print(
+        f"exported {report['arch']} ({report['layout']} {report['input_shape']}) "
+        f"to {report['directory']}: {sizes}"
+    )
 
 
 def main(argv=None):

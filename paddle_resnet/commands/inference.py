@@ -10,6 +10,7 @@
 Preprocessing (resize, crop, normalisation, layout) comes from the model's
 model.json, written by export_model.py, so it always matches training.
 """
+
 import os
 import sys
 import time
@@ -19,12 +20,23 @@ import numpy as np
 from paddle_resnet import devices, exported, feeds, predictor
 from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import DataSplit, open_split
-from paddle_resnet.data.folder import (ImageList, check_class_names, check_num_classes,
-                                       list_images, unreadable_images)
+from paddle_resnet.data.folder import (
+    ImageList,
+    check_class_names,
+    check_num_classes,
+    list_images,
+    unreadable_images,
+)
 from paddle_resnet.errors import DataError
+from paddle_resnet.metrics import (
+    accuracy_from_counts,
+    eval_counts,
+    format_latency_table,
+    latency_summary,
+    time_steps,
+    top_k,
+)
 from paddle_resnet.openvino_runtime import OpenVinoClassifier
-from paddle_resnet.metrics import (accuracy_from_counts, eval_counts, format_latency_table,
-                                   latency_summary, time_steps, top_k)
 from paddle_resnet.report import Report
 
 
@@ -37,13 +49,15 @@ def build_classifier(config, max_batch, report=None):
     backend = predictor.resolve_backend(inf.backend)
     quantized = bool(info.get("quantization"))
     if backend == "openvino":
-        classifier = OpenVinoClassifier(inf.directory, inf, info["input_shape"], max_batch,
-                                        quantized)
+        classifier = OpenVinoClassifier(
+            inf.directory, inf, info["input_shape"], max_batch, quantized
+        )
         if report is not None:
             report.print(classifier.describe())
         return classifier, info, backend
-    calls = predictor.predictor_settings(inf, backend, info["input_shape"], max_batch,
-                                         quantized=quantized)
+    calls = predictor.predictor_settings(
+        inf, backend, info["input_shape"], max_batch, quantized=quantized
+    )
     return predictor.Classifier(inf.directory, calls, info["input_shape"]), info, backend
 
 
@@ -52,8 +66,12 @@ def accuracy(config, report):
     classifier, info, backend = build_classifier(config, config.data.batch_size, report)
     val_split = open_split(config.data, "val")
     check_num_classes(val_split, info["num_classes"], f"{config.data.image_root}/val")
-    check_class_names(val_split.classes, exported.read_classes(config.inference.directory),
-                      f"{config.data.image_root}/val", config.inference.directory)
+    check_class_names(
+        val_split.classes,
+        exported.read_classes(config.inference.directory),
+        f"{config.data.image_root}/val",
+        config.inference.directory,
+    )
     totals = np.zeros(4)
     start = time.perf_counter()
     k = top_k(info["num_classes"])
@@ -62,8 +80,9 @@ def accuracy(config, report):
         top = np.argsort(-probs, axis=1)[:, :k]
         picked = probs[np.arange(len(probs)), batch[feeds.LABEL].ravel()]
         totals += eval_counts(top, -np.log(np.maximum(picked, 1e-12)), batch[feeds.LABEL])
-    result = dict(accuracy_from_counts(totals, k), backend=backend,
-                  seconds=time.perf_counter() - start)
+    result = dict(
+        accuracy_from_counts(totals, k), backend=backend, seconds=time.perf_counter() - start
+    )
     report.log("ACCURACY", result, kind="SUMMARY")
     return result
 
@@ -76,11 +95,15 @@ def benchmark(config, report):
     rows = []
     for batch_size in inf.batch_sizes:
         batch = pool[:batch_size]
-        seconds = time_steps(lambda: classifier(batch), run_cfg.benchmark_warmup_steps,
-                             run_cfg.benchmark_steps)
-        row = dict(latency_summary(batch_size, seconds), backend=backend,
-                   precision=inf.trt_precision if backend == "trt" else inf.cpu_precision,
-                   input="synthetic" if inf.use_synthetic else "real")
+        seconds = time_steps(
+            lambda: classifier(batch), run_cfg.benchmark_warmup_steps, run_cfg.benchmark_steps
+        )
+        row = dict(
+            latency_summary(batch_size, seconds),
+            backend=backend,
+            precision=inf.trt_precision if backend == "trt" else inf.cpu_precision,
+            input="synthetic" if inf.use_synthetic else "real",
+        )
         report.log("BENCHMARK", row, kind="SUMMARY", console=False)
         rows.append(row)
     report.print(format_latency_table(rows))
@@ -97,7 +120,7 @@ def _benchmark_images(config, info, count):
         if sum(len(a) for a in arrays) >= count:
             break
     pool = np.concatenate(arrays)
-    return np.resize(pool, (count,) + pool.shape[1:])      # repeat when there are fewer images
+    return np.resize(pool, (count,) + pool.shape[1:])  # repeat when there are fewer images
 
 
 def _predict_files(paths):
@@ -129,28 +152,35 @@ def predict(config, report):
     files = [path for path in given if path not in frozenset(broken)]
     predictions = _predict(config, report, files) if files else []
     if broken:
-        raise DataError(f"{len(broken)} of {len(given)} images cannot be decoded as images, "
-                        f"e.g. {broken[0]}")
+        raise DataError(
+            f"{len(broken)} of {len(given)} images cannot be decoded as images, e.g. {broken[0]}"
+        )
     return predictions
 
 
 def _predict(config, report, files):
     classifier, info, _ = build_classifier(config, config.data.batch_size, report)
     classes = exported.read_classes(config.inference.directory)
-    images = DataSplit.of_images("predict", ImageList(tuple(files), (0,) * len(files),
-                                                       tuple(classes)))
+    images = DataSplit.of_images(
+        "predict", ImageList(tuple(files), (0,) * len(files), tuple(classes))
+    )
     k = top_k(len(classes))
     predictions = []
     for batch in exported.validation_batches(images, config.data, info):
         for probs in classifier(batch[feeds.IMAGE]):
             image = files[len(predictions)]
             best = np.argsort(-probs)[:k]
-            entry = {"image": image,
-                     "top": [{"class": classes[i], "probability": float(probs[i])} for i in best]}
+            entry = {
+                "image": image,
+                "top": [{"class": classes[i], "probability": float(probs[i])} for i in best],
+            }
             predictions.append(entry)
             report.log("PREDICT", entry, kind="PREDICT", console=False)
-            report.print(image + ": " + ", ".join(
-                f"{p['class']} {p['probability']:.3f}" for p in entry["top"]))
+            report.print(
+                image
+                + ": "
+                + ", ".join(f"{p['class']} {p['probability']:.3f}" for p in entry["top"])
+            )
     return predictions
 
 

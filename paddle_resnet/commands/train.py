@@ -4,6 +4,7 @@
     python -m paddle.distributed.launch --gpus 0,1,2,3,4,5,6,7 train.py \\
         --config resnet50_paddle_90e --amp --image-root /data/imagenet
 """
+
 import dataclasses
 import itertools
 import os
@@ -11,15 +12,19 @@ import sys
 
 import paddle
 
-from paddle_resnet.commands import export_model
-from paddle_resnet import program as program_builder
-from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import affinity, devices, distributed
-from paddle_resnet.cli import main_with
-from paddle_resnet.data.dali import make_loader, open_split, train_steps
+from paddle_resnet import checkpoint as ckpt
+from paddle_resnet import program as program_builder
 from paddle_resnet.atomic import check_writable_folder
-from paddle_resnet.data.folder import (check_class_names, check_num_classes, check_same_classes,
-                                       write_class_index)
+from paddle_resnet.cli import main_with
+from paddle_resnet.commands import export_model
+from paddle_resnet.data.dali import make_loader, open_split, train_steps
+from paddle_resnet.data.folder import (
+    check_class_names,
+    check_num_classes,
+    check_same_classes,
+    write_class_index,
+)
 from paddle_resnet.metrics import latency_summary, time_steps
 from paddle_resnet.profiling import step_profiler
 from paddle_resnet.quantization import quantize_eval_program
@@ -37,8 +42,9 @@ def open_data(config, training, evaluating):
         check_same_classes(train_split, val_split)
     for split in (train_split, val_split):
         if split:
-            check_num_classes(split, config.model.num_classes,
-                              f"{config.data.image_root}/{split.split}")
+            check_num_classes(
+                split, config.model.num_classes, f"{config.data.image_root}/{split.split}"
+            )
     return train_split, val_split, (train_split or val_split).classes
 
 
@@ -52,12 +58,17 @@ def check_start(config, meta, classes, training, resuming):
     if training and not config.run.benchmark:
         ckpt.check_output_free(config, resuming)
     if meta is not None:
-        check_class_names(classes, meta["classes"], f"{config.data.image_root}",
-                          f"checkpoint {config.run.from_checkpoint}")
+        check_class_names(
+            classes,
+            meta["classes"],
+            f"{config.data.image_root}",
+            f"checkpoint {config.run.from_checkpoint}",
+        )
 
 
-def load_start_weights(config, programs, training, report, world_size, steps_per_epoch, meta,
-                       state, resuming):
+def load_start_weights(
+    config, programs, training, report, world_size, steps_per_epoch, meta, state, resuming
+):
     """Resume, or load pretrained weights, or keep the initialisation; returns the
     number of epochs already done."""
     run_cfg = config.run
@@ -71,28 +82,39 @@ def load_start_weights(config, programs, training, report, world_size, steps_per
         report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}")
         saved_epochs = meta["config"]["run"]["epochs"]
         if saved_epochs != config.run.epochs:
-            report.print(f"the checkpoint's run had {saved_epochs} epochs, this one has "
-                         f"{config.run.epochs}: the LR schedule now spans {config.run.epochs}")
+            report.print(
+                f"the checkpoint's run had {saved_epochs} epochs, this one has "
+                f"{config.run.epochs}: the LR schedule now spans {config.run.epochs}"
+            )
         saved_world = meta.get("world_size", 1)
         if saved_world != world_size:
-            report.print(f"the checkpoint was trained by {saved_world} rank(s), this run has "
-                         f"{world_size}: {steps_per_epoch} steps per epoch, global batch "
-                         f"{config.data.batch_size * world_size} instead of "
-                         f"{config.data.batch_size * saved_world} (the LR follows linear scaling)")
+            report.print(
+                f"the checkpoint was trained by {saved_world} rank(s), this run has "
+                f"{world_size}: {steps_per_epoch} steps per epoch, global batch "
+                f"{config.data.batch_size * world_size} instead of "
+                f"{config.data.batch_size * saved_world} (the LR follows linear scaling)"
+            )
         return meta["epoch"]
     source = run_cfg.from_checkpoint or run_cfg.from_pretrained_params
     state, note = program_state(state, meta, programs.model, config, source)
     report.print(note)
     if meta is not None and training:
-        report.print(f"quantization-aware training starts from the weights of {source} "
-                     f"(epoch {meta['epoch']}, trained without --qat): new optimizer state "
-                     f"and LR schedule, {config.run.epochs} epoch(s)")
+        report.print(
+            f"quantization-aware training starts from the weights of {source} "
+            f"(epoch {meta['epoch']}, trained without --qat): new optimizer state "
+            f"and LR schedule, {config.run.epochs} epoch(s)"
+        )
     # Training may start with a new classifier; evaluation needs every weight. A 2:4
     # model brings its masks, unless this run prunes anew.
     classifier = (programs.model.fc.weight.name, programs.model.fc.bias.name) if training else ()
-    skipped = ckpt.load_pretrained(programs.train if training else programs.eval, state, source,
-                                   config.model.arch, may_skip=classifier,
-                                   masks=config.asp.enabled and not config.asp.prune_model)
+    skipped = ckpt.load_pretrained(
+        programs.train if training else programs.eval,
+        state,
+        source,
+        config.model.arch,
+        may_skip=classifier,
+        masks=config.asp.enabled and not config.asp.prune_model,
+    )
     for name in skipped:
         report.print(f"warning: pretrained parameter skipped: {name}")
     report.log("PRETRAINED", {"file": source, "skipped": skipped}, kind="PARAMETER", console=False)
@@ -120,15 +142,18 @@ def _run(config, report_stream):
     resuming = ckpt.continues_the_run(meta, config, training)
     check_start(config, meta, classes, training, resuming)
     if not training and state is not None:
-        check_quantization(meta, state, config, run_cfg.from_checkpoint
-                           or run_cfg.from_pretrained_params)
+        check_quantization(
+            meta, state, config, run_cfg.from_checkpoint or run_cfg.from_pretrained_params
+        )
     if rank == 0:
         check_writable_folder(run_cfg.output_dir, "--output-dir")
 
-    steps_per_epoch = (train_steps(len(train_split), data_cfg.batch_size, world_size)
-                       if training else None)
+    steps_per_epoch = (
+        train_steps(len(train_split), data_cfg.batch_size, world_size) if training else None
+    )
     programs = program_builder.build_programs(
-        config, steps_per_epoch, data_cfg.batch_size * world_size, training=training)
+        config, steps_per_epoch, data_cfg.batch_size * world_size, training=training
+    )
     exe = paddle.static.Executor(place)
     exe.run(programs.startup)
     if training and config.amp.enabled and config.amp.use_pure_fp16:
@@ -137,39 +162,69 @@ def _run(config, report_stream):
         # Before any weights are loaded, so a QAT checkpoint's scales find their variables.
         quantize_eval_program(programs.eval, place)
 
-    report = Report(config.report_file, enabled=rank == 0, stream=report_stream or sys.stdout,
-                    visualdl_dir=run_cfg.visualdl_log_dir)
+    report = Report(
+        config.report_file,
+        enabled=rank == 0,
+        stream=report_stream or sys.stdout,
+        visualdl_dir=run_cfg.visualdl_log_dir,
+    )
     report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
-    report.print(f"{config.model.arch}: {len(classes)} classes, rank {rank}/{world_size}, "
-                 f"{devices.describe(device_id)}")
-    start_epoch = load_start_weights(config, programs, training, report, world_size,
-                                     steps_per_epoch, meta, state, resuming)
+    report.print(
+        f"{config.model.arch}: {len(classes)} classes, rank {rank}/{world_size}, "
+        f"{devices.describe(device_id)}"
+    )
+    start_epoch = load_start_weights(
+        config, programs, training, report, world_size, steps_per_epoch, meta, state, resuming
+    )
     if config.asp.enabled and training:
-        sparse_training.prepare(programs, config.asp, report, resumed=start_epoch > 0,
-                                place=place)
+        sparse_training.prepare(programs, config.asp, report, resumed=start_epoch > 0, place=place)
     if rank == 0:
         write_class_index(os.path.join(run_cfg.output_dir, "classes.json"), classes)
     all_reduce = distributed.all_reduce_sum(place) if world_size > 1 else None
 
     def run_eval(epoch):
-        loader = make_loader(val_split, data_cfg, config.model.data_layout, False, rank,
-                             world_size, device_id=device_id, channels=config.model.image_channels)
+        loader = make_loader(
+            val_split,
+            data_cfg,
+            config.model.data_layout,
+            False,
+            rank,
+            world_size,
+            device_id=device_id,
+            channels=config.model.image_channels,
+        )
         return evaluate(exe, programs, loader, epoch, report, all_reduce)
 
     metrics = {}
-    with distributed.peers_watched(rank, world_size, os.path.join(run_cfg.output_dir,
-                                                                 config.model.arch),
-                                   run_cfg.collective_timeout):
+    with distributed.peers_watched(
+        rank,
+        world_size,
+        os.path.join(run_cfg.output_dir, config.model.arch),
+        run_cfg.collective_timeout,
+    ):
         if not training or (config.asp.prune_model and evaluating):
             # Evaluation only; or pruning's immediate cost, before retraining recovers it.
             metrics.update(run_eval(start_epoch))
         if training and run_cfg.benchmark:
-            metrics.update(benchmark(exe, programs, train_split, config, report, rank,
-                                     world_size, device_id))
+            metrics.update(
+                benchmark(exe, programs, train_split, config, report, rank, world_size, device_id)
+            )
         elif training:
-            metrics = train_epochs(config, exe, programs, train_split, classes, start_epoch,
-                                   steps_per_epoch, report, rank, world_size, device_id,
-                                   run_eval if evaluating else None, all_reduce)
+            metrics = train_epochs(
+                config,
+                exe,
+                programs,
+                train_split,
+                classes,
+                start_epoch,
+                steps_per_epoch,
+                report,
+                rank,
+                world_size,
+                device_id,
+                run_eval if evaluating else None,
+                all_reduce,
+            )
     if training and not run_cfg.benchmark and rank == 0 and config.inference.model_dir:
         metrics["run.inference_dir"] = export_final_model(config)
         report.print(f"exported the final model to {config.inference.model_dir}")
@@ -183,40 +238,93 @@ def export_final_model(config):
     """train.py --inference-dir (NVIDIA's behaviour): the last checkpoint exported by
     export_model.py's own code; returns the folder."""
     final = ckpt.checkpoint_dir(config.run.output_dir, config.model.arch, config.run.epochs)
-    run = dataclasses.replace(config.run, from_checkpoint=final, from_pretrained_params=None,
-                              last_epoch_of_checkpoint=None)
-    inference = dataclasses.replace(config.inference, export_log_path=os.path.join(
-        config.run.output_dir, "export.json"))
-    return export_model.export(dataclasses.replace(config, run=run, inference=inference))["directory"]
+    run = dataclasses.replace(
+        config.run,
+        from_checkpoint=final,
+        from_pretrained_params=None,
+        last_epoch_of_checkpoint=None,
+    )
+    inference = dataclasses.replace(
+        config.inference, export_log_path=os.path.join(config.run.output_dir, "export.json")
+    )
+    return export_model.export(dataclasses.replace(config, run=run, inference=inference))[
+        "directory"
+    ]
 
 
-def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps_per_epoch,
-                 report, rank, world_size, device_id, run_eval, all_reduce):
+def train_epochs(
+    config,
+    exe,
+    programs,
+    train_split,
+    classes,
+    start_epoch,
+    steps_per_epoch,
+    report,
+    rank,
+    world_size,
+    device_id,
+    run_eval,
+    all_reduce,
+):
     """Epochs ``start_epoch + 1 .. run.epochs``: train, check that the ranks agree,
     verify sparsity, save, validate."""
     run_cfg = config.run
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
     profiler = step_profiler(run_cfg)
     for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
-        loader = make_loader(train_split, config.data, config.model.data_layout, True, rank,
-                             world_size, epoch - 1, device_id, config.model.image_channels)
-        metrics = train_one_epoch(exe, programs, loader, epoch, report, run_cfg.print_interval,
-                                  world_size, config.loss.mixup_alpha, config.data.seed, profiler)
+        loader = make_loader(
+            train_split,
+            config.data,
+            config.model.data_layout,
+            True,
+            rank,
+            world_size,
+            epoch - 1,
+            device_id,
+            config.model.image_channels,
+        )
+        metrics = train_one_epoch(
+            exe,
+            programs,
+            loader,
+            epoch,
+            report,
+            run_cfg.print_interval,
+            world_size,
+            config.loss.mixup_alpha,
+            config.data.seed,
+            profiler,
+        )
         last = epoch == run_cfg.epochs
         if all_reduce:
-            checksum = distributed.check_ranks_agree(programs.train, all_reduce,
-                                                     f"after epoch {epoch}")
-            report.log([epoch], {"parameter_checksum": checksum, "world_size": world_size},
-                       kind="RANKS", console=False)
+            checksum = distributed.check_ranks_agree(
+                programs.train, all_reduce, f"after epoch {epoch}"
+            )
+            report.log(
+                [epoch],
+                {"parameter_checksum": checksum, "world_size": world_size},
+                kind="RANKS",
+                console=False,
+            )
         if config.asp.enabled:
             sparse_training.verify(programs, report, where=f"epoch {epoch}")
         # Saved before validating, so that a broken validation image never costs the epoch.
         if rank == 0 and (epoch % run_cfg.save_interval == 0 or last):
             directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
-            ckpt.save_checkpoint(programs.train, directory, {
-                "epoch": epoch, "global_step": epoch * steps_per_epoch, "world_size": world_size,
-                "arch": config.model.arch, "classes": list(classes), "config": config.to_dict()},
-                prefix=run_cfg.model_prefix)
+            ckpt.save_checkpoint(
+                programs.train,
+                directory,
+                {
+                    "epoch": epoch,
+                    "global_step": epoch * steps_per_epoch,
+                    "world_size": world_size,
+                    "arch": config.model.arch,
+                    "classes": list(classes),
+                    "config": config.to_dict(),
+                },
+                prefix=run_cfg.model_prefix,
+            )
             report.print(f"saved {directory}")
         if run_eval and (epoch % run_cfg.eval_interval == 0 or last):
             metrics.update(run_eval(epoch))
@@ -225,7 +333,7 @@ def train_epochs(config, exe, programs, train_split, classes, start_epoch, steps
         report.log([epoch], metrics, kind="EPOCH", console=False)
         history["train.seconds"] += metrics["train.seconds"]
         history["train.images"] += metrics["train.images"]
-    profiler.close()                         # a window that outlasted the training
+    profiler.close()  # a window that outlasted the training
     return dict(metrics, **{f"run.{key}": value for key, value in history.items()})
 
 
@@ -233,19 +341,37 @@ def benchmark(exe, programs, train_split, config, report, rank, world_size, devi
     """Training throughput and step-time percentiles over ``benchmark_steps`` steps after
     ``benchmark_warmup_steps``; data loading counts in the step time."""
     batches = itertools.chain.from_iterable(
-        make_loader(train_split, config.data, config.model.data_layout, True, rank, world_size,
-                    epoch, device_id, config.model.image_channels) for epoch in itertools.count())
+        make_loader(
+            train_split,
+            config.data,
+            config.model.data_layout,
+            True,
+            rank,
+            world_size,
+            epoch,
+            device_id,
+            config.model.image_channels,
+        )
+        for epoch in itertools.count()
+    )
     weights = mixup_weights(config.loss.mixup_alpha, config.data.seed, 0)
     run_cfg = config.run
-    seconds = time_steps(lambda: train_step(exe, programs, next(batches), next(weights)),
-                         run_cfg.benchmark_warmup_steps, run_cfg.benchmark_steps)
+    seconds = time_steps(
+        lambda: train_step(exe, programs, next(batches), next(weights)),
+        run_cfg.benchmark_warmup_steps,
+        run_cfg.benchmark_steps,
+    )
     summary = latency_summary(config.data.batch_size * world_size, seconds)
-    result = {"train.ips": summary["ips"], "train.batch_size": config.data.batch_size,
-              "train.step_ms_mean": summary["latency_avg"],
-              "train.step_ms_p50": summary["latency_p50"],
-              "train.step_ms_p90": summary["latency_p90"], "world_size": world_size,
-              "benchmark_steps": run_cfg.benchmark_steps,
-              "benchmark_warmup_steps": run_cfg.benchmark_warmup_steps}
+    result = {
+        "train.ips": summary["ips"],
+        "train.batch_size": config.data.batch_size,
+        "train.step_ms_mean": summary["latency_avg"],
+        "train.step_ms_p50": summary["latency_p50"],
+        "train.step_ms_p90": summary["latency_p90"],
+        "world_size": world_size,
+        "benchmark_steps": run_cfg.benchmark_steps,
+        "benchmark_warmup_steps": run_cfg.benchmark_warmup_steps,
+    }
     report.log("BENCHMARK", result, kind="SUMMARY")
     return result
 
@@ -255,15 +381,29 @@ def summary_rows(config, metrics, world_size, device_id):
     device = "CPU" if device_id is None else "GPU"
     rows = [("model", f"{config.model.arch}, {world_size} {device} process(es)")]
     if "run.val.best_top1" in metrics:
-        rows.append(("best val top-1", f"{100 * metrics['run.val.best_top1']:.2f} % "
-                                       f"(epoch {metrics['run.val.best_epoch']})"))
+        rows.append(
+            (
+                "best val top-1",
+                f"{100 * metrics['run.val.best_top1']:.2f} % "
+                f"(epoch {metrics['run.val.best_epoch']})",
+            )
+        )
     if "val.top1" in metrics:
-        rows.append(("last val top-1", f"{100 * metrics['val.top1']:.2f} % of "
-                                       f"{metrics['val.images']} images"))
+        rows.append(
+            (
+                "last val top-1",
+                f"{100 * metrics['val.top1']:.2f} % of {metrics['val.images']} images",
+            )
+        )
     if metrics.get("run.train.seconds"):
         seconds = metrics["run.train.seconds"]
-        rows.append(("training", f"{int(seconds // 60)} min {seconds % 60:.0f} s, "
-                                 f"{metrics['run.train.images'] / seconds:.1f} img/s"))
+        rows.append(
+            (
+                "training",
+                f"{int(seconds // 60)} min {seconds % 60:.0f} s, "
+                f"{metrics['run.train.images'] / seconds:.1f} img/s",
+            )
+        )
     if "train.ips" in metrics and "run.train.seconds" not in metrics:
         rows.append(("throughput", f"{metrics['train.ips']:.1f} img/s"))
     if metrics.get("run.train.images"):

@@ -11,6 +11,7 @@ same batches whether the run started at epoch 0 or resumed before it. Record
 files are shuffled by DALI's reader within a buffer of 1,024 records, over
 training records written in a fixed shuffled order (see records.py).
 """
+
 import itertools
 import math
 import os
@@ -26,8 +27,13 @@ from nvidia.dali.plugin.paddle import DALIGenericIterator
 from paddle_resnet import feeds
 from paddle_resnet.bootstrap import available_cores
 from paddle_resnet.data import records
-from paddle_resnet.data.folder import (ImageList, read_class_index, scan_split,
-                                       structurally_broken, unreadable_images)
+from paddle_resnet.data.folder import (
+    ImageList,
+    read_class_index,
+    scan_split,
+    structurally_broken,
+    unreadable_images,
+)
 from paddle_resnet.errors import DataError
 
 PREFETCH_DEPTH = 2
@@ -37,8 +43,10 @@ def train_steps(num_images, batch_size, world_size):
     """Steps per training epoch: whole batches that every rank can fill."""
     steps = num_images // world_size // batch_size
     if steps == 0:
-        raise DataError(f"{num_images} training images give no full batch of {batch_size} "
-                        f"per rank on {world_size} rank(s); lower --batch-size")
+        raise DataError(
+            f"{num_images} training images give no full batch of {batch_size} "
+            f"per rank on {world_size} rank(s); lower --batch-size"
+        )
     return steps
 
 
@@ -51,7 +59,7 @@ def train_indices(num_images, batch_size, rank, world_size, seed, epoch):
     per_rank = num_images // world_size
     steps = train_steps(num_images, batch_size, world_size)
     start = rank * per_rank
-    return order[start:start + steps * batch_size]
+    return order[start : start + steps * batch_size]
 
 
 def eval_indices(num_images, rank, world_size):
@@ -66,7 +74,7 @@ class DataSplit:
     split: str
     classes: Tuple[str, ...]
     num_images: int
-    image_list: Optional[ImageList] = None    # folder format only
+    image_list: Optional[ImageList] = None  # folder format only
 
     def __len__(self):
         return self.num_images
@@ -78,9 +86,14 @@ class DataSplit:
             return self
         images = self.image_list
         chosen = np.linspace(0, self.num_images - 1, count).round().astype(int)
-        return DataSplit.of_images(self.split, ImageList(
-            tuple(images.files[i] for i in chosen), tuple(images.labels[i] for i in chosen),
-            images.classes))
+        return DataSplit.of_images(
+            self.split,
+            ImageList(
+                tuple(images.files[i] for i in chosen),
+                tuple(images.labels[i] for i in chosen),
+                images.classes,
+            ),
+        )
 
     @classmethod
     def of_images(cls, split, image_list):
@@ -101,8 +114,7 @@ def open_split(data_config, split):
     return DataSplit(split, tuple(classes), count)
 
 
-def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=None,
-                   channels=3):
+def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=None, channels=3):
     """A DALI pipeline over the (encoded image, label) nodes ``read_encoded()`` returns.
 
     ``device_id=None`` builds a CPU-only pipeline. Output: (images, labels), images
@@ -111,17 +123,25 @@ def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=
     labels int64 of shape [N, 1].
     """
     cfg = data_config
-    pipe = Pipeline(batch_size=cfg.batch_size,
-                    num_threads=cfg.num_threads or available_cores(),
-                    device_id=device_id, seed=seed, prefetch_queue_depth=PREFETCH_DEPTH)
+    pipe = Pipeline(
+        batch_size=cfg.batch_size,
+        num_threads=cfg.num_threads or available_cores(),
+        device_id=device_id,
+        seed=seed,
+        prefetch_queue_depth=PREFETCH_DEPTH,
+    )
     decoder = "cpu" if device_id is None else "mixed"
     with pipe:
         encoded, labels = read_encoded()
         if training:
             images = fn.decoders.image_random_crop(
-                encoded, device=decoder, output_type=types.RGB,
+                encoded,
+                device=decoder,
+                output_type=types.RGB,
                 random_area=list(cfg.rand_crop_scale),
-                random_aspect_ratio=list(cfg.rand_crop_ratio), num_attempts=100)
+                random_aspect_ratio=list(cfg.rand_crop_ratio),
+                num_attempts=100,
+            )
             images = fn.resize(images, resize_x=cfg.crop_size, resize_y=cfg.crop_size)
             if any(cfg.color_jitter):
                 images = _color_jitter(images, *cfg.color_jitter)
@@ -133,12 +153,15 @@ def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=
         # pad_output pads the channels to a power of two (4) with zeros, as NVIDIA's
         # reference does for tensor-core friendly NHWC fp16 convolutions.
         images = fn.crop_mirror_normalize(
-            images, dtype=types.FLOAT16 if cfg.output_fp16 else types.FLOAT,
+            images,
+            dtype=types.FLOAT16 if cfg.output_fp16 else types.FLOAT,
             output_layout="CHW" if layout == "NCHW" else "HWC",
             crop=(cfg.crop_size, cfg.crop_size),
             mean=[m / cfg.normalize_scale for m in cfg.normalize_mean],
-            std=[s / cfg.normalize_scale for s in cfg.normalize_std], mirror=mirror,
-            pad_output=channels == 4)
+            std=[s / cfg.normalize_scale for s in cfg.normalize_std],
+            mirror=mirror,
+            pad_output=channels == 4,
+        )
         labels = fn.cast(labels, dtype=types.INT64)
         if device_id is not None:
             labels = labels.gpu()
@@ -150,11 +173,16 @@ def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=
 def _color_jitter(images, brightness, contrast, saturation):
     """torchvision's ColorJitter(brightness, contrast, saturation): each factor drawn
     uniformly from [1 - s, 1 + s] per image."""
+
     def factor(strength):
         return fn.random.uniform(range=[1.0 - strength, 1.0 + strength])
 
-    return fn.color_twist(images, brightness=factor(brightness), contrast=factor(contrast),
-                          saturation=factor(saturation))
+    return fn.color_twist(
+        images,
+        brightness=factor(brightness),
+        contrast=factor(contrast),
+        saturation=factor(saturation),
+    )
 
 
 class DaliLoader:
@@ -176,7 +204,7 @@ class DaliLoader:
         return math.ceil(self.num_images / self.batch_size)
 
     def __iter__(self):
-        if self.num_images == 0:              # a rank with no validation image left
+        if self.num_images == 0:  # a rank with no validation image left
             return
         if self.on_gpu:
             yield from self._iterate_gpu()
@@ -190,16 +218,23 @@ class DaliLoader:
             yield {feeds.IMAGE: images.as_array()[:valid], feeds.LABEL: labels.as_array()[:valid]}
 
     def _iterate_gpu(self):
-        iterator = DALIGenericIterator([self.pipe], [feeds.IMAGE, feeds.LABEL], size=self.num_images,
-                                       last_batch_policy=LastBatchPolicy.PARTIAL)
+        iterator = DALIGenericIterator(
+            [self.pipe],
+            [feeds.IMAGE, feeds.LABEL],
+            size=self.num_images,
+            last_batch_policy=LastBatchPolicy.PARTIAL,
+        )
         for batch in itertools.islice(iterator, len(self)):
             yield batch[0]
 
 
 def _folder_source(image_list, batch, training, rank, world_size, seed, epoch):
     """(read_encoded, describe_failure, number of images) for this rank's share of an image tree."""
-    indices = (train_indices(len(image_list), batch, rank, world_size, seed, epoch)
-               if training else eval_indices(len(image_list), rank, world_size))
+    indices = (
+        train_indices(len(image_list), batch, rank, world_size, seed, epoch)
+        if training
+        else eval_indices(len(image_list), rank, world_size)
+    )
     files = [image_list.files[i] for i in indices]
     # The whole split, once per process (its file tuple is the cache key); this rank's
     # files of this epoch must be clean.
@@ -213,14 +248,19 @@ def _folder_source(image_list, batch, training, rank, world_size, seed, epoch):
     padded = np.resize(indices, math.ceil(len(indices) / batch) * batch)
 
     def read_encoded():
-        return fn.readers.file(files=[image_list.files[i] for i in padded],
-                               labels=[image_list.labels[i] for i in padded],
-                               random_shuffle=False, name="Reader")
+        return fn.readers.file(
+            files=[image_list.files[i] for i in padded],
+            labels=[image_list.labels[i] for i in padded],
+            random_shuffle=False,
+            name="Reader",
+        )
 
     def describe_failure(step, err):
         # DALI names no file for a failed decode; the failing batch is this one or
         # one of those already prefetched behind it.
-        broken = next(unreadable_images(files[step * batch:(step + PREFETCH_DEPTH + 1) * batch]), None)
+        broken = next(
+            unreadable_images(files[step * batch : (step + PREFETCH_DEPTH + 1) * batch]), None
+        )
         if broken:
             return DataError(f"{broken}: cannot be decoded as an image")
         return DataError(f"DALI failed on batch {step}: {str(err).splitlines()[0]}")
@@ -237,8 +277,9 @@ def _record_source(data_split, data_config, training, rank, world_size, seed):
         num_images = len(records.shard_range(len(data_split), rank, world_size))
 
     def read_encoded():
-        return records.read_records(root, data_split.split, fmt, rank, world_size,
-                                    random_shuffle=training, seed=seed)
+        return records.read_records(
+            root, data_split.split, fmt, rank, world_size, random_shuffle=training, seed=seed
+        )
 
     def describe_failure(step, err):
         return records.describe_record_error(err, root, data_split.split, fmt)
@@ -246,19 +287,39 @@ def _record_source(data_split, data_config, training, rank, world_size, seed):
     return read_encoded, describe_failure, num_images
 
 
-def make_loader(data_split, data_config, layout, training, rank=0, world_size=1, epoch=0,
-                device_id=None, channels=3):
+def make_loader(
+    data_split,
+    data_config,
+    layout,
+    training,
+    rank=0,
+    world_size=1,
+    epoch=0,
+    device_id=None,
+    channels=3,
+):
     """The loader of one epoch (training) or one full pass (evaluation) for this rank;
     ``layout`` and ``channels`` are the model's input (model.data_layout, image_channels)."""
     seed = data_config.seed + 1000 * epoch + rank
     if data_split.image_list is not None:
-        read_encoded, describe_failure, num_images = _folder_source(data_split.image_list, data_config.batch_size,
-                                                   training, rank, world_size, data_config.seed,
-                                                   epoch)
+        read_encoded, describe_failure, num_images = _folder_source(
+            data_split.image_list,
+            data_config.batch_size,
+            training,
+            rank,
+            world_size,
+            data_config.seed,
+            epoch,
+        )
     else:
-        read_encoded, describe_failure, num_images = _record_source(data_split, data_config, training, rank,
-                                                   world_size, seed)
-    pipe = (build_pipeline(read_encoded, data_config, layout, training, seed, device_id, channels)
-            if num_images else None)
-    return DaliLoader(pipe, num_images, data_config.batch_size, device_id is not None,
-                      describe_failure)
+        read_encoded, describe_failure, num_images = _record_source(
+            data_split, data_config, training, rank, world_size, seed
+        )
+    pipe = (
+        build_pipeline(read_encoded, data_config, layout, training, seed, device_id, channels)
+        if num_images
+        else None
+    )
+    return DaliLoader(
+        pipe, num_images, data_config.batch_size, device_id is not None, describe_failure
+    )

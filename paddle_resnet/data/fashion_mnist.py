@@ -8,6 +8,7 @@ Produces <output>/train/<class>/*.jpg from the 60,000-image training split
 from the whole 10,000-image test split. Re-running with the same arguments
 reuses a complete tree.
 """
+
 import argparse
 import gzip
 import json
@@ -21,8 +22,18 @@ from PIL import Image
 from paddle_resnet.errors import DataError
 
 SOURCE = "/usr/share/datasets/fashion-mnist"
-CLASSES = ("tshirt_top", "trouser", "pullover", "dress", "coat",
-           "sandal", "shirt", "sneaker", "bag", "ankle_boot")
+CLASSES = (
+    "tshirt_top",
+    "trouser",
+    "pullover",
+    "dress",
+    "coat",
+    "sandal",
+    "shirt",
+    "sneaker",
+    "bag",
+    "ankle_boot",
+)
 
 
 def read_idx(path):
@@ -30,7 +41,7 @@ def read_idx(path):
     with gzip.open(path, "rb") as handle:
         raw = handle.read()
     ndim = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
@@ -43,15 +54,17 @@ def write_split(images, labels, folder, per_class):
             continue
         counts[label] += 1
         Image.fromarray(image, mode="L").save(
-            os.path.join(folder, CLASSES[label], f"{index:05d}.jpg"), quality=95)
+            os.path.join(folder, CLASSES[label], f"{index:05d}.jpg"), quality=95
+        )
     return sum(counts)
 
 
 def write_tree(output, train_per_class=None, val_per_class=None, source=SOURCE, log=print):
     """Write (or reuse, if complete with the same arguments) the JPEG tree at ``output``."""
     if not os.path.isdir(source):
-        raise DataError(f"{source} not found; install it with "
-                        "'apt-get install -y dataset-fashion-mnist'")
+        raise DataError(
+            f"{source} not found; install it with 'apt-get install -y dataset-fashion-mnist'"
+        )
     stamp_path = os.path.join(output, "COMPLETE.json")
     stamp = {"train_per_class": train_per_class, "val_per_class": val_per_class}
     if os.path.exists(stamp_path):
@@ -60,8 +73,10 @@ def write_tree(output, train_per_class=None, val_per_class=None, source=SOURCE, 
                 log(f"{output}: already complete")
                 return output
     shutil.rmtree(output, ignore_errors=True)
-    for split, prefix, per_class in (("train", "train", train_per_class),
-                                     ("val", "t10k", val_per_class)):
+    for split, prefix, per_class in (
+        ("train", "train", train_per_class),
+        ("val", "t10k", val_per_class),
+    ):
         images = read_idx(os.path.join(source, f"{prefix}-images-idx3-ubyte.gz"))
         labels = read_idx(os.path.join(source, f"{prefix}-labels-idx1-ubyte.gz"))
         written = write_split(images, labels, os.path.join(output, split), per_class)
@@ -75,10 +90,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default="demo_data/fashion_mnist")
     parser.add_argument("--source", default=SOURCE, help="folder with the *-ubyte.gz files")
-    parser.add_argument("--train-per-class", type=int, default=None,
-                        help="training images per class (default: all 6,000)")
-    parser.add_argument("--val-per-class", type=int, default=None,
-                        help="validation images per class (default: all 1,000)")
+    parser.add_argument(
+        "--train-per-class",
+        type=int,
+        default=None,
+        help="training images per class (default: all 6,000)",
+    )
+    parser.add_argument(
+        "--val-per-class",
+        type=int,
+        default=None,
+        help="validation images per class (default: all 1,000)",
+    )
     args = parser.parse_args()
     try:
         write_tree(args.output, args.train_per_class, args.val_per_class, args.source)

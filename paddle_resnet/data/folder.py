@@ -1,4 +1,5 @@
 """ImageNet-style image trees: <root>/<split>/<class>/<image>, scanned and checked."""
+
 import concurrent.futures
 import functools
 import json
@@ -28,8 +29,11 @@ class ImageList:
 
 def list_images(folder):
     """The image files directly inside ``folder``, sorted by name."""
-    return [os.path.join(folder, name) for name in sorted(os.listdir(folder))
-            if name.lower().endswith(IMAGE_EXTENSIONS)]
+    return [
+        os.path.join(folder, name)
+        for name in sorted(os.listdir(folder))
+        if name.lower().endswith(IMAGE_EXTENSIONS)
+    ]
 
 
 def scan_split(image_root, split) -> ImageList:
@@ -50,8 +54,9 @@ def scan_split(image_root, split) -> ImageList:
         class_dir = os.path.join(split_dir, name)
         images = list_images(class_dir)
         if not images:
-            raise DataError(f"{class_dir}: class folder holds no images "
-                            f"({', '.join(IMAGE_EXTENSIONS)})")
+            raise DataError(
+                f"{class_dir}: class folder holds no images ({', '.join(IMAGE_EXTENSIONS)})"
+            )
         files.extend(images)
         labels.extend([label] * len(images))
     return ImageList(tuple(files), tuple(labels), tuple(classes))
@@ -61,14 +66,18 @@ def check_same_classes(train: ImageList, val: ImageList):
     if train.classes != val.classes:
         only_train = sorted(set(train.classes) - set(val.classes))
         only_val = sorted(set(val.classes) - set(train.classes))
-        raise DataError("train and val class folders differ: "
-                        f"only in train {only_train[:5]}, only in val {only_val[:5]}")
+        raise DataError(
+            "train and val class folders differ: "
+            f"only in train {only_train[:5]}, only in val {only_val[:5]}"
+        )
 
 
 def check_num_classes(image_list: ImageList, num_classes, where):
     if len(image_list.classes) != num_classes:
-        raise DataError(f"{where} has {len(image_list.classes)} class folders but "
-                        f"model.num_classes (--num-of-class) is {num_classes}")
+        raise DataError(
+            f"{where} has {len(image_list.classes)} class folders but "
+            f"model.num_classes (--num-of-class) is {num_classes}"
+        )
 
 
 def check_class_names(data_classes, model_classes, data_where, model_where):
@@ -83,16 +92,21 @@ def check_class_names(data_classes, model_classes, data_where, model_where):
         detail = f"only in the data: {only_data[:5]}, only in the model: {only_model[:5]}"
     else:
         label = next(i for i, (a, b) in enumerate(zip(data_classes, model_classes)) if a != b)
-        detail = (f"the same names in another order: label {label} is "
-                  f"{data_classes[label]!r} in the data, {model_classes[label]!r} in the model")
-    raise DataError(f"the class names of {data_where} are not the model's ({model_where}): "
-                    f"{detail}")
+        detail = (
+            f"the same names in another order: label {label} is "
+            f"{data_classes[label]!r} in the data, {model_classes[label]!r} in the model"
+        )
+    raise DataError(
+        f"the class names of {data_where} are not the model's ({model_where}): {detail}"
+    )
 
 
 def write_class_index(path, classes):
     """{label: folder name} as JSON, so predictions can be named later."""
     with atomic_files(path) as (handle,):
-        handle.write(json.dumps({str(i): name for i, name in enumerate(classes)}, indent=1).encode())
+        handle.write(
+            json.dumps({str(i): name for i, name in enumerate(classes)}, indent=1).encode()
+        )
 
 
 def read_class_index(path):
@@ -115,7 +129,7 @@ def _fails_to_open(path):
     try:
         with Image.open(path) as image:
             if image.format != "JPEG":
-                image.load()                      # rare formats: decode them
+                image.load()  # rare formats: decode them
                 return False
         with open(path, "rb") as handle:
             handle.seek(max(0, os.path.getsize(path) - JPEG_TAIL))

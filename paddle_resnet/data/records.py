@@ -10,6 +10,7 @@ training records are written in a fixed shuffled order (see ``shuffled``).
 
 Both formats are written in plain Python, without MXNet or TensorFlow.
 """
+
 import os
 import struct
 
@@ -17,9 +18,8 @@ import numpy as np
 import nvidia.dali.tfrecord as tfrec
 from nvidia.dali import fn, types
 
-from paddle_resnet.data.folder import (ImageList, check_same_classes, scan_split,
-                                       write_class_index)
 from paddle_resnet.atomic import atomic_files
+from paddle_resnet.data.folder import ImageList, check_same_classes, scan_split, write_class_index
 from paddle_resnet.errors import DataError
 
 FORMATS = ("recordio", "tfrecord")
@@ -38,6 +38,7 @@ REQUIRED_FEATURES = {ENCODED: BYTES_LIST, LABEL: INT64_LIST}
 
 
 # ---------------------------------------------------------------- paths and counts
+
 
 def check_format(fmt):
     if fmt not in FORMATS:
@@ -82,6 +83,7 @@ def shard_range(num_records, shard_id, num_shards):
 
 # ---------------------------------------------------------------- writing
 
+
 def write_records(image_root, output_root, fmt):
     """Write the train and val splits found under ``image_root``; returns the files written."""
     check_format(fmt)
@@ -102,7 +104,7 @@ def write_records(image_root, output_root, fmt):
             written.extend(record_paths(output_root, split, fmt))
         written.append(os.path.join(output_root, "classes.json"))
         write_class_index(written[-1], image_lists[splits[0]].classes)
-    except OSError as err:       # an unreadable image or an unwritable output folder
+    except OSError as err:  # an unreadable image or an unwritable output folder
         raise DataError(f"{err.filename or output_root}: {err.strerror or err}") from None
     return written
 
@@ -112,8 +114,11 @@ def shuffled(image_list, seed=0):
     buffer of records read in stored order, so a class-by-class file would give
     batches of a few classes."""
     order = np.random.RandomState(seed).permutation(len(image_list))
-    return ImageList(tuple(image_list.files[i] for i in order),
-                     tuple(image_list.labels[i] for i in order), image_list.classes)
+    return ImageList(
+        tuple(image_list.files[i] for i in order),
+        tuple(image_list.labels[i] for i in order),
+        image_list.classes,
+    )
 
 
 def read_bytes(path):
@@ -134,21 +139,23 @@ def recordio_record(key, label, image):
     payload = struct.pack("<IfQQ", 0, float(label), key, 0) + image
     # The length field's upper 3 bits are a continuation flag (0: a whole record);
     # records start at 4-byte boundaries.
-    return (struct.pack("<II", RECORDIO_MAGIC, len(payload)) + payload
-            + b"\0" * (-len(payload) % 4))
+    return struct.pack("<II", RECORDIO_MAGIC, len(payload)) + payload + b"\0" * (-len(payload) % 4)
 
 
 def write_tfrecord(image_list, prefix):
     """``<prefix>.tfrecord`` and ``<prefix>.tfrecord.idx``: one tf.train.Example per image."""
-    write_tfrecord_examples((image_example(image_list, i) for i in range(len(image_list))),
-                            prefix)
+    write_tfrecord_examples((image_example(image_list, i) for i in range(len(image_list))), prefix)
 
 
 def image_example(image_list, position):
     label = image_list.labels[position]
-    return encode_example({ENCODED: bytes_feature(read_bytes(image_list.files[position])),
-                           LABEL: int64_feature(label),
-                           TEXT: bytes_feature(image_list.classes[label].encode())})
+    return encode_example(
+        {
+            ENCODED: bytes_feature(read_bytes(image_list.files[position])),
+            LABEL: int64_feature(label),
+            TEXT: bytes_feature(image_list.classes[label].encode()),
+        }
+    )
 
 
 def write_tfrecord_examples(examples, prefix):
@@ -162,14 +169,19 @@ def write_tfrecord_examples(examples, prefix):
 
 def tfrecord_frame(data):
     length = struct.pack("<Q", len(data))
-    return (length + struct.pack("<I", masked_crc32c(length))
-            + data + struct.pack("<I", masked_crc32c(data)))
+    return (
+        length
+        + struct.pack("<I", masked_crc32c(length))
+        + data
+        + struct.pack("<I", masked_crc32c(data))
+    )
 
 
 # ---------------------------------------------------------------- protobuf wire format
 
+
 def varint(value):
-    value &= (1 << 64) - 1          # negative int64s are sent as 10-byte two's complement
+    value &= (1 << 64) - 1  # negative int64s are sent as 10-byte two's complement
     encoded = bytearray()
     while value > 0x7F:
         encoded.append(value & 0x7F | 0x80)
@@ -187,15 +199,16 @@ def bytes_feature(value):
 
 
 def int64_feature(value):
-    return length_delimited(INT64_LIST, length_delimited(1, varint(value)))   # packed
+    return length_delimited(INT64_LIST, length_delimited(1, varint(value)))  # packed
 
 
 def encode_example(features):
     """tf.train.Example{features: Features{feature: map<string, Feature>}} from
     {name: encoded Feature}."""
-    entries = b"".join(length_delimited(1, length_delimited(1, name.encode())
-                                        + length_delimited(2, feature))
-                       for name, feature in features.items())
+    entries = b"".join(
+        length_delimited(1, length_delimited(1, name.encode()) + length_delimited(2, feature))
+        for name, feature in features.items()
+    )
     return length_delimited(1, entries)
 
 
@@ -225,7 +238,7 @@ def message_fields(buffer):
             _, position = read_varint(buffer, position)
         elif wire_type == 2:
             length, position = read_varint(buffer, position)
-            value = buffer[position:position + length]
+            value = buffer[position : position + length]
             position += length
         elif wire_type in fixed_sizes:
             position += fixed_sizes[wire_type]
@@ -264,6 +277,7 @@ def map_entry(entry):
 
 # ---------------------------------------------------------------- checking TFRecord files
 
+
 def check_tfrecord(path, index_path=None):
     """Number of records in ``path`` after checking its framing, that every record is an
     Example with an image (bytes) and a label (int64), and that ``index_path`` (if given)
@@ -283,8 +297,10 @@ def check_tfrecord(path, index_path=None):
     except OSError as err:
         raise DataError(f"{path}: cannot be read ({err.strerror or err})") from None
     if index_path is not None and read_index_lines(index_path) != frames:
-        raise DataError(f"{index_path}: does not list the {len(frames)} records of {path}; "
-                        f"re-create both with scripts/data/make_records.py")
+        raise DataError(
+            f"{index_path}: does not list the {len(frames)} records of {path}; "
+            f"re-create both with scripts/data/make_records.py"
+        )
     return len(frames)
 
 
@@ -296,8 +312,10 @@ def tfrecord_frames(handle, path):
         if not header:
             return
         if len(header) < 12 or masked_crc32c(header[:8]) != struct.unpack("<I", header[8:])[0]:
-            raise DataError(f"{path}: no valid TFRecord header at byte {offset}; "
-                            "not a TFRecord file, or a corrupt one")
+            raise DataError(
+                f"{path}: no valid TFRecord header at byte {offset}; "
+                "not a TFRecord file, or a corrupt one"
+            )
         length = struct.unpack("<Q", header[:8])[0]
         data = handle.read(length)
         if len(data) < length or len(handle.read(4)) < 4:
@@ -316,8 +334,9 @@ def check_example(data, path, number):
             raise DataError(f"{path}: record {number} has no {name!r} feature")
         if kinds[name] != kind:
             found = KIND_NAMES.get(kinds[name], "an empty Feature")
-            raise DataError(f"{path}: record {number}: feature {name!r} is {found}, "
-                            f"expected {KIND_NAMES[kind]}")
+            raise DataError(
+                f"{path}: record {number}: feature {name!r} is {found}, expected {KIND_NAMES[kind]}"
+            )
 
 
 def check_records(root, split, fmt):
@@ -331,12 +350,13 @@ def check_records(root, split, fmt):
 
 # ---------------------------------------------------------------- CRC32C (TFRecord checksums)
 
+
 def crc32c_table():
     table = []
     for byte in range(256):
         crc = byte
         for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1   # Castagnoli, reflected
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1  # Castagnoli, reflected
         table.append(crc)
     return tuple(table)
 
@@ -360,6 +380,7 @@ def masked_crc32c(data):
 
 # ---------------------------------------------------------------- DALI
 
+
 def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
     """(encoded images, int64 labels of shape [1]) DALI nodes over the records of ``split``.
 
@@ -370,11 +391,19 @@ def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
     order (by class). It follows ``seed`` only, not the pipeline's seed.
     """
     data_path, index_path = record_files(root, split, fmt)
-    reader_args = dict(path=[data_path], index_path=[index_path], shard_id=shard_id,
-                       num_shards=num_shards, random_shuffle=random_shuffle, seed=seed,
-                       pad_last_batch=True, stick_to_shard=True, name="Reader")
+    reader_args = dict(
+        path=[data_path],
+        index_path=[index_path],
+        shard_id=shard_id,
+        num_shards=num_shards,
+        random_shuffle=random_shuffle,
+        seed=seed,
+        pad_last_batch=True,
+        stick_to_shard=True,
+        name="Reader",
+    )
     if fmt == "recordio":
-        encoded, labels = fn.readers.mxnet(**reader_args)      # labels are float32
+        encoded, labels = fn.readers.mxnet(**reader_args)  # labels are float32
     else:
         records = fn.readers.tfrecord(features=tfrecord_features(), **reader_args)
         encoded, labels = records[ENCODED], records[LABEL]
@@ -382,8 +411,10 @@ def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
 
 
 def tfrecord_features():
-    return {ENCODED: tfrec.FixedLenFeature((), tfrec.string, ""),
-            LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1)}
+    return {
+        ENCODED: tfrec.FixedLenFeature((), tfrec.string, ""),
+        LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1),
+    }
 
 
 def describe_record_error(err, root, split, fmt):
@@ -398,8 +429,7 @@ def describe_record_error(err, root, split, fmt):
             check_tfrecord(data_path, index_path)
         except DataError as malformed:
             return malformed
-    return DataError(f"{data_path}: DALI could not read or decode a record "
-                     f"({dali_reason(err)})")
+    return DataError(f"{data_path}: DALI could not read or decode a record ({dali_reason(err)})")
 
 
 def dali_reason(err):

@@ -4,6 +4,7 @@
 
 The table at the end names every member of the ResNet family this toolkit trains.
 """
+
 from typing import Dict
 
 from paddle_resnet.errors import ConfigError

@@ -3,6 +3,7 @@
 ``paddle.nn`` layers work in Paddle 2.6 static graphs and in the legacy static IR
 of Paddle 3.x alike, which ``paddle.static.nn`` does not.
 """
+
 import math
 from dataclasses import dataclass
 from typing import Tuple
@@ -15,11 +16,11 @@ from paddle import nn
 class Arch:
     """What distinguishes one member of the ResNet family from another."""
 
-    block: str                      # "basic" or "bottleneck"
+    block: str  # "basic" or "bottleneck"
     layers: Tuple[int, int, int, int]
-    groups: int = 1                 # ResNeXt cardinality
-    width_per_group: int = 64       # ResNeXt bottleneck width
-    stride_in_1x1: bool = False     # True: ResNet v1; False: v1.5
+    groups: int = 1  # ResNeXt cardinality
+    width_per_group: int = 64  # ResNeXt bottleneck width
+    stride_in_1x1: bool = False  # True: ResNet v1; False: v1.5
 
 
 def _conv(in_channels, out_channels, kernel, stride=1, groups=1, data_format="NCHW"):
@@ -120,8 +121,14 @@ class ResNet(nn.Layer):
     Input: float images, NCHW or NHWC as ``data_format`` says. Output: logits.
     """
 
-    def __init__(self, arch: Arch, num_classes=1000, data_format="NCHW",
-                 zero_init_residual=False, in_channels=3):
+    def __init__(
+        self,
+        arch: Arch,
+        num_classes=1000,
+        data_format="NCHW",
+        zero_init_residual=False,
+        in_channels=3,
+    ):
         super().__init__()
         block = {"basic": BasicBlock, "bottleneck": Bottleneck}[arch.block]
         self.conv1 = _conv(in_channels, 64, 7, 2, data_format=data_format)
@@ -131,21 +138,25 @@ class ResNet(nn.Layer):
         stages = []
         channels_in = 64
         for index, num_blocks in enumerate(arch.layers):
-            channels = 64 * 2 ** index
+            channels = 64 * 2**index
             blocks = []
             for block_index in range(num_blocks):
                 stride = 2 if index > 0 and block_index == 0 else 1
-                blocks.append(block(channels_in, channels, stride, arch, data_format,
-                                    zero_init_residual))
+                blocks.append(
+                    block(channels_in, channels, stride, arch, data_format, zero_init_residual)
+                )
                 channels_in = channels * block.expansion
             stages.append(nn.Sequential(*blocks))
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.avgpool = nn.AdaptiveAvgPool2D(1, data_format=data_format)
         bound = 1.0 / math.sqrt(channels_in)
         uniform = nn.initializer.Uniform(-bound, bound)
-        self.fc = nn.Linear(channels_in, num_classes,
-                            weight_attr=paddle.ParamAttr(initializer=uniform),
-                            bias_attr=paddle.ParamAttr(initializer=uniform))
+        self.fc = nn.Linear(
+            channels_in,
+            num_classes,
+            weight_attr=paddle.ParamAttr(initializer=uniform),
+            bias_attr=paddle.ParamAttr(initializer=uniform),
+        )
 
     def forward(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))

@@ -2,6 +2,7 @@
 density, whether it holds 2:4, and its precision (fp32, or int8 with where its scale
 came from), for a checkpoint folder, a .pdparams file or an exported model (and the
 model.onnx beside it)."""
+
 import argparse
 import json
 import os
@@ -24,8 +25,7 @@ def scale_source(quantization):
         return None
     if quantization["method"] == "qat":
         return "QAT-trained scale"
-    return (f"PTQ {quantization['algo']}, {quantization['calibration_images']} calibration "
-            "images")
+    return f"PTQ {quantization['algo']}, {quantization['calibration_images']} calibration images"
 
 
 def load_for_check(path):
@@ -33,8 +33,11 @@ def load_for_check(path):
     a .pdparams file or an exported model."""
     if exported.is_exported_model(path):
         info = exported.read_info(path)
-        return (exported.read_params(path), set(info.get("sparse_2to4", [])),
-                scale_source(info.get("quantization")))
+        return (
+            exported.read_params(path),
+            set(info.get("sparse_2to4", [])),
+            scale_source(info.get("quantization")),
+        )
     if os.path.isdir(path):
         directory, meta = checkpoint.verify_checkpoint(path)
         path = os.path.join(directory, meta.get("prefix", checkpoint.PREFIX))
@@ -73,8 +76,9 @@ def onnx_weights(model_dir):
 def rows_with_precision(params, marked, quantized, source):
     """The compliance table, each weight with its precision: int8 where a quantizer reads
     it (``quantized``), else fp32."""
-    rows = compliance_table({n: v for n, v in params.items() if not n.endswith(QAT_SUFFIXES)},
-                            marked)
+    rows = compliance_table(
+        {n: v for n, v in params.items() if not n.endswith(QAT_SUFFIXES)}, marked
+    )
     for row in rows:
         row["precision"] = f"int8 ({source})" if row["param"] in quantized else "fp32"
     return rows
@@ -90,19 +94,25 @@ def print_rows(rows, title):
     print(f"  {'weight':32s} {'shape':20s} density pattern  precision")
     for row in rows:
         pattern = "2:4" if row["is_2to4"] else "dense"
-        flag = "  <-- marked sparse but NOT 2:4" if row["marked_sparse"] and not row["is_2to4"] else ""
-        print(f"  {row['param']:32s} {str(row['shape']):20s} {row['density']:.3f}   "
-              f"{pattern:7s}  {row['precision']}{flag}")
+        flag = (
+            "  <-- marked sparse but NOT 2:4" if row["marked_sparse"] and not row["is_2to4"] else ""
+        )
+        print(
+            f"  {row['param']:32s} {str(row['shape']):20s} {row['density']:.3f}   "
+            f"{pattern:7s}  {row['precision']}{flag}"
+        )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m paddle_resnet.sparsity", allow_abbrev=False,
+        prog="python -m paddle_resnet.sparsity",
+        allow_abbrev=False,
         description="Report every weight of a checkpoint folder, a .pdparams file or an "
-                    "exported inference model (and its model.onnx): shape, density, 2:4 or "
-                    "not, precision (fp32, or int8 and the source of its scale). Exit code 1 "
-                    "when a weight marked sparse (saved with an ASP mask, or listed by the "
-                    "export) is not 2:4, in any of them.")
+        "exported inference model (and its model.onnx): shape, density, 2:4 or "
+        "not, precision (fp32, or int8 and the source of its scale). Exit code 1 "
+        "when a weight marked sparse (saved with an ASP mask, or listed by the "
+        "export) is not 2:4, in any of them.",
+    )
     parser.add_argument("path")
     parser.add_argument("--json", help="also write the tables to this JSON file")
     args = parser.parse_args(argv)
@@ -113,7 +123,8 @@ def main(argv=None):
         if onnx_model:
             weights, quantized = onnx_model
             tables[os.path.join(args.path, exported.ONNX_FILE)] = rows_with_precision(
-                {n: np.asarray(v) for n, v in weights.items()}, marked, quantized, source)
+                {n: np.asarray(v) for n, v in weights.items()}, marked, quantized, source
+            )
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -123,12 +134,14 @@ def main(argv=None):
         bad = [r["param"] for r in rows if r["marked_sparse"] and not r["is_2to4"]]
         missing = sorted(marked - {r["param"] for r in rows})
         failures += [f"{where}: {name}" for name in bad + missing]
-        print(f"{sum(r['marked_sparse'] for r in rows)} weights marked sparse, {len(bad)} "
-              f"violate 2:4, {len(missing)} missing, {sum(r['is_2to4'] for r in rows)} of "
-              f"{len(rows)} are 2:4, {sum(r['precision'] != 'fp32' for r in rows)} int8")
+        print(
+            f"{sum(r['marked_sparse'] for r in rows)} weights marked sparse, {len(bad)} "
+            f"violate 2:4, {len(missing)} missing, {sum(r['is_2to4'] for r in rows)} of "
+            f"{len(rows)} are 2:4, {sum(r['precision'] != 'fp32' for r in rows)} int8"
+        )
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"path": args.path, "tables": tables, "violations": failures}, handle,
-                      indent=1)
+            json.dump(
+                {"path": args.path, "tables": tables, "violations": failures}, handle, indent=1
+            )
     return 1 if failures else 0
-

@@ -4,6 +4,7 @@ group of 4 consecutive weights along the input dimension at least 2 are zero.
 Conv weights are [out, in, kh, kw] (groups run along ``in``); FC weights are
 [in, out] (groups run along ``in``, the first axis).
 """
+
 import numpy as np
 
 from paddle_resnet.errors import UserError
@@ -19,9 +20,9 @@ class SparsityViolation(UserError):
 def rows_along_input(weight):
     """The weight as rows whose consecutive entries run along the input dimension."""
     weight = np.asarray(weight)
-    if weight.ndim == 4:                      # conv [out, in, kh, kw]
+    if weight.ndim == 4:  # conv [out, in, kh, kw]
         return weight.transpose(0, 2, 3, 1).reshape(-1, weight.shape[1])
-    if weight.ndim == 2:                      # fc [in, out]
+    if weight.ndim == 2:  # fc [in, out]
         return weight.T
     raise ValueError(f"no 2:4 layout for a weight of shape {weight.shape}")
 
@@ -48,8 +49,11 @@ def is_pruning_mask(mask):
 
 def sparse_parameters(state):
     """Names of the weights a checkpoint marks as sparse (saved with a pruning ASP mask)."""
-    return sorted(name[: -len(MASK_SUFFIX)] for name, value in state.items()
-                  if name.endswith(MASK_SUFFIX) and is_pruning_mask(value))
+    return sorted(
+        name[: -len(MASK_SUFFIX)]
+        for name, value in state.items()
+        if name.endswith(MASK_SUFFIX) and is_pruning_mask(value)
+    )
 
 
 def check_sparse(params, names, where):
@@ -66,6 +70,13 @@ def compliance_table(params, marked):
         value = np.asarray(params[name])
         if value.ndim not in (2, 4) or name.endswith(MASK_SUFFIX):
             continue
-        rows.append({"param": name, "shape": list(value.shape), "density": round(density(value), 4),
-                     "is_2to4": is_2to4(value), "marked_sparse": name in marked})
+        rows.append(
+            {
+                "param": name,
+                "shape": list(value.shape),
+                "density": round(density(value), 4),
+                "is_2to4": is_2to4(value),
+                "marked_sparse": name in marked,
+            }
+        )
     return rows

@@ -1,13 +1,19 @@
 """ASP in a training run: which layers stay dense, pruning after the weights are loaded,
 a per-layer table, and verification that the pattern holds after every epoch."""
+
 import numpy as np
 import paddle
 from paddle.incubate import asp
 from paddle.incubate.asp.utils import MaskAlgo
 
 from paddle_resnet.errors import ConfigError
-from paddle_resnet.sparsity.pattern import (MASK_SUFFIX, SparsityViolation, density, is_2to4,
-                                            is_pruning_mask)
+from paddle_resnet.sparsity.pattern import (
+    MASK_SUFFIX,
+    SparsityViolation,
+    density,
+    is_2to4,
+    is_pruning_mask,
+)
 
 
 def excluded_parameters(model, exclude):
@@ -16,12 +22,17 @@ def excluded_parameters(model, exclude):
     named = list(model.named_parameters())
     chosen = []
     for wanted in exclude:
-        matches = [param.name for path, param in named
-                   if path == wanted or path.startswith(wanted + ".") or param.name == wanted]
+        matches = [
+            param.name
+            for path, param in named
+            if path == wanted or path.startswith(wanted + ".") or param.name == wanted
+        ]
         if not matches:
-            raise ConfigError(f"asp.exclude (--asp-exclude): {wanted!r} matches no layer of "
-                              f"{type(model).__name__}; layer paths look like 'fc' or "
-                              "'layer4.2.conv3'")
+            raise ConfigError(
+                f"asp.exclude (--asp-exclude): {wanted!r} matches no layer of "
+                f"{type(model).__name__}; layer paths look like 'fc' or "
+                "'layer4.2.conv3'"
+            )
         chosen.extend(matches)
     return chosen
 
@@ -52,9 +63,15 @@ def layer_table(programs):
             status = "excluded (kept dense by configuration)"
         else:
             status = "dense (too few input channels for 2:4)"
-        rows.append({"param": param.name, "layer": layer_of.get(param.name, ""),
-                     "shape": list(param.shape), "status": status,
-                     "density": round(density(_scope_array(param.name)), 4)})
+        rows.append(
+            {
+                "param": param.name,
+                "layer": layer_of.get(param.name, ""),
+                "shape": list(param.shape),
+                "status": status,
+                "density": round(density(_scope_array(param.name)), 4),
+            }
+        )
     return rows
 
 
@@ -80,7 +97,8 @@ def masks_from_weights(program, place):
         weight = _scope_array(param.name)
         if is_2to4(weight):
             scope.find_var(param.name + MASK_SUFFIX).get_tensor().set(
-                (weight != 0).astype(mask.dtype), place)
+                (weight != 0).astype(mask.dtype), place
+            )
 
 
 def prune(program, mask_algo, place):
@@ -88,9 +106,9 @@ def prune(program, mask_algo, place):
     GPU whenever its build has CUDA and the program carries Fleet's sharding degree (8
     by default, whether or not sharding is used): on the GPU build without a usable GPU
     that ended the process (exit status 255, no message)."""
-    asp.ASPHelper.prune_model_by_program(place, program, n=2, m=4,
-                                         mask_algo=MaskAlgo[mask_algo.upper()],
-                                         with_mask=True)
+    asp.ASPHelper.prune_model_by_program(
+        place, program, n=2, m=4, mask_algo=MaskAlgo[mask_algo.upper()], with_mask=True
+    )
 
 
 def prepare(programs, asp_config, report, resumed, place):
@@ -103,14 +121,18 @@ def prepare(programs, asp_config, report, resumed, place):
         masks_from_weights(programs.train, place)
     rows = layer_table(programs)
     if not any(row["status"] == "pruned" for row in rows):
-        raise ConfigError("--asp without --prune-model continues a model that is already 2:4 "
-                          "sparse (an ASP checkpoint); these weights are dense: add "
-                          "--prune-model (it keeps the zeros of weights that are already 2:4)")
+        raise ConfigError(
+            "--asp without --prune-model continues a model that is already 2:4 "
+            "sparse (an ASP checkpoint); these weights are dense: add "
+            "--prune-model (it keeps the zeros of weights that are already 2:4)"
+        )
     report.log("ASP", {"layers": rows}, kind="PARAMETER", console=False)
     report.print(f"asp: {'layer':34s} {'shape':20s} density  status")
     for row in rows:
-        report.print(f"asp: {row['layer'] or row['param']:34s} {str(row['shape']):20s} "
-                     f"{row['density']:.3f}    {row['status']}")
+        report.print(
+            f"asp: {row['layer'] or row['param']:34s} {str(row['shape']):20s} "
+            f"{row['density']:.3f}    {row['status']}"
+        )
     verify(programs, report, where="after pruning" if pruning else "at start")
 
 

@@ -8,6 +8,7 @@ files, PaddleClas ``.pdparams``).
 
 ``files`` reads a file by its content; ``naming`` holds one mapping table per source.
 """
+
 import json
 import os
 
@@ -27,7 +28,7 @@ def read_weights(run_config):
     names; a pretrained file's by whatever names the file uses (see ``program_state``)."""
     if run_config.from_checkpoint:
         path = run_config.from_checkpoint
-        if run_config.last_epoch_of_checkpoint not in (None, "auto"):    # NVIDIA's flag
+        if run_config.last_epoch_of_checkpoint not in (None, "auto"):  # NVIDIA's flag
             path = os.path.join(path, run_config.last_epoch_of_checkpoint)
         return ckpt.read_checkpoint(path)
     if run_config.from_pretrained_params:
@@ -79,15 +80,20 @@ def check_quantization(meta, state, config, source):
     model (its meta.json says --qat, or it holds QAT scales) with --qat, any other
     without. Otherwise a QAT model was scored as fp32 (0.8200 where its own evaluation
     gave 0.8233), or an fp32 model through untrained quantizers; both without a word."""
-    trained_qat = (_own_meta(meta, source).get("config", {}).get("qat", {}).get("enabled")
-                   or any(name.endswith(QAT_SUFFIXES) for name in state))
+    trained_qat = _own_meta(meta, source).get("config", {}).get("qat", {}).get("enabled") or any(
+        name.endswith(QAT_SUFFIXES) for name in state
+    )
     if trained_qat and not config.qat.enabled:
-        raise CheckpointError(f"{source}: a quantization-aware (--qat) model: give --qat "
-                                   "to evaluate or export it with its trained scales")
+        raise CheckpointError(
+            f"{source}: a quantization-aware (--qat) model: give --qat "
+            "to evaluate or export it with its trained scales"
+        )
     if config.qat.enabled and not trained_qat:
-        raise CheckpointError(f"{source}: not a quantization-aware model (no --qat in "
-                                   "its meta.json, no QAT scales): drop --qat, or quantize it "
-                                   "with export_model.py --ptq-algo")
+        raise CheckpointError(
+            f"{source}: not a quantization-aware model (no --qat in "
+            "its meta.json, no QAT scales): drop --qat, or quantize it "
+            "with export_model.py --ptq-algo"
+        )
 
 
 def _check_layout(file_layout, what, arch_name, source):
@@ -96,9 +102,11 @@ def _check_layout(file_layout, what, arch_name, source):
     arch = get_arch(arch_name)
     ours = "v1" if arch.stride_in_1x1 else "v1.5"
     if arch.block == "bottleneck" and file_layout not in (None, ours):
-        raise CheckpointError(f"{source}: holds a ResNet {file_layout} ({what}); {arch_name} is a "
-                              f"ResNet {ours}: the shapes agree but the networks differ (v1 strides "
-                              "in the 1x1 convolution, v1.5 in the 3x3 one)")
+        raise CheckpointError(
+            f"{source}: holds a ResNet {file_layout} ({what}); {arch_name} is a "
+            f"ResNet {ours}: the shapes agree but the networks differ (v1 strides "
+            "in the 1x1 convolution, v1.5 in the 3x3 one)"
+        )
 
 
 def _imported(state, structured, config, source):
@@ -107,28 +115,39 @@ def _imported(state, structured, config, source):
     tables = [(src, {src.rename(ours, arch): ours for ours in structured}) for src in SOURCES]
     src, expected = max(tables, key=lambda table: len(set(table[1]) & set(state)))
     if not set(expected) & set(state):
-        raise CheckpointError(f"{source}: unknown naming: tensor {next(iter(state))!r} is named "
-                              f"as in none of {', '.join(s.name for s in SOURCES)} "
-                              "(nor as in this toolkit's files)")
+        raise CheckpointError(
+            f"{source}: unknown naming: tensor {next(iter(state))!r} is named "
+            f"as in none of {', '.join(s.name for s in SOURCES)} "
+            "(nor as in this toolkit's files)"
+        )
     _check_layout(src.layouts, f"{src.name} ResNets are {src.layouts}", arch_name, source)
     converted = {}
     for file_name, ours in expected.items():
         if file_name not in state:
-            raise CheckpointError(f"{source}: a {src.name} file that does not fit {arch_name}: "
-                                  f"it has no tensor {file_name!r}")
+            raise CheckpointError(
+                f"{source}: a {src.name} file that does not fit {arch_name}: "
+                f"it has no tensor {file_name!r}"
+            )
         value = state[file_name].T if ours in src.transposed else state[file_name]
         wanted = tuple(structured[ours].shape)
-        if tuple(value.shape) != wanted and ours not in CLASSIFIER:   # a classifier may be new
-            raise CheckpointError(f"{source}: a {src.name} file that does not fit {arch_name}: "
-                                  f"{file_name} has shape {tuple(state[file_name].shape)}, "
-                                  f"{arch_name} needs {wanted}")
+        if tuple(value.shape) != wanted and ours not in CLASSIFIER:  # a classifier may be new
+            raise CheckpointError(
+                f"{source}: a {src.name} file that does not fit {arch_name}: "
+                f"{file_name} has shape {tuple(state[file_name].shape)}, "
+                f"{arch_name} needs {wanted}"
+            )
         converted[structured[ours].name] = value
     extra = [name for name in state if name not in expected and not name.endswith(src.ignored)]
     if extra:
-        raise CheckpointError(f"{source}: a {src.name} file that does not fit {arch_name}: "
-                              f"tensor {extra[0]!r} has no place in it ({len(extra)} such)")
-    return converted, f"{source}: {src.name} weights ({len(converted)} tensors); " + \
-        _normalization_note(src, config.data)
+        raise CheckpointError(
+            f"{source}: a {src.name} file that does not fit {arch_name}: "
+            f"tensor {extra[0]!r} has no place in it ({len(extra)} such)"
+        )
+    return (
+        converted,
+        f"{source}: {src.name} weights ({len(converted)} tensors); "
+        + _normalization_note(src, config.data),
+    )
 
 
 def _normalization_note(src, data_config):
@@ -136,6 +155,8 @@ def _normalization_note(src, data_config):
     expected = f"mean {list(src.mean)}, std {list(src.std)} on RGB in [0, 1]"
     if (tuple(data_config.normalize_mean), tuple(data_config.normalize_std)) == (src.mean, src.std):
         return f"its models expect {expected}, as this run normalises"
-    return (f"warning: its models expect {expected}; this run uses mean "
-            f"{list(data_config.normalize_mean)}, std {list(data_config.normalize_std)} "
-            "(--normalize-mean / --normalize-std)")
+    return (
+        f"warning: its models expect {expected}; this run uses mean "
+        f"{list(data_config.normalize_mean)}, std {list(data_config.normalize_std)} "
+        "(--normalize-mean / --normalize-std)"
+    )

@@ -5,6 +5,7 @@
 - safetensors (timm's hub format): read with the ``safetensors`` package, no PyTorch.
 - Paddle pickles (``.pdparams`` of this toolkit or of ``paddle.save``, e.g. PaddleClas).
 """
+
 import os
 import struct
 
@@ -24,12 +25,16 @@ _PADDLE_NAME_TABLE = "StructuredToParameterName@@"
 
 
 def container(path):
-    """"PyTorch", "safetensors" or "Paddle": what the file at ``path`` holds."""
+    """ "PyTorch", "safetensors" or "Paddle": what the file at ``path`` holds."""
     with open(path, "rb") as handle:
         head = handle.read(16)
     if head.startswith(_ZIP) or head.startswith(_TORCH_LEGACY):
         return "PyTorch"
-    if len(head) > 8 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] < os.path.getsize(path):
+    if (
+        len(head) > 8
+        and head[8:9] == b"{"
+        and struct.unpack("<Q", head[:8])[0] < os.path.getsize(path)
+    ):
         return "safetensors"
     return "Paddle"
 
@@ -39,13 +44,15 @@ def read_tensors(path):
     if it is missing, truncated or not a weights file."""
     if not os.path.exists(path):
         if os.path.exists(path + ".pdparams"):
-            path += ".pdparams"          # the prefix form of this toolkit's files
+            path += ".pdparams"  # the prefix form of this toolkit's files
         else:
             raise CheckpointError(f"{path} does not exist")
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"{path}: is empty, not a weights file")
     kind = container(path)
-    reader = {"PyTorch": _read_torch, "safetensors": _read_safetensors, "Paddle": _read_paddle}[kind]
+    reader = {"PyTorch": _read_torch, "safetensors": _read_safetensors, "Paddle": _read_paddle}[
+        kind
+    ]
     tensors = reader(path)
     if not tensors:
         raise CheckpointError(f"{path}: holds no tensors")
@@ -64,9 +71,10 @@ def _read_torch(path):
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError, ...
-        raise CheckpointError(f"{path}: cannot be read as a PyTorch file (truncated or damaged?): "
-                              f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-                              ) from None
+        raise CheckpointError(
+            f"{path}: cannot be read as a PyTorch file (truncated or damaged?): "
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        ) from None
     state = _unwrap(state)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: holds a {type(state).__name__}, not a state dict")
@@ -74,9 +82,12 @@ def _read_torch(path):
     for name, value in state.items():
         if isinstance(value, torch.Tensor):
             # DistributedDataParallel saves "module.layer1...."
-            name = name[len("module."):] if name.startswith("module.") else name
-            tensors[name] = value.detach().to(torch.float32 if value.is_floating_point()
-                                              else value.dtype).numpy()
+            name = name[len("module.") :] if name.startswith("module.") else name
+            tensors[name] = (
+                value.detach()
+                .to(torch.float32 if value.is_floating_point() else value.dtype)
+                .numpy()
+            )
     return tensors
 
 
@@ -94,6 +105,9 @@ def _read_paddle(path):
         prefix = path[: -len(".pdparams")]
         state = ckpt.read_state(path, optimizer=os.path.exists(prefix + ".pdopt"))
     else:
-        state = ckpt.read_pickle(path)          # paddle.save writes any file name
-    return {name: np.asarray(value) for name, value in state.items()
-            if name != _PADDLE_NAME_TABLE and hasattr(value, "shape")}
+        state = ckpt.read_pickle(path)  # paddle.save writes any file name
+    return {
+        name: np.asarray(value)
+        for name, value in state.items()
+        if name != _PADDLE_NAME_TABLE and hasattr(value, "shape")
+    }

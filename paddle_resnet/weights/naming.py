@@ -7,6 +7,7 @@ these is called in another framework's files, which of them are stored transpose
 and what the source's models expect of their input. A file's naming is recognised by
 which source names the most of its tensors.
 """
+
 import re
 from dataclasses import dataclass
 from typing import Callable, Tuple
@@ -17,20 +18,22 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 # layer{stage}.{block}.{unit}.{leaf}: a tensor inside a residual block
-_BLOCK = re.compile(r"layer(?P<stage>\d)\.(?P<block>\d+)\."
-                    r"(?P<unit>conv\d|bn\d|downsample\.conv|downsample\.bn)\.(?P<leaf>\w+)")
+_BLOCK = re.compile(
+    r"layer(?P<stage>\d)\.(?P<block>\d+)\."
+    r"(?P<unit>conv\d|bn\d|downsample\.conv|downsample\.bn)\.(?P<leaf>\w+)"
+)
 
 
 @dataclass(frozen=True)
 class Source:
     name: str
-    rename: Callable[[str, Arch], str]     # our structured name -> the file's name
-    transposed: Tuple[str, ...] = ()       # our names whose matrices the file stores [out, in]
-    ignored: Tuple[str, ...] = ()          # suffixes of file tensors with no counterpart
+    rename: Callable[[str, Arch], str]  # our structured name -> the file's name
+    transposed: Tuple[str, ...] = ()  # our names whose matrices the file stores [out, in]
+    ignored: Tuple[str, ...] = ()  # suffixes of file tensors with no counterpart
     # What the source's models expect: RGB in [0, 1], then (x - mean) / std.
     mean: Tuple[float, float, float] = IMAGENET_MEAN
     std: Tuple[float, float, float] = IMAGENET_STD
-    layouts: str = "v1.5"                  # its ResNets stride in the 3x3 convolution
+    layouts: str = "v1.5"  # its ResNets stride in the 3x3 convolution
 
 
 def _block(ours):
@@ -51,7 +54,9 @@ _TORCH_BN = {"_mean": "running_mean", "_variance": "running_var"}
 
 def _torchvision(ours, arch):
     prefix, leaf = ours.rsplit(".", 1)
-    prefix = prefix.replace("downsample.conv", "downsample.0").replace("downsample.bn", "downsample.1")
+    prefix = prefix.replace("downsample.conv", "downsample.0").replace(
+        "downsample.bn", "downsample.1"
+    )
     return f"{prefix}.{_TORCH_BN.get(leaf, leaf)}"
 
 
@@ -63,7 +68,7 @@ def _paddleclas_resnet(ours, arch):
         return f"stem.0.{'conv' if layer == 'conv1' else 'bn'}.{leaf}"
     parts = _block(ours)
     if parts is None:
-        return ours                                             # fc.weight, fc.bias
+        return ours  # fc.weight, fc.bias
     stage, block, unit, leaf = parts
     kind = "bn" if "bn" in unit else "conv"
     unit = "short" if unit.startswith("downsample") else f"conv{int(unit[-1]) - 1}"
@@ -84,8 +89,9 @@ def _paddleclas_resnext(ours, arch):
     return f"bb_{stage - 1}_{block}.{unit}.{kind}.{leaf}"
 
 
-TORCHVISION = Source("torchvision/timm", _torchvision, transposed=("fc.weight",),
-                     ignored=("num_batches_tracked",))
+TORCHVISION = Source(
+    "torchvision/timm", _torchvision, transposed=("fc.weight",), ignored=("num_batches_tracked",)
+)
 PADDLECLAS_RESNET = Source("PaddleClas ResNet (legendary models)", _paddleclas_resnet)
 PADDLECLAS_RESNEXT = Source("PaddleClas ResNeXt (model zoo)", _paddleclas_resnext)
 SOURCES = (TORCHVISION, PADDLECLAS_RESNET, PADDLECLAS_RESNEXT)

@@ -1,4 +1,5 @@
 """Write Fashion-MNIST as an ImageNet-style JPEG tree (see paddle_resnet/data/fashion_mnist.py)."""
+
 from paddle_resnet.data.fashion_mnist import main
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 
 See paddle_resnet/data/records.py for the files it writes.
 """
+
 import argparse
 import sys
 
@@ -13,10 +14,14 @@ from paddle_resnet.errors import DataError
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--image-root", required=True,
-                        help="folder holding train/<class>/* and/or val/<class>/*")
-    parser.add_argument("--output", required=True,
-                        help="folder for the record files, their indexes and classes.json")
+    parser.add_argument(
+        "--image-root", required=True, help="folder holding train/<class>/* and/or val/<class>/*"
+    )
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="folder for the record files, their indexes and classes.json",
+    )
     parser.add_argument("--format", required=True, choices=FORMATS)
     args = parser.parse_args()
     try:

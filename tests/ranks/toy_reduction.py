@@ -10,6 +10,7 @@ whole batch; summed ones would double its steps; none would leave the ranks apar
 With --amp (dynamic loss scaling) the second step's last image is infinite: it lands
 on the last rank only, and every rank must skip that step, as the one process does.
 """
+
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import sys
@@ -35,13 +36,16 @@ def main(out, amp):
         y = paddle.static.data("y", [None, 1], "float32")
         prediction = paddle.nn.Linear(6, 1)(x)
         loss = paddle.mean(paddle.square(prediction - y))
-        strategy = program.distributed_strategy(build_config({
-            "amp.enabled": amp, "amp.scale_loss": 128.0, "amp.use_dynamic_loss_scaling": amp}),
-            on_gpu=False)
+        strategy = program.distributed_strategy(
+            build_config(
+                {"amp.enabled": amp, "amp.scale_loss": 128.0, "amp.use_dynamic_loss_scaling": amp}
+            ),
+            on_gpu=False,
+        )
         optimizer = fleet.distributed_optimizer(paddle.optimizer.SGD(0.05), strategy=strategy)
         with distributed.collective_rewrite(main_program, startup):
             optimizer.minimize(loss, startup)
-    exe = paddle.static.Executor(devices.device()[0])     # CPU ranks over gloo, or GPUs
+    exe = paddle.static.Executor(devices.device()[0])  # CPU ranks over gloo, or GPUs
     exe.run(startup)
     rng = np.random.RandomState(0)
     share = GLOBAL_BATCH // world_size
@@ -53,10 +57,14 @@ def main(out, amp):
         mine = slice(rank * share, (rank + 1) * share)
         exe.run(main_program, feed={"x": xs[mine], "y": ys[mine]}, fetch_list=[loss])
     scope = paddle.static.global_scope()
-    params = {p.name: np.array(scope.find_var(p.name).get_tensor())
-              for p in main_program.all_parameters()}
-    np.savez(f"{out}.{rank}.npz", ops=np.array([op.type for op in main_program.global_block().ops]),
-             **params)
+    params = {
+        p.name: np.array(scope.find_var(p.name).get_tensor()) for p in main_program.all_parameters()
+    }
+    np.savez(
+        f"{out}.{rank}.npz",
+        ops=np.array([op.type for op in main_program.global_block().ops]),
+        **params,
+    )
 
 
 if __name__ == "__main__":
