@@ -16,8 +16,8 @@ import pickle
 
 import numpy as np
 import paddle
-from paddle.base.data_feeder import convert_dtype
 
+from paddle_resnet import paddle_internals
 from paddle_resnet.atomic import recover_staged, staged_directory
 from paddle_resnet.config import run_differences
 from paddle_resnet.errors import CheckpointError
@@ -292,12 +292,12 @@ def master_weights(program):
 
 def _assign(variables, state, cast=False):
     scope = paddle.static.global_scope()
-    place = paddle.framework._current_expected_place()
+    place = paddle_internals.current_place()
     for var in variables:
         tensor = scope.var(var.name).get_tensor()
         value = np.asarray(state[var.name])
         if cast:
-            value = value.astype(convert_dtype(var.dtype), copy=False)
+            value = value.astype(paddle_internals.numpy_dtype(var.dtype), copy=False)
         if tuple(value.shape) != tuple(var.shape) and -1 not in var.shape:
             raise CheckpointError(
                 f"{var.name}: shape {value.shape} in the checkpoint, "

@@ -15,22 +15,17 @@ rejects legacy static variables) is not switched on.
 import contextlib
 import os
 import signal
-from unittest import mock
 
 import numpy as np
 import paddle
-from paddle.base import core
 from paddle.distributed import fleet
-from paddle.distributed.fleet.meta_optimizers.common import CollectiveHelper
-from paddle.static.amp.decorator import OptimizerWithMixedPrecision
 
-from paddle_resnet import bootstrap, watchdog
+from paddle_resnet import bootstrap, paddle_internals, watchdog
 from paddle_resnet.bootstrap import paddle_chatter
 from paddle_resnet.devices import gpu_available
 from paddle_resnet.errors import UserError
 
 STREAM_SYNC_OPS = ("c_sync_comm_stream", "c_sync_calc_stream")
-PADDLE3 = int(paddle.__version__.split(".")[0]) >= 3
 
 
 def launcher_ranks(environ=os.environ):
@@ -68,7 +63,7 @@ def uses_gloo():
 def init_fleet():
     """Fleet in collective mode (once per process), with gloo between CPU ranks;
     returns (rank, world size)."""
-    if fleet.fleet._role_maker:
+    if paddle_internals.fleet_initialized():
         return fleet.worker_index(), fleet.worker_num()
     # Static mode first: in dynamic mode fleet.init starts a dygraph process group of
     # its own (on Paddle 3.x a second owner of ring 0).
@@ -76,38 +71,10 @@ def init_fleet():
     rank, endpoints = launcher_ranks()
     if len(endpoints) > 1 and not gpu_available():
         with paddle_chatter(bootstrap.verbose()):  # "server not ready, wait 3 sec" lines
-            _init_gloo_ring(rank, endpoints)
+            paddle_internals.init_gloo_ring(rank, endpoints)
     with paddle_chatter(bootstrap.verbose()):
         fleet.init(is_collective=True)
     return fleet.worker_index(), fleet.worker_num()
-
-
-def _init_gloo_ring(rank, endpoints):
-    """Ring 0 over gloo, for the collective ops of every program of this process."""
-    if PADDLE3:
-        # Over the launcher's TCP store (PADDLE_MASTER, hosted by rank 0).
-        store = core.create_or_get_global_tcp_store()
-        core.CommContextManager.create_gloo_comm_context(store, "0", rank, len(endpoints))
-    else:
-        # Rank 0's endpoint carries NCCL's id exchange on GPUs; on CPUs it is free for
-        # gloo's rendezvous store.
-        paddle.distributed.gloo_init_parallel_env(rank, len(endpoints), endpoints[0])
-
-
-def _ring_made_by_gloo(*args, **kwargs):
-    """Stands in for CollectiveHelper._init_communicator on CPUs: ring 0 already exists."""
-
-
-def _keep_single_check(*args, **kwargs):
-    """Stands in for OptimizerWithMixedPrecision._set_distributed on Paddle 3 CPU ranks:
-    one finite check over all gradients, which are already summed over the ranks."""
-
-
-def remove_stream_syncs(program):
-    for block in program.blocks:  # sub-blocks too (gradient merge)
-        for index in reversed(range(len(block.ops))):
-            if block.ops[index].type in STREAM_SYNC_OPS:
-                block._remove_op(index)
 
 
 @contextlib.contextmanager
@@ -118,19 +85,10 @@ def collective_rewrite(main, startup):
     if not uses_gloo():
         yield
         return
-    with contextlib.ExitStack() as patches:
-        patches.enter_context(
-            mock.patch.object(CollectiveHelper, "_init_communicator", _ring_made_by_gloo)
-        )
-        if PADDLE3:
-            patches.enter_context(
-                mock.patch.object(
-                    OptimizerWithMixedPrecision, "_set_distributed", _keep_single_check
-                )
-            )
+    with paddle_internals.fleet_over_gloo():
         yield
     for program in (main, startup):
-        remove_stream_syncs(program)
+        paddle_internals.remove_ops(program, STREAM_SYNC_OPS)
 
 
 class StoppedByLauncher(Exception):
@@ -243,7 +201,7 @@ def all_reduce_program(name, shape, dtype):
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
         values = paddle.static.data(name, shape, dtype)
-        if PADDLE3:
+        if paddle_internals.PADDLE3:
             # paddle.distributed.all_reduce rejects legacy static variables on 3.x.
             main.global_block().append_op(
                 type="all_reduce",
@@ -254,7 +212,7 @@ def all_reduce_program(name, shape, dtype):
         else:
             paddle.distributed.all_reduce(values)
     if uses_gloo():
-        remove_stream_syncs(main)
+        paddle_internals.remove_ops(main, STREAM_SYNC_OPS)
     return main, values
 
 

@@ -20,9 +20,8 @@ from typing import Optional
 import nvidia.dali as dali
 import nvidia.dali.backend as dali_backend
 import paddle
-from paddle.base import core
 
-from paddle_resnet import devices, optional
+from paddle_resnet import devices, optional, paddle_internals
 from paddle_resnet.quantization import INT8_CPU_FLAGS
 
 # The CPU's instruction-set extensions that decide its kernels, and what each gives.
@@ -101,7 +100,7 @@ def gpu_findings():
         )
     if not devices.cuda_build():
         return
-    nccl = core.is_compiled_with_nccl() and _version(core.nccl_version)
+    nccl = _version(paddle_internals.nccl_version)
     yield Finding(
         "NCCL",
         f"version {nccl}" if nccl else "not loadable",
@@ -152,7 +151,7 @@ def cpu_findings(cpuinfo="/proc/cpuinfo"):
         f"{', '.join(present) or 'none of AVX-512 / VNNI / AMX'}",
         "oneDNN kernels for CPU training and inference",
     )
-    bf16 = core.supports_bfloat16()
+    bf16 = paddle_internals.supports_bf16()
     yield Finding(
         "bf16 (CPU)",
         "yes" if bf16 else "no",

@@ -21,8 +21,9 @@ filters instead fails on tensors the rewrite declared bf16 that plain kernels fi
 with fp32.
 """
 
+from paddle_resnet import paddle_internals
 from paddle_resnet.devices import gpu_available
-from paddle_resnet.distributed import PADDLE3, uses_gloo
+from paddle_resnet.distributed import uses_gloo
 from paddle_resnet.errors import ConfigError
 
 # Forward and backward ops that run faster on oneDNN (see above); the rest stay plain.
@@ -48,7 +49,11 @@ def onednn_wanted(config):
         )
     if config.run.cpu_onednn is not None:
         return config.run.cpu_onednn
-    return nchw and config.data.crop_size <= LARGEST_ONEDNN_CROP and not (PADDLE3 and uses_gloo())
+    return (
+        nchw
+        and config.data.crop_size <= LARGEST_ONEDNN_CROP
+        and not (paddle_internals.PADDLE3 and uses_gloo())
+    )
 
 
 def mark_for_onednn(program, op_types=TRAINING_OPS):
@@ -60,6 +65,6 @@ def mark_for_onednn(program, op_types=TRAINING_OPS):
     for block in program.blocks:
         for op in block.ops:
             if op.type in op_types and op.has_attr("use_mkldnn"):
-                op._set_attr("use_mkldnn", True)
+                paddle_internals.set_op_attr(op, "use_mkldnn", True)
                 marked += 1
     return marked

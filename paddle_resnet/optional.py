@@ -26,8 +26,6 @@ def _installed(module):
 
 has_onnxruntime = _installed("onnxruntime")
 has_paddle2onnx = _installed("paddle2onnx")
-has_matplotlib = _installed("matplotlib")
-has_visualdl = _installed("visualdl")
 has_openvino = _installed("openvino")
 
 

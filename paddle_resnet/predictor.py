@@ -12,10 +12,9 @@ from typing import List, Tuple
 
 import numpy as np
 import paddle.inference as paddle_infer
-from paddle.base import core
 from paddle.inference import PrecisionType
 
-from paddle_resnet import bootstrap, devices, exported, feeds
+from paddle_resnet import bootstrap, devices, exported, feeds, paddle_internals
 from paddle_resnet.bootstrap import native_chatter
 from paddle_resnet.errors import ConfigError, UserError
 from paddle_resnet.quantization import cpu_has_int8_dot_products
@@ -38,7 +37,7 @@ def _call(method, *args, **kwargs):
 
 
 def cpu_supports_bf16():
-    return core.supports_bfloat16()
+    return paddle_internals.supports_bf16()
 
 
 def resolve_backend(requested):

@@ -14,8 +14,8 @@ import contextlib
 import os
 
 import paddle.profiler as profiler
-from paddle.base import core
 
+from paddle_resnet import paddle_internals
 from paddle_resnet.devices import gpu_available
 
 DEFAULT_STEPS = 10
@@ -33,11 +33,7 @@ def window(run_config):
 def _nvtx():
     """(push, pop, capture start, capture stop), or None where no GPU runs the steps (the
     CPU build lacks them; the GPU build without a GPU has nothing to capture)."""
-    names = ("nvprof_nvtx_push", "nvprof_nvtx_pop", "nvprof_start", "nvprof_stop")
-    functions = [getattr(core, name, None) for name in names]
-    if not gpu_available() or None in functions:
-        return None
-    return functions
+    return paddle_internals.nvtx_functions() if gpu_available() else None
 
 
 class StepProfiler:

@@ -13,7 +13,7 @@ import paddle.nn.functional as F
 from paddle.distributed import fleet
 from paddle.incubate import asp
 
-from paddle_resnet import bootstrap, devices, distributed, feeds, gpu_tuning
+from paddle_resnet import bootstrap, devices, distributed, feeds, gpu_tuning, paddle_internals
 from paddle_resnet.bootstrap import paddle_chatter
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.metrics import top_k
@@ -180,7 +180,7 @@ def check_strategies_applied(config, program):
         "QAT": config.qat.enabled,
         "data parallelism": fleet.worker_num() > 1,
     }
-    applied = applied_strategies(program, fleet.fleet._get_applied_meta_list())
+    applied = applied_strategies(program, paddle_internals.applied_meta_optimizers())
     dropped = [name for name, asked in wanted.items() if asked and not applied[name]]
     if dropped:
         raise ConfigError(

@@ -17,7 +17,7 @@ import paddle
 from paddle.static.quantization import PostTrainingQuantization
 from paddle.static.quantization.quanter import _quant_config_default, convert, quant_aware
 
-from paddle_resnet import bootstrap, exported, feeds
+from paddle_resnet import bootstrap, exported, feeds, paddle_internals
 from paddle_resnet.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.devices import cpu_flags
 from paddle_resnet.errors import ConfigError
@@ -147,7 +147,7 @@ def name_qat_variables(train_program):
     an evaluation of the checkpoint would have found none of its trained scales.
     The values the pass already put in the scope move with the names."""
     block, scope = train_program.global_block(), paddle.static.global_scope()
-    place = paddle.framework._current_expected_place()
+    place = paddle_internals.current_place()
     renames = {}
     for op in block.ops:
         for slot in ("InAccum", "InState"):
@@ -168,7 +168,7 @@ def name_qat_variables(train_program):
                 displaced[fp32_name] = f"{fp32_name}.fp32_output"
     for old, new in {**displaced, **renames}.items():
         initial = scope.find_var(old)
-        block._rename_var(old, new)
+        paddle_internals.rename_var(block, old, new)
         if initial is not None:
             scope.var(new).get_tensor().set(np.array(initial.get_tensor()), place)
 
@@ -199,7 +199,7 @@ def quantize_eval_program(eval_program, place):
             for_test=True,
             return_program=True,
         )
-    eval_program._rebuild_from_desc(quantized.desc)
+    paddle_internals.replace_program(eval_program, quantized)
 
 
 def cpu_has_int8_dot_products(cpuinfo="/proc/cpuinfo"):

@@ -11,13 +11,13 @@ import sys
 import pytest
 
 from paddle_resnet.commands import train
-from paddle_resnet import devices, distributed
+from paddle_resnet import devices, paddle_internals
 from paddle_resnet.config import build_config
 from paddle_resnet.data.fashion_mnist import write_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-PADDLE3 = distributed.PADDLE3
+PADDLE3 = paddle_internals.PADDLE3
 # The slowest tests whose Paddle-facing code other tests run on both versions: they run
 # once, on the pinned 2.6.2, to keep the whole suite within CI's time (the two versions
 # run one after the other; scripts/test.sh).

@@ -121,3 +121,90 @@ def test_launch_script_rejects_bad_arguments():
         ["bash", launch, "resnet50_paddle_90e", "8", "FP8"], capture_output=True, text=True
     )
     assert result.returncode == 2 and "PRECISION must be AMP or TF32" in result.stderr
+
+
+def documented_layers():
+    """{module path under paddle_resnet/ (a folder ends in "/"): layer number}, from the
+    layer table of docs/architecture.md."""
+    with open(os.path.join(ROOT, "docs", "architecture.md")) as handle:
+        rows = re.findall(r"^\| (\d+)\. [^|]+\| ([^|]+)\|", handle.read(), re.M)
+    return {name: int(number) for number, cell in rows for name in re.findall(r"`([^`]+)`", cell)}
+
+
+def package_modules():
+    """{dotted module name: its path} of every module of the package."""
+    package = os.path.join(ROOT, "paddle_resnet")
+    modules = {}
+    for path in glob.glob(os.path.join(package, "**", "*.py"), recursive=True):
+        relative = os.path.relpath(path, ROOT)[: -len(".py")].replace(os.sep, ".")
+        modules[relative.removesuffix(".__init__")] = path
+    return modules
+
+
+def docstring_only(path):
+    """A package's __init__ that only describes its folder: in no layer."""
+    with open(path) as handle:
+        body = ast.parse(handle.read()).body
+    return len(body) == 1 and isinstance(body[0], ast.Expr)
+
+
+def layer_of(module, layers):
+    """The documented layer of a dotted module name (a package's __init__ counts with its
+    folder), or None."""
+    path = module.removeprefix("paddle_resnet").lstrip(".").replace(".", "/")
+    if path in layers:
+        return layers[path]
+    folder = path.split("/")[0] + "/"
+    return layers.get(folder) or layers.get(path.split("/")[0])
+
+
+def test_the_layer_table_is_the_import_graph():
+    """docs/architecture.md: every module is in the table, and imports only from its own
+    layer and the layers above it; the foundations import no Paddle or DALI module."""
+    layers, modules = documented_layers(), package_modules()
+    assert len(layers) > 30
+    unlisted = [
+        m
+        for m, path in modules.items()
+        if m != "paddle_resnet" and layer_of(m, layers) is None and not docstring_only(path)
+    ]
+    assert not unlisted, f"modules missing from the layer table: {unlisted}"
+    upward, foundations_with_paddle = [], []
+    for module, path in modules.items():
+        if module == "paddle_resnet":  # the bootstrap itself: loads Paddle on purpose
+            continue
+        own = layer_of(module, layers)
+        for name in top_level_imports(path):
+            if name.split(".")[0] in ("paddle", "nvidia") and own == 1:
+                foundations_with_paddle.append(f"{module}: {name}")
+            if not name.startswith("paddle_resnet.") and name != "paddle_resnet":
+                continue
+            target = name if name in modules else name.rpartition(".")[0]
+            other = layer_of(target, layers) if target != "paddle_resnet" else 0
+            if other is not None and other > own:
+                upward.append(f"{module} (layer {own}) imports {name} (layer {other})")
+    assert not upward, upward
+    assert not foundations_with_paddle, foundations_with_paddle
+
+
+def test_private_paddle_apis_only_in_paddle_internals():
+    """Paddle's private attributes, paddle.base and unittest.mock: paddle_internals.py only."""
+    found = []
+    for module, path in package_modules().items():
+        if module == "paddle_resnet.paddle_internals":
+            continue
+        with open(path) as handle:
+            tree = ast.parse(handle.read())
+        for node in ast.walk(tree):
+            private = (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "os"))
+            )
+            if private:
+                found.append(f"{module}:{node.lineno} {ast.unparse(node)}")
+        for name in top_level_imports(path):
+            if name.startswith(("paddle.base", "paddle.fluid", "unittest")):
+                found.append(f"{module}: imports {name}")
+    assert not found, found

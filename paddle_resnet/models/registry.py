@@ -2,28 +2,31 @@
 
     model = build_model(config.model)      # config.model.arch == "resnet50"
 
-The table at the end names every member of the ResNet family this toolkit trains.
+The table at the end names every member of the ResNet family this toolkit trains. A
+name maps to a network class and its description; another network module registers
+its class with its own description (``register_model(name, arch, network=MyNet)``),
+built with the same keyword arguments as ``ResNet``.
 """
 
-from typing import Dict
+from typing import Dict, Tuple
 
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.models.resnet import Arch, ResNet
 
-_REGISTRY: Dict[str, Arch] = {}
+_REGISTRY: Dict[str, Tuple[type, Arch]] = {}
 
 
-def register_model(name: str, arch: Arch) -> None:
+def register_model(name: str, arch: Arch, network: type = ResNet) -> None:
     if name in _REGISTRY:
         raise ValueError(f"model {name!r} is registered twice")
-    _REGISTRY[name] = arch
+    _REGISTRY[name] = (network, arch)
 
 
 def list_models():
     return sorted(_REGISTRY)
 
 
-def get_arch(name: str) -> Arch:
+def _registered(name: str) -> Tuple[type, Arch]:
     try:
         # NVIDIA's reference names its model ResNet50
         return _REGISTRY[name] if name in _REGISTRY else _REGISTRY[name.lower()]
@@ -33,10 +36,15 @@ def get_arch(name: str) -> Arch:
         ) from None
 
 
+def get_arch(name: str) -> Arch:
+    return _registered(name)[1]
+
+
 def build_model(model_config):
     """Build the network named by ``model_config.arch`` (a paddle.nn.Layer)."""
-    return ResNet(
-        get_arch(model_config.arch),
+    network, arch = _registered(model_config.arch)
+    return network(
+        arch,
         num_classes=model_config.num_classes,
         data_format=model_config.data_layout,
         zero_init_residual=model_config.zero_init_residual,

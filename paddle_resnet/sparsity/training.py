@@ -6,6 +6,7 @@ import paddle
 from paddle.incubate import asp
 from paddle.incubate.asp.utils import MaskAlgo
 
+from paddle_resnet import paddle_internals
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.sparsity.pattern import (
     MASK_SUFFIX,
@@ -59,7 +60,7 @@ def layer_table(programs):
             continue
         if is_pruning_mask(_mask(programs.train, param.name)):
             status = "pruned"
-        elif not asp.ASPHelper._is_supported_layer(programs.train, param.name):
+        elif not paddle_internals.asp_supports(programs.train, param.name):
             status = "excluded (kept dense by configuration)"
         else:
             status = "dense (too few input channels for 2:4)"
@@ -81,8 +82,7 @@ def enforce_masks(main, startup):
     every weight ASP supports (not excluded), multiplied into the weight after each
     update (Paddle's own ``ASPHelper`` steps, the ones ``asp.decorate`` runs)."""
     params = [p for p in main.all_parameters() if p.trainable]
-    asp.ASPHelper._create_mask_variables(main, startup, params)
-    asp.ASPHelper._insert_sparse_mask_ops(main, params)
+    paddle_internals.insert_asp_masks(main, startup, params)
 
 
 def masks_from_weights(program, place):
