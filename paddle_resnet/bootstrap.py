@@ -69,9 +69,10 @@ def prepare_environment(environ=os.environ, verbose=False):
         environ["OMP_NUM_THREADS"] = str(threads_per_process(environ))
     if not verbose:
         environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ log: errors only
-        # Python-side warnings from inside Paddle say nothing the user can act on.
+        # Python-side warnings from inside Paddle say nothing the user can act on;
+        # everyone else's still show (Python shows DeprecationWarnings only for code
+        # run as __main__ anyway).
         warnings.filterwarnings("ignore", module=r"paddle(\..*)?$")
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 @contextlib.contextmanager

@@ -300,3 +300,18 @@ def test_dali_fp16_output_feeds_amp_without_casts(fmnist_root, tmp_path):
     # the eval program (fp32) casts the fp16 images once
     (cast,) = [op for op in ops(programs.eval, "cast") if op.input("X") == [feeds.IMAGE]]
     assert cast.attr("out_dtype") == paddle.base.core.VarDesc.VarType.FP32
+
+
+def test_nvidia_cudnn_flags_are_flags_of_the_gpu_build():
+    """NVIDIA's cuDNN settings (exhaustive algorithm search, a 4 GB workspace limit) are
+    taken by the GPU build as they are named: set, then read back from Paddle."""
+    names = ["FLAGS_cudnn_exhaustive_search", "FLAGS_conv_workspace_size_limit"]
+    before = paddle.get_flags(names)
+    try:
+        gpu_tuning.apply_cudnn_flags()
+        assert paddle.get_flags(names) == {
+            "FLAGS_cudnn_exhaustive_search": True,
+            "FLAGS_conv_workspace_size_limit": 4096,
+        }
+    finally:
+        paddle.set_flags(before)

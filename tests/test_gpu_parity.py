@@ -50,13 +50,8 @@ def test_build_strategy_and_fleet_fields_per_precision(amp, pure):
     kept = program.distributed_strategy(config, on_gpu=True).build_strategy  # Fleet's copy
     for name in ("fuse_bn_act_ops", "fuse_elewise_add_act_ops", "enable_addto"):
         assert getattr(kept, name) == amp
-    assert kept.fuse_bn_add_act_ops  # with AMP ours; without, Fleet's own default
     strategy = program.distributed_strategy(config, on_gpu=True)
     assert strategy.cudnn_batchnorm_spatial_persistent == amp
-    assert gpu_tuning.FLAGS == {
-        "FLAGS_cudnn_exhaustive_search": True,
-        "FLAGS_conv_workspace_size_limit": 4096,
-    }
 
 
 def test_cpu_runs_get_no_gpu_settings():

@@ -1,10 +1,15 @@
 """Every recipe of the source documents: loads, builds, trains a step, and says what the document says."""
 
+import glob
+import os
+import re
+import subprocess
+
 import numpy as np
 import paddle
 import pytest
 
-from conftest import once
+from conftest import ROOT, once
 from paddle_resnet import program
 from paddle_resnet.cli import parse
 from paddle_resnet.config import ConfigError, DataConfig, list_recipes
@@ -188,3 +193,40 @@ def test_color_jitter_changes_training_images_not_labels(fmnist_root):
     assert plain["data"].shape == jittered["data"].shape
     np.testing.assert_array_equal(plain["label"], jittered["label"])
     assert not np.allclose(plain["data"], jittered["data"], atol=0.05)
+
+
+TRAINING_SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "scripts", "training", "train_*.sh")))
+
+
+@pytest.mark.parametrize("script", TRAINING_SCRIPTS, ids=os.path.basename)
+def test_each_launch_script_runs_what_its_name_says(script):
+    """The command a recipe script would launch (DRY_RUN=1), its train.py flags parsed
+    as train.py parses them: GPUs, architecture, epochs, precision and the
+    sparsity / quantization / MixUp its name promises."""
+    name = os.path.basename(script)[: -len(".sh")]
+    wants_start = "QAT" in name or "ASP" in name  # these take a start checkpoint
+    command = subprocess.run(
+        ["bash", script] + (["/start/weights"] if wants_start else []),
+        env=dict(os.environ, DRY_RUN="1"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert command[1:4] == ["-m", "paddle.distributed.launch", "--gpus"]
+    gpus = int(re.search(r"_(\d+)GPU$", name).group(1))
+    assert len(command[4].split(",")) == gpus
+    assert command[5] == "train.py"
+    config = parse("train", command[6:])
+    assert config.model.arch == re.match(r"train_(resnet50|resnext101_32x4d)_", name).group(1)
+    assert config.run.epochs == int(re.search(r"_(\d+)E_", name).group(1))
+    amp = "_AMP_" in name
+    assert config.amp.enabled is amp and ("_TF32_" in name) is (not amp)
+    if amp:  # NVIDIA's AMP settings
+        assert config.model.data_layout == "NHWC" and config.amp.scale_loss == 128.0
+        assert config.amp.use_dynamic_loss_scaling
+    assert config.asp.enabled is ("_ASP_" in name)
+    assert config.qat.enabled is ("_QAT_" in name)
+    assert (config.loss.mixup_alpha > 0) is ("mixup" in name)
+    if config.qat.enabled:  # NVIDIA's QAT schedule
+        assert config.lr.base == 5e-05
+    assert config.data.format == ("recordio" if "_mxnet_" in name else "folder")

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import paddle
@@ -239,10 +240,15 @@ def test_benchmark_mode_times_the_requested_steps_and_saves_nothing(fmnist_root,
             "run.run_scope": "train_only",
         },
     )
+    started = time.perf_counter()
     result = run(config)
+    elapsed = time.perf_counter() - started
     # 12 warm-up + 4 timed steps cross the 10-step epoch: the loader restarts unnoticed.
     assert result["benchmark_steps"] == 4 and result["world_size"] == 1
-    assert result["train.ips"] == pytest.approx(16 * 1000.0 / result["train.step_ms_mean"])
+    # Images per second, not batches or milliseconds: the 4 timed steps of 16 images
+    # happened inside this call, and a typical step's throughput is near the reported one.
+    assert result["train.ips"] >= 4 * 16 / elapsed
+    assert 0.25 < result["train.ips"] * result["train.step_ms_p50"] / (1000.0 * 16) < 4
     assert 0 < result["train.step_ms_p50"] <= result["train.step_ms_p90"]
     assert [r["data"] for r in records(config, "SUMMARY") if r["step"] == "BENCHMARK"] == [result]
     assert not records(config, "EPOCH") and not records(config, "VAL")

@@ -4,7 +4,8 @@
 # RECIPE: a name in configs/ (train.py --list-configs); GPUS: 1, 8 or a list such as
 # 0,1,2,3; PRECISION: AMP (fp16 mixed precision, NHWC, dynamic loss scaling from 128,
 # as NVIDIA's AMP scripts) or TF32 (fp32 weights; TF32 math on Ampere by default).
-# The image tree is taken from $IMAGE_ROOT (default /imagenet).
+# The image tree is taken from $IMAGE_ROOT (default /imagenet). DRY_RUN=1 prints the
+# command, one argument per line, instead of running it.
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: $0 RECIPE GPUS AMP|TF32 [train.py flags ...]" >&2; exit 2; }
 recipe=$1 gpus=$2 precision=$3
@@ -20,6 +21,11 @@ case "$precision" in
   TF32) precision_flags=() ;;
   *) echo "PRECISION must be AMP or TF32, not $precision" >&2; exit 2 ;;
 esac
-exec .venv/bin/python -m paddle.distributed.launch --gpus "$gpu_list" train.py \
-  --config "$recipe" --image-root "${IMAGE_ROOT:-/imagenet}" \
-  --output-dir "output/${recipe}_${precision}" "${precision_flags[@]}" "$@"
+command=(.venv/bin/python -m paddle.distributed.launch --gpus "$gpu_list" train.py
+  --config "$recipe" --image-root "${IMAGE_ROOT:-/imagenet}"
+  --output-dir "output/${recipe}_${precision}" "${precision_flags[@]}" "$@")
+if [ "${DRY_RUN:-0}" = 1 ]; then
+  printf '%s\n' "${command[@]}"
+  exit 0
+fi
+exec "${command[@]}"
