@@ -19,7 +19,6 @@ import paddle
 from paddle_resnet import bootstrap, feeds
 from paddle_resnet.atomic import recover_staged, staged_directory
 from paddle_resnet.bootstrap import native_chatter, paddle_chatter
-from paddle_resnet.data.dali import make_loader
 from paddle_resnet.data.folder import read_class_index, write_class_index
 from paddle_resnet.errors import UserError
 from paddle_resnet.optional import require
@@ -152,20 +151,6 @@ def preprocessing(data_config, info):
         normalize_scale=pre.get("normalize_scale", 1.0 / 255.0),
         output_fp16=False,
     )  # the predictor's input is fp32
-
-
-def validation_batches(data_split, data_config, info):
-    """Batches of ``data_split`` preprocessed as the model was exported (the validation
-    pipeline): what accuracy, prediction and INT8 calibration feed the model."""
-    shape = info["input_shape"]
-    channels = shape[0] if info["layout"] == "NCHW" else shape[-1]
-    return make_loader(
-        data_split,
-        preprocessing(data_config, info),
-        info["layout"],
-        training=False,
-        channels=channels,
-    )
 
 
 def record_quantization(model_dir, record):

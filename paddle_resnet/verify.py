@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from paddle_resnet import exported, feeds, optional, predictor
+from paddle_resnet import exported, feeds, model_input, optional, predictor
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.errors import UserError
 from paddle_resnet.openvino_runtime import OpenVinoClassifier
@@ -87,7 +87,7 @@ def verify(model_dir, data_config, inference_config, count):
     info = exported.read_info(model_dir)
     input_shape = info["input_shape"]
     split = open_split(data_config, "val").spread(count)
-    batches = list(exported.validation_batches(split, data_config, info))
+    batches = list(model_input.validation_batches(split, data_config, info))
     images = [batch[feeds.IMAGE] for batch in batches]
     labels = np.concatenate([batch[feeds.LABEL].ravel() for batch in batches])
     max_batch = max(len(batch) for batch in images)

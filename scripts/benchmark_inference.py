@@ -27,7 +27,7 @@ import numpy as np
 import paddle
 
 from paddle_resnet.commands import export_model
-from paddle_resnet import feeds, program
+from paddle_resnet import feeds, model_input, program
 from paddle_resnet import exported, predictor
 from paddle_resnet.bootstrap import available_cores
 from paddle_resnet.config import InferenceConfig, build_config
@@ -94,7 +94,8 @@ def ort_static_int8(fp32_path, model_dir, workdir, calibration_root, count=64):
     info = exported.read_info(model_dir)
     split = open_split(config.data, "train").spread(count)
     batches = [
-        {"data": b[feeds.IMAGE]} for b in exported.validation_batches(split, config.data, info)
+        {feeds.IMAGE: b[feeds.IMAGE]}
+        for b in model_input.validation_batches(split, config.data, info)
     ]
 
     class Reader(quantization.CalibrationDataReader):

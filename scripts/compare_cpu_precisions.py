@@ -14,7 +14,7 @@ import json
 import numpy as np
 
 from paddle_resnet.commands import inference
-from paddle_resnet import exported, feeds
+from paddle_resnet import feeds, model_input
 from paddle_resnet.config import build_config
 from paddle_resnet.data.dali import open_split
 
@@ -40,7 +40,7 @@ def main():
     (fp32, info, _), (bf16, _, _) = classifier("fp32"), classifier("bf16")
     config = build_config({"data.image_root": args.image_root, "data.batch_size": args.batch_size})
     labels, top_fp32, top_bf16, gap = [], [], [], 0.0
-    for batch in exported.validation_batches(open_split(config.data, "val"), config.data, info):
+    for batch in model_input.validation_batches(open_split(config.data, "val"), config.data, info):
         p32, p16 = fp32(batch[feeds.IMAGE]), bf16(batch[feeds.IMAGE])
         labels.append(batch[feeds.LABEL].ravel())
         top_fp32.append(p32.argmax(1))

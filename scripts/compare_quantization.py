@@ -29,7 +29,7 @@ import numpy as np
 
 from paddle_resnet.commands import export_model
 from paddle_resnet.commands import inference
-from paddle_resnet import checkpoint as ckpt, feeds
+from paddle_resnet import checkpoint as ckpt, feeds, model_input
 from paddle_resnet import exported
 from paddle_resnet.config import PTQ_ALGOS, build_config
 from paddle_resnet.data.dali import open_split
@@ -52,7 +52,9 @@ def predictions(config, precision, batch_size):
         )
     )
     classifier, info, _ = inference.build_classifier(config, batch_size)
-    batches = list(exported.validation_batches(open_split(config.data, "val"), config.data, info))
+    batches = list(
+        model_input.validation_batches(open_split(config.data, "val"), config.data, info)
+    )
     start = time.perf_counter()
     top = [classifier(batch[feeds.IMAGE]).argmax(1) for batch in batches]
     seconds = time.perf_counter() - start

@@ -13,7 +13,7 @@ import paddle
 import pytest
 
 from conftest import ROOT, flat, small_config
-from paddle_resnet import devices, exported, feeds, predictor, program
+from paddle_resnet import devices, exported, feeds, model_input, predictor, program
 from paddle_resnet.commands import export_model
 from paddle_resnet.config import InferenceConfig, build_config
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
@@ -99,7 +99,7 @@ def validation_images(trained, model_dir):
     info = exported.read_info(model_dir)
     split = open_split(trained.data, "val")
     return np.concatenate(
-        [b[feeds.IMAGE] for b in exported.validation_batches(split, trained.data, info)]
+        [b[feeds.IMAGE] for b in model_input.validation_batches(split, trained.data, info)]
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import flat, small_config
 from paddle_resnet import exported as exported_model
-from paddle_resnet import feeds, quantization
+from paddle_resnet import feeds, model_input, quantization
 from paddle_resnet.commands import export_model, inference, train
 from paddle_resnet.config import build_config
 from paddle_resnet.data.dali import open_split
@@ -76,9 +76,7 @@ def probabilities(config, precision):
     )
     classifier, info, _ = inference.build_classifier(config, config.data.batch_size)
     outputs, labels = [], []
-    for batch in exported_model.validation_batches(
-        open_split(config.data, "val"), config.data, info
-    ):
+    for batch in model_input.validation_batches(open_split(config.data, "val"), config.data, info):
         outputs.append(classifier(batch[feeds.IMAGE]))
         labels.append(batch[feeds.LABEL].ravel())
     return np.concatenate(outputs), np.concatenate(labels)
@@ -171,7 +169,7 @@ def test_the_quantized_onnx_model_agrees_with_fp32(models):
     top = np.concatenate(
         [
             session.run(None, {session.get_inputs()[0].name: batch[feeds.IMAGE]})[0].argmax(1)
-            for batch in exported_model.validation_batches(
+            for batch in model_input.validation_batches(
                 open_split(int8.data, "val"), int8.data, info
             )
         ]

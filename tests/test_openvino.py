@@ -12,7 +12,7 @@ import paddle
 import pytest
 
 from conftest import ROOT, flat
-from paddle_resnet import exported, feeds, predictor, program, quantization, verify
+from paddle_resnet import feeds, model_input, predictor, program, quantization, verify
 from paddle_resnet.commands import export_model, inference
 from paddle_resnet.config import build_config
 from paddle_resnet.data.dali import open_split
@@ -61,7 +61,7 @@ def probabilities(config, backend, precision):
         dict(flat(config), **{"inference.backend": backend, "inference.cpu_precision": precision})
     )
     classifier, info, _ = inference.build_classifier(run, 16)
-    batches = list(exported.validation_batches(open_split(run.data, "val"), run.data, info))
+    batches = list(model_input.validation_batches(open_split(run.data, "val"), run.data, info))
     return np.concatenate([classifier(batch[feeds.IMAGE]) for batch in batches]), classifier
 
 

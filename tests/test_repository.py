@@ -6,6 +6,7 @@ import glob
 import os
 import re
 import subprocess
+import sys
 
 import tomllib
 
@@ -208,3 +209,17 @@ def test_private_paddle_apis_only_in_paddle_internals():
             if name.startswith(("paddle.base", "paddle.fluid", "unittest")):
                 found.append(f"{module}: imports {name}")
     assert not found, found
+
+
+def test_running_an_exported_model_needs_no_dali():
+    """Deployment code (the exported format, Paddle Inference and OpenVINO predictors)
+    imports no DALI module, so a serving machine needs none."""
+    code = (
+        "import sys; import paddle_resnet.exported, paddle_resnet.predictor, "
+        "paddle_resnet.openvino_runtime; "
+        "print(sorted(m for m in sys.modules if m.startswith('nvidia')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"

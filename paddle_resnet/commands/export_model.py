@@ -16,7 +16,7 @@ import sys
 import paddle
 
 from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import devices, exported, feeds, verify
+from paddle_resnet import devices, exported, feeds, model_input, verify
 from paddle_resnet import program as program_builder
 from paddle_resnet.atomic import staged_directory
 from paddle_resnet.cli import main_with
@@ -118,7 +118,7 @@ def _post_training_quantize(config, model_dir, info):
         raise ConfigError("--ptq-algo needs --image-root: it calibrates on real training images")
     # Spread over the (class-sorted) training images: the first ones are one class.
     calibration = open_split(config.data, "train").spread(inf.calibration_images)
-    batches = exported.validation_batches(calibration, config.data, info)
+    batches = model_input.validation_batches(calibration, config.data, info)
     quantize_in_place(model_dir, batches, inf.ptq_algo, inf.calibration_images)
     return exported.read_info(model_dir)
 

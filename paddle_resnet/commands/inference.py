@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from paddle_resnet import devices, exported, feeds, predictor
+from paddle_resnet import devices, exported, feeds, model_input, predictor
 from paddle_resnet.cli import main_with
 from paddle_resnet.data.dali import DataSplit, open_split
 from paddle_resnet.data.folder import (
@@ -75,7 +75,7 @@ def accuracy(config, report):
     totals = np.zeros(4)
     start = time.perf_counter()
     k = top_k(info["num_classes"])
-    for batch in exported.validation_batches(val_split, config.data, info):
+    for batch in model_input.validation_batches(val_split, config.data, info):
         probs = classifier(batch[feeds.IMAGE])
         top = np.argsort(-probs, axis=1)[:, :k]
         picked = probs[np.arange(len(probs)), batch[feeds.LABEL].ravel()]
@@ -115,7 +115,7 @@ def _benchmark_images(config, info, count):
         rng = np.random.default_rng(0)
         return rng.standard_normal([count] + list(info["input_shape"])).astype(np.float32)
     arrays = []
-    for batch in exported.validation_batches(open_split(config.data, "val"), config.data, info):
+    for batch in model_input.validation_batches(open_split(config.data, "val"), config.data, info):
         arrays.append(batch[feeds.IMAGE])
         if sum(len(a) for a in arrays) >= count:
             break
@@ -166,7 +166,7 @@ def _predict(config, report, files):
     )
     k = top_k(len(classes))
     predictions = []
-    for batch in exported.validation_batches(images, config.data, info):
+    for batch in model_input.validation_batches(images, config.data, info):
         for probs in classifier(batch[feeds.IMAGE]):
             image = files[len(predictions)]
             best = np.argsort(-probs)[:k]
