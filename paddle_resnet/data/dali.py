@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
+import nvidia.dali.tfrecord as tfrec
 from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy
@@ -277,12 +278,12 @@ def _record_source(data_split, data_config, training, rank, world_size, seed):
         num_images = len(records.shard_range(len(data_split), rank, world_size))
 
     def read_encoded():
-        return records.read_records(
+        return read_records(
             root, data_split.split, fmt, rank, world_size, random_shuffle=training, seed=seed
         )
 
     def describe_failure(step, err):
-        return records.describe_record_error(err, root, data_split.split, fmt)
+        return describe_record_error(err, root, data_split.split, fmt)
 
     return read_encoded, describe_failure, num_images
 
@@ -323,3 +324,66 @@ def make_loader(
     return DaliLoader(
         pipe, num_images, data_config.batch_size, device_id is not None, describe_failure
     )
+
+
+# ---------------------------------------------------------------- record files (records.py)
+
+
+def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
+    """(encoded images, int64 labels of shape [1]) DALI nodes over the records of ``split``.
+
+    Call inside ``with pipe:``. Each shard is padded to whole batches by repeating its
+    last record; ``records.shard_range`` tells which records the shard holds.
+
+    ``random_shuffle`` is DALI's: it draws from a buffer of 1024 records read in stored
+    order (by class). It follows ``seed`` only, not the pipeline's seed.
+    """
+    data_path, index_path = records.record_files(root, split, fmt)
+    reader_args = dict(
+        path=[data_path],
+        index_path=[index_path],
+        shard_id=shard_id,
+        num_shards=num_shards,
+        random_shuffle=random_shuffle,
+        seed=seed,
+        pad_last_batch=True,
+        stick_to_shard=True,
+        name="Reader",
+    )
+    if fmt == "recordio":
+        encoded, labels = fn.readers.mxnet(**reader_args)  # labels are float32
+    else:
+        read = fn.readers.tfrecord(features=tfrecord_features(), **reader_args)
+        encoded, labels = read[records.ENCODED], read[records.LABEL]
+    return encoded, fn.cast(labels, dtype=types.INT64)
+
+
+def tfrecord_features():
+    return {
+        records.ENCODED: tfrec.FixedLenFeature((), tfrec.string, ""),
+        records.LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1),
+    }
+
+
+def describe_record_error(err, root, split, fmt):
+    """A one-line DataError for a RuntimeError of a pipeline reading ``split``'s records.
+
+    A TFRecord file is checked first, so a malformed record is named; otherwise the
+    message gives the record file and DALI's own reason.
+    """
+    data_path, index_path = records.record_paths(root, split, fmt)
+    if fmt == "tfrecord":
+        try:
+            records.check_tfrecord(data_path, index_path)
+        except DataError as malformed:
+            return malformed
+    return DataError(f"{data_path}: DALI could not read or decode a record ({dali_reason(err)})")
+
+
+def dali_reason(err):
+    """DALI's own reason: the line after "encountered:" (the lines before it name the
+    operator and where the pipeline was defined)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if "encountered:" in lines[:-1]:
+        return lines[lines.index("encountered:") + 1]
+    return lines[0] if lines else type(err).__name__

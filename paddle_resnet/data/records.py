@@ -1,4 +1,4 @@
-"""Record files of an image tree (MXNet RecordIO or TFRecord) and the DALI readers over them.
+"""Record files of an image tree: MXNet RecordIO or TFRecord, written and checked.
 
     python scripts/data/make_records.py --image-root DIR --output DIR --format recordio|tfrecord
 
@@ -8,15 +8,18 @@ next to classes.json. Validation records keep the order of ``scan_split`` (class
 class), so a record's position is the image's index in the split's ImageList;
 training records are written in a fixed shuffled order (see ``shuffled``).
 
-Both formats are written in plain Python, without MXNet or TensorFlow.
+Neither MXNet nor TensorFlow is needed: TFRecord's tf.train.Example is declared here
+as a protobuf message (``protobuf``), its checksums are CRC32C (``crc32c``). The DALI
+readers over these files are in ``dali.py``, beside the other pipelines.
 """
 
 import os
 import struct
 
+import crc32c
 import numpy as np
-import nvidia.dali.tfrecord as tfrec
-from nvidia.dali import fn, types
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 
 from paddle_resnet.atomic import atomic_files
 from paddle_resnet.data.folder import ImageList, check_same_classes, scan_split, write_class_index
@@ -28,13 +31,71 @@ SUFFIXES = {"recordio": (".rec", ".idx"), "tfrecord": (".tfrecord", ".tfrecord.i
 MAKE_HINT = "create it with scripts/data/make_records.py"
 
 ENCODED, LABEL, TEXT = "image/encoded", "image/class/label", "image/class/text"
+REQUIRED_FEATURES = {ENCODED: "bytes_list", LABEL: "int64_list"}
 
 RECORDIO_MAGIC = 0xCED7230A
 
-# tf.train.Feature's oneof field numbers.
-BYTES_LIST, INT64_LIST = 1, 3
-KIND_NAMES = {1: "bytes_list", 2: "float_list", 3: "int64_list"}
-REQUIRED_FEATURES = {ENCODED: BYTES_LIST, LABEL: INT64_LIST}
+
+def _example_message():
+    """tf.train.Example (tensorflow/core/example/{example,feature}.proto) as a protobuf
+    message class, declared field by field in a pool of its own."""
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="paddle_resnet/tf_example.proto", package="tensorflow", syntax="proto3"
+    )
+    field = descriptor_pb2.FieldDescriptorProto
+    repeated, optional = field.LABEL_REPEATED, field.LABEL_OPTIONAL
+    for name, kind in (
+        ("BytesList", field.TYPE_BYTES),
+        ("FloatList", field.TYPE_FLOAT),
+        ("Int64List", field.TYPE_INT64),
+    ):
+        proto.message_type.add(name=name).field.add(
+            name="value", number=1, label=repeated, type=kind
+        )
+    feature = proto.message_type.add(name="Feature")
+    feature.oneof_decl.add(name="kind")
+    for number, name in enumerate(("bytes_list", "float_list", "int64_list"), start=1):
+        list_type = ".tensorflow." + name.title().replace("_", "")
+        feature.field.add(
+            name=name,
+            number=number,
+            label=optional,
+            type=field.TYPE_MESSAGE,
+            type_name=list_type,
+            oneof_index=0,
+        )
+    features = proto.message_type.add(name="Features")
+    entry = features.nested_type.add(name="FeatureEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, label=optional, type=field.TYPE_STRING)
+    entry.field.add(
+        name="value",
+        number=2,
+        label=optional,
+        type=field.TYPE_MESSAGE,
+        type_name=".tensorflow.Feature",
+    )
+    features.field.add(
+        name="feature",
+        number=1,
+        label=repeated,
+        type=field.TYPE_MESSAGE,
+        type_name=".tensorflow.Features.FeatureEntry",
+    )
+    example = proto.message_type.add(name="Example")
+    example.field.add(
+        name="features",
+        number=1,
+        label=optional,
+        type=field.TYPE_MESSAGE,
+        type_name=".tensorflow.Features",
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
+
+
+Example = _example_message()
 
 
 # ---------------------------------------------------------------- paths and counts
@@ -151,11 +212,23 @@ def image_example(image_list, position):
     label = image_list.labels[position]
     return encode_example(
         {
-            ENCODED: bytes_feature(read_bytes(image_list.files[position])),
-            LABEL: int64_feature(label),
-            TEXT: bytes_feature(image_list.classes[label].encode()),
+            ENCODED: read_bytes(image_list.files[position]),
+            LABEL: label,
+            TEXT: image_list.classes[label].encode(),
         }
     )
+
+
+def encode_example(features):
+    """A serialized tf.train.Example of {name: bytes (a bytes_list) or int (an int64_list)}."""
+    example = Example()
+    for name, value in features.items():
+        feature = example.features.feature[name]
+        if isinstance(value, bytes):
+            feature.bytes_list.value.append(value)
+        else:
+            feature.int64_list.value.append(value)
+    return example.SerializeToString()
 
 
 def write_tfrecord_examples(examples, prefix):
@@ -177,102 +250,17 @@ def tfrecord_frame(data):
     )
 
 
-# ---------------------------------------------------------------- protobuf wire format
+def feature_kinds(data):
+    """{feature name: "bytes_list" / "float_list" / "int64_list" / None (an empty Feature)}
+    of a serialized tf.train.Example; DecodeError if it is none."""
+    example = Example.FromString(data)
+    return {name: feature.WhichOneof("kind") for name, feature in example.features.feature.items()}
 
 
-def varint(value):
-    value &= (1 << 64) - 1  # negative int64s are sent as 10-byte two's complement
-    encoded = bytearray()
-    while value > 0x7F:
-        encoded.append(value & 0x7F | 0x80)
-        value >>= 7
-    encoded.append(value)
-    return bytes(encoded)
-
-
-def length_delimited(field, payload):
-    return varint(field << 3 | 2) + varint(len(payload)) + payload
-
-
-def bytes_feature(value):
-    return length_delimited(BYTES_LIST, length_delimited(1, value))
-
-
-def int64_feature(value):
-    return length_delimited(INT64_LIST, length_delimited(1, varint(value)))  # packed
-
-
-def encode_example(features):
-    """tf.train.Example{features: Features{feature: map<string, Feature>}} from
-    {name: encoded Feature}."""
-    entries = b"".join(
-        length_delimited(1, length_delimited(1, name.encode()) + length_delimited(2, feature))
-        for name, feature in features.items()
-    )
-    return length_delimited(1, entries)
-
-
-def read_varint(buffer, position):
-    value = shift = 0
-    while True:
-        if position >= len(buffer):
-            raise ValueError("truncated varint")
-        byte = buffer[position]
-        value |= (byte & 0x7F) << shift
-        position += 1
-        shift += 7
-        if not byte & 0x80:
-            return value, position
-
-
-def message_fields(buffer):
-    """(field number, value) of each field of a message; a length-delimited value is a
-    memoryview slice, other values are None (nothing here needs them)."""
-    fixed_sizes = {1: 8, 5: 4}
-    position = 0
-    while position < len(buffer):
-        key, position = read_varint(buffer, position)
-        field, wire_type = key >> 3, key & 7
-        value = None
-        if wire_type == 0:
-            _, position = read_varint(buffer, position)
-        elif wire_type == 2:
-            length, position = read_varint(buffer, position)
-            value = buffer[position : position + length]
-            position += length
-        elif wire_type in fixed_sizes:
-            position += fixed_sizes[wire_type]
-        else:
-            raise ValueError(f"unknown wire type {wire_type}")
-        if position > len(buffer):
-            raise ValueError("truncated field")
-        yield field, value
-
-
-def submessages(buffer, field):
-    for number, value in message_fields(buffer):
-        if number == field:
-            if value is None:
-                raise ValueError(f"field {field} is not a message")
-            yield value
-
-
-def feature_kinds(example):
-    """{feature name: Feature oneof field number} of a serialized tf.train.Example."""
-    kinds = {}
-    for features in submessages(memoryview(example), 1):
-        for entry in submessages(features, 1):
-            name, feature = map_entry(entry)
-            kinds[name] = next((number for number, _ in message_fields(feature)), None)
-    return kinds
-
-
-def map_entry(entry):
-    """(key, value) of a map<string, Feature> entry; as in protobuf, the last one wins,
-    and a missing one is empty."""
-    names = [bytes(name).decode("utf-8", "replace") for name in submessages(entry, 1)]
-    values = list(submessages(entry, 2))
-    return (names[-1] if names else ""), (values[-1] if values else b"")
+def masked_crc32c(data):
+    # TFRecord masks its checksums so that CRCs of data holding CRCs stay well spread.
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 # ---------------------------------------------------------------- checking TFRecord files
@@ -284,9 +272,11 @@ def check_tfrecord(path, index_path=None):
     lists exactly these records.
 
     DALI reads a missing feature as an empty value: it fails later on a shape mismatch
-    that names neither file nor record, or not at all if a whole batch lacks it.
-    The data checksums are not verified: pure-Python CRC32C would make the check as
-    slow as writing the file.
+    that names neither file nor record, or not at all if a whole batch lacks it. Both
+    checksums of every record (its length's and its data's) are verified: measured on
+    3,000 records of 110 kB (330 MB, in the page cache), the whole check took 0.10 s and
+    CRC32C alone 0.024 s (about 14 GB/s with the crc32c package; ImageNet's 6.4 GB
+    validation file adds about half a second).
     """
     frames = []
     try:
@@ -305,7 +295,8 @@ def check_tfrecord(path, index_path=None):
 
 
 def tfrecord_frames(handle, path):
-    """(offset, frame size, data) of each record, checking each length's checksum."""
+    """(offset, frame size, data) of each record, checking the checksums of its length
+    and of its data."""
     offset = 0
     while True:
         header = handle.read(12)
@@ -317,9 +308,14 @@ def tfrecord_frames(handle, path):
                 "not a TFRecord file, or a corrupt one"
             )
         length = struct.unpack("<Q", header[:8])[0]
-        data = handle.read(length)
-        if len(data) < length or len(handle.read(4)) < 4:
+        data, footer = handle.read(length), handle.read(4)
+        if len(data) < length or len(footer) < 4:
             raise DataError(f"{path}: truncated in the record at byte {offset}")
+        if masked_crc32c(data) != struct.unpack("<I", footer)[0]:
+            raise DataError(
+                f"{path}: the record at byte {offset} does not match its checksum (corrupt "
+                "data); re-create the file with scripts/data/make_records.py"
+            )
         yield offset, length + 16, data
         offset += length + 16
 
@@ -327,15 +323,15 @@ def tfrecord_frames(handle, path):
 def check_example(data, path, number):
     try:
         kinds = feature_kinds(data)
-    except ValueError as err:
+    except DecodeError as err:
         raise DataError(f"{path}: record {number} is not a tf.train.Example ({err})") from None
     for name, kind in REQUIRED_FEATURES.items():
         if name not in kinds:
             raise DataError(f"{path}: record {number} has no {name!r} feature")
         if kinds[name] != kind:
-            found = KIND_NAMES.get(kinds[name], "an empty Feature")
+            found = kinds[name] or "an empty Feature"
             raise DataError(
-                f"{path}: record {number}: feature {name!r} is {found}, expected {KIND_NAMES[kind]}"
+                f"{path}: record {number}: feature {name!r} is {found}, expected {kind}"
             )
 
 
@@ -346,96 +342,3 @@ def check_records(root, split, fmt):
     if fmt == "tfrecord":
         return check_tfrecord(data_path, index_path)
     return count_records(root, split, fmt)
-
-
-# ---------------------------------------------------------------- CRC32C (TFRecord checksums)
-
-
-def crc32c_table():
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1  # Castagnoli, reflected
-        table.append(crc)
-    return tuple(table)
-
-
-CRC32C_TABLE = crc32c_table()
-
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    table = CRC32C_TABLE
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def masked_crc32c(data):
-    # TFRecord masks its checksums so that CRCs of data holding CRCs stay well spread.
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-# ---------------------------------------------------------------- DALI
-
-
-def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
-    """(encoded images, int64 labels of shape [1]) DALI nodes over the records of ``split``.
-
-    Call inside ``with pipe:``. Each shard is padded to whole batches by repeating its
-    last record; ``shard_range`` tells which records the shard holds.
-
-    ``random_shuffle`` is DALI's: it draws from a buffer of 1024 records read in stored
-    order (by class). It follows ``seed`` only, not the pipeline's seed.
-    """
-    data_path, index_path = record_files(root, split, fmt)
-    reader_args = dict(
-        path=[data_path],
-        index_path=[index_path],
-        shard_id=shard_id,
-        num_shards=num_shards,
-        random_shuffle=random_shuffle,
-        seed=seed,
-        pad_last_batch=True,
-        stick_to_shard=True,
-        name="Reader",
-    )
-    if fmt == "recordio":
-        encoded, labels = fn.readers.mxnet(**reader_args)  # labels are float32
-    else:
-        records = fn.readers.tfrecord(features=tfrecord_features(), **reader_args)
-        encoded, labels = records[ENCODED], records[LABEL]
-    return encoded, fn.cast(labels, dtype=types.INT64)
-
-
-def tfrecord_features():
-    return {
-        ENCODED: tfrec.FixedLenFeature((), tfrec.string, ""),
-        LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1),
-    }
-
-
-def describe_record_error(err, root, split, fmt):
-    """A one-line DataError for a RuntimeError of a pipeline reading ``split``'s records.
-
-    A TFRecord file is checked first, so a malformed record is named; otherwise the
-    message gives the record file and DALI's own reason.
-    """
-    data_path, index_path = record_paths(root, split, fmt)
-    if fmt == "tfrecord":
-        try:
-            check_tfrecord(data_path, index_path)
-        except DataError as malformed:
-            return malformed
-    return DataError(f"{data_path}: DALI could not read or decode a record ({dali_reason(err)})")
-
-
-def dali_reason(err):
-    """DALI's own reason: the line after "encountered:" (the lines before it name the
-    operator and where the pipeline was defined)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    if "encountered:" in lines[:-1]:
-        return lines[lines.index("encountered:") + 1]
-    return lines[0] if lines else type(err).__name__
