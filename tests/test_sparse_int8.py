@@ -19,7 +19,8 @@ from paddle_resnet.config import build_config
 from paddle_resnet.errors import ConfigError
 from paddle_resnet.sparsity.pattern import MASK_SUFFIX, is_2to4, sparse_parameters
 
-pytestmark = pytest.mark.gpu_wheel
+# Not in the GPU-build track: what differs there (ASP and QAT programs with AMP, pruning
+# on the GPU build) is tested in test_gpu_build.py and test_sparsity.py.
 
 QAT_PHASE = {
     "qat.enabled": True,

@@ -149,10 +149,12 @@ def test_the_importer_says_what_it_read(torch_models, tmp_path):
     assert note.split("; ")[1].startswith("warning")
 
 
-@pytest.mark.gpu_wheel
 @pytest.mark.parametrize(
     "extra",
-    [{"asp.enabled": True, "asp.prune_model": True}, {"qat.enabled": True, "lr.base": 0.05}],
+    [
+        {"asp.enabled": True, "asp.prune_model": True},
+        pytest.param({"qat.enabled": True, "lr.base": 0.05}, marks=pytest.mark.gpu_wheel),
+    ],
 )
 def test_asp_and_qat_start_from_an_imported_file(torch_models, fmnist_root, tmp_path, extra):
     """A torchvision ResNet-18 of 10 classes, pruned (ASP) or quantized (QAT), trained
