@@ -302,7 +302,6 @@ def test_resume_across_world_sizes_keeps_the_epoch_schedule(two_ranks, fmnist_ro
     assert "trained by 1 rank(s), this run has 2: 5 steps per epoch" in result.stdout
 
 
-@once
 def signal_rank_1(fmnist_root, tmp_path, signum, *flags):
     """A 2-rank job of many epochs; once epoch 1 is saved, rank 1 gets ``signum``. Returns
     (seconds until the job ended, the launcher's output, rank 0's log, the output folder)."""
@@ -344,6 +343,7 @@ def signal_rank_1(fmnist_root, tmp_path, signum, *flags):
     return time.time() - signalled_at, output, (tmp_path / "logs" / "workerlog.0").read_text(), out
 
 
+@once
 def test_a_killed_rank_ends_the_job_and_keeps_the_checkpoints(fmnist_root, tmp_path):
     seconds, output, rank0, out = signal_rank_1(fmnist_root, tmp_path, signal.SIGKILL)
     assert seconds < 60

@@ -3,6 +3,7 @@ of docs/architecture.md holds."""
 
 import ast
 import glob
+import json
 import os
 import re
 import subprocess
@@ -223,3 +224,41 @@ def test_running_an_exported_model_needs_no_dali():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def json_numbers(value):
+    """Every number in a JSON document."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from json_numbers(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from json_numbers(item)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield value
+
+
+def test_quoted_figures_are_the_benchmark_files():
+    """docs/measurements.md: every decimal figure in a block marked as coming from a
+    benchmarks/*.json file is a value of that file, rounded as written, or the value as
+    a percentage, or (a figure written as a ratio, "0.62x") the ratio of two values."""
+    with open(os.path.join(ROOT, "docs", "measurements.md")) as handle:
+        page = handle.read()
+    blocks = re.findall(
+        r"<!-- figures: (benchmarks/[\w.]+) -->\n(.*?)<!-- /figures -->", page, re.S
+    )
+    assert len(blocks) >= 6
+    for source, text in blocks:
+        with open(os.path.join(ROOT, source)) as handle:
+            values = list(json_numbers(json.load(handle)))
+        for figure, ratio in re.findall(r"(?<![\w.])(\d[\d,]*\.\d+)(?!\.\d)(x?)", text):
+            decimals = len(figure.split(".")[1])
+            number = float(figure.replace(",", ""))
+            candidates = (
+                [a / b for a in values for b in values if b]
+                if ratio
+                else values + [100 * value for value in values]
+            )
+            assert any(round(value, decimals) == number for value in candidates), (
+                f"{figure}{ratio} is not in {source}"
+            )
