@@ -115,6 +115,12 @@ class Report:
                 tag = name.replace(".", "/") if kind == "VAL" else f"train/{name}"
                 self._visualdl.add_scalar(tag=tag, step=position, value=float(value))
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
     def close(self):
         if self._handle:
             self._handle.close()

@@ -361,3 +361,26 @@ def test_a_terminal_of_no_columns_gets_the_lines(fmnist_root, tmp_path):
     assert job.wait(timeout=300) == 0, output.decode()[-2000:]
     text = output.decode()
     assert "[LOG] epoch 1 step 5:" in text and "[LOG] epoch 1 step 10:" in text, text
+
+
+def test_the_report_is_closed_when_a_step_raises(fmnist_root, tmp_path, monkeypatch):
+    """An exception in the middle of a run (here: the first epoch) still closes the
+    report: its file handle and VisualDL's writer, with what was logged on disk."""
+    opened = []
+
+    class WatchedReport(train.Report):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    def broken_epoch(*args, **kwargs):
+        raise RuntimeError("a step failed")
+
+    monkeypatch.setattr(train, "Report", WatchedReport)
+    monkeypatch.setattr(train, "train_one_epoch", broken_epoch)
+    config = small_config(fmnist_root, tmp_path / "out", **{"run.epochs": 1})
+    with pytest.raises(RuntimeError, match="a step failed"):
+        train.run(config, report_stream=open(os.devnull, "w"))
+    assert len(opened) == 1 and opened[0]._handle is None
+    with open(config.report_file) as handle:
+        assert '"PARAMETER"' in handle.readline()

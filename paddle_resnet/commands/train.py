@@ -9,6 +9,8 @@ import dataclasses
 import itertools
 import os
 import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 import paddle
 
@@ -121,6 +123,36 @@ def load_start_weights(
     return 0
 
 
+@dataclass
+class Session:
+    """What the steps of one run share, built once by ``_run``: the programs and their
+    executor, the report, and this process's place among the ranks."""
+
+    config: Any
+    exe: Any
+    programs: Any
+    report: Report
+    rank: int
+    world_size: int
+    place: Any
+    device_id: Optional[int]
+    all_reduce: Optional[Callable]  # sums over the ranks (None with one rank)
+
+    def loader(self, split, training, epoch=0):
+        """This rank's loader of ``split`` for one epoch (training) or one pass."""
+        return make_loader(
+            split,
+            self.config.data,
+            self.config.model.data_layout,
+            training,
+            self.rank,
+            self.world_size,
+            epoch,
+            self.device_id,
+            self.config.model.image_channels,
+        )
+
+
 def run(config, report_stream=None):
     """Run ``config.run.run_scope``; returns the final metrics (rank 0's view)."""
     with distributed.launcher_stop_reported():
@@ -168,37 +200,53 @@ def _run(config, report_stream):
         stream=report_stream or sys.stdout,
         visualdl_dir=run_cfg.visualdl_log_dir,
     )
+    all_reduce = distributed.all_reduce_sum(place) if world_size > 1 else None
+    with report:  # closed (its file, VisualDL's writer) however the run ends
+        session = Session(
+            config, exe, programs, report, rank, world_size, place, device_id, all_reduce
+        )
+        return _run_with_report(
+            session, train_split, val_split, classes, steps_per_epoch, (meta, state, resuming)
+        )
+
+
+def _run_with_report(session, train_split, val_split, classes, steps_per_epoch, start):
+    config, report, programs = session.config, session.report, session.programs
+    run_cfg = config.run
+    training = run_cfg.run_scope != "eval_only"
+    evaluating = run_cfg.run_scope != "train_only" and not run_cfg.benchmark
+    meta, state, resuming = start
     report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
     report.print(
-        f"{config.model.arch}: {len(classes)} classes, rank {rank}/{world_size}, "
-        f"{devices.describe(device_id)}"
+        f"{config.model.arch}: {len(classes)} classes, rank {session.rank}/{session.world_size}, "
+        f"{devices.describe(session.device_id)}"
     )
     start_epoch = load_start_weights(
-        config, programs, training, report, world_size, steps_per_epoch, meta, state, resuming
+        config,
+        programs,
+        training,
+        report,
+        session.world_size,
+        steps_per_epoch,
+        meta,
+        state,
+        resuming,
     )
     if config.asp.enabled and training:
-        sparse_training.prepare(programs, config.asp, report, resumed=start_epoch > 0, place=place)
-    if rank == 0:
+        sparse_training.prepare(
+            programs, config.asp, report, resumed=start_epoch > 0, place=session.place
+        )
+    if session.rank == 0:
         write_class_index(os.path.join(run_cfg.output_dir, "classes.json"), classes)
-    all_reduce = distributed.all_reduce_sum(place) if world_size > 1 else None
 
     def run_eval(epoch):
-        loader = make_loader(
-            val_split,
-            data_cfg,
-            config.model.data_layout,
-            False,
-            rank,
-            world_size,
-            device_id=device_id,
-            channels=config.model.image_channels,
-        )
-        return evaluate(exe, programs, loader, epoch, report, all_reduce)
+        loader = session.loader(val_split, training=False)
+        return evaluate(session.exe, programs, loader, epoch, report, session.all_reduce)
 
     metrics = {}
     with distributed.peers_watched(
-        rank,
-        world_size,
+        session.rank,
+        session.world_size,
         os.path.join(run_cfg.output_dir, config.model.arch),
         run_cfg.collective_timeout,
     ):
@@ -206,31 +254,21 @@ def _run(config, report_stream):
             # Evaluation only; or pruning's immediate cost, before retraining recovers it.
             metrics.update(run_eval(start_epoch))
         if training and run_cfg.benchmark:
-            metrics.update(
-                benchmark(exe, programs, train_split, config, report, rank, world_size, device_id)
-            )
+            metrics.update(benchmark(session, train_split))
         elif training:
             metrics = train_epochs(
-                config,
-                exe,
-                programs,
+                session,
                 train_split,
                 classes,
                 start_epoch,
                 steps_per_epoch,
-                report,
-                rank,
-                world_size,
-                device_id,
                 run_eval if evaluating else None,
-                all_reduce,
             )
-    if training and not run_cfg.benchmark and rank == 0 and config.inference.model_dir:
+    if training and not run_cfg.benchmark and session.rank == 0 and config.inference.model_dir:
         metrics["run.inference_dir"] = export_final_model(config)
         report.print(f"exported the final model to {config.inference.model_dir}")
     report.log("SUMMARY", metrics, kind="SUMMARY", console=False)
-    report.table("summary", summary_rows(config, metrics, world_size, device_id))
-    report.close()
+    report.table("summary", summary_rows(config, metrics, session.world_size, session.device_id))
     return metrics
 
 
@@ -252,42 +290,18 @@ def export_final_model(config):
     ]
 
 
-def train_epochs(
-    config,
-    exe,
-    programs,
-    train_split,
-    classes,
-    start_epoch,
-    steps_per_epoch,
-    report,
-    rank,
-    world_size,
-    device_id,
-    run_eval,
-    all_reduce,
-):
+def train_epochs(session, train_split, classes, start_epoch, steps_per_epoch, run_eval):
     """Epochs ``start_epoch + 1 .. run.epochs``: train, check that the ranks agree,
     verify sparsity, save, validate."""
-    run_cfg = config.run
+    config, programs, report = session.config, session.programs, session.report
+    run_cfg, rank, world_size = config.run, session.rank, session.world_size
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
     profiler = step_profiler(run_cfg)
     for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
-        loader = make_loader(
-            train_split,
-            config.data,
-            config.model.data_layout,
-            True,
-            rank,
-            world_size,
-            epoch - 1,
-            device_id,
-            config.model.image_channels,
-        )
         metrics = train_one_epoch(
-            exe,
+            session.exe,
             programs,
-            loader,
+            session.loader(train_split, training=True, epoch=epoch - 1),
             epoch,
             report,
             run_cfg.print_interval,
@@ -297,9 +311,9 @@ def train_epochs(
             profiler,
         )
         last = epoch == run_cfg.epochs
-        if all_reduce:
+        if session.all_reduce:
             checksum = distributed.check_ranks_agree(
-                programs.train, all_reduce, f"after epoch {epoch}"
+                programs.train, session.all_reduce, f"after epoch {epoch}"
             )
             report.log(
                 [epoch],
@@ -337,27 +351,17 @@ def train_epochs(
     return dict(metrics, **{f"run.{key}": value for key, value in history.items()})
 
 
-def benchmark(exe, programs, train_split, config, report, rank, world_size, device_id):
+def benchmark(session, train_split):
     """Training throughput and step-time percentiles over ``benchmark_steps`` steps after
     ``benchmark_warmup_steps``; data loading counts in the step time."""
+    config, world_size = session.config, session.world_size
     batches = itertools.chain.from_iterable(
-        make_loader(
-            train_split,
-            config.data,
-            config.model.data_layout,
-            True,
-            rank,
-            world_size,
-            epoch,
-            device_id,
-            config.model.image_channels,
-        )
-        for epoch in itertools.count()
+        session.loader(train_split, training=True, epoch=epoch) for epoch in itertools.count()
     )
     weights = mixup_weights(config.loss.mixup_alpha, config.data.seed, 0)
     run_cfg = config.run
     seconds = time_steps(
-        lambda: train_step(exe, programs, next(batches), next(weights)),
+        lambda: train_step(session.exe, session.programs, next(batches), next(weights)),
         run_cfg.benchmark_warmup_steps,
         run_cfg.benchmark_steps,
     )
@@ -372,7 +376,7 @@ def benchmark(exe, programs, train_split, config, report, rank, world_size, devi
         "benchmark_steps": run_cfg.benchmark_steps,
         "benchmark_warmup_steps": run_cfg.benchmark_warmup_steps,
     }
-    report.log("BENCHMARK", result, kind="SUMMARY")
+    session.report.log("BENCHMARK", result, kind="SUMMARY")
     return result
 
 
