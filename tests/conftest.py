@@ -84,6 +84,13 @@ def imagenet_root(tmp_path_factory):
     return str(root)
 
 
+# train.py's flags for a run of seconds: ResNet-18 on 32-pixel crops, one epoch.
+FAST_TRAIN = (
+    "--model-arch-name resnet18 --num-of-class 10 --crop-size 32 --resize-short 32 "
+    "--batch-size 16 --epochs 1 --warmup-epochs 0"
+).split()
+
+
 def small_config(image_root, output_dir, **values):
     """A fast CPU configuration: ResNet-18 on 32-pixel crops, batch 16."""
     base = {

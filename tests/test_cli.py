@@ -6,25 +6,10 @@ import sys
 
 import pytest
 
-from conftest import ROOT, once
+from conftest import FAST_TRAIN, ROOT, once
 from paddle_resnet.commands import train
 
-FAST = [
-    "--model-arch-name",
-    "resnet18",
-    "--num-of-class",
-    "10",
-    "--crop-size",
-    "32",
-    "--resize-short",
-    "32",
-    "--batch-size",
-    "16",
-    "--epochs",
-    "1",
-    "--warmup-epochs",
-    "0",
-]
+FAST = list(FAST_TRAIN)
 
 
 def fails_with(capsys, argv, message):

@@ -13,7 +13,7 @@ import termios
 import paddle
 import pytest
 
-from conftest import ROOT, flat, once, small_config
+from conftest import FAST_TRAIN, ROOT, flat, once, small_config
 from paddle_resnet import checkpoint as ckpt
 from paddle_resnet import devices
 from paddle_resnet.commands import inference, train
@@ -193,20 +193,7 @@ def test_unwritable_output_folders_are_named_before_training(
     assert (
         train.main(
             [
-                "--model-arch-name",
-                "resnet18",
-                "--num-of-class",
-                "10",
-                "--crop-size",
-                "32",
-                "--resize-short",
-                "32",
-                "--batch-size",
-                "16",
-                "--epochs",
-                "1",
-                "--warmup-epochs",
-                "0",
+                *FAST_TRAIN,
                 "--image-root",
                 fmnist_root,
                 "--output-dir",
@@ -255,20 +242,7 @@ def test_the_console_shows_no_paddle_chatter_unless_verbose(fmnist_root, tmp_pat
     command = [
         sys.executable,
         "train.py",
-        "--model-arch-name",
-        "resnet18",
-        "--num-of-class",
-        "10",
-        "--crop-size",
-        "32",
-        "--resize-short",
-        "32",
-        "--batch-size",
-        "16",
-        "--epochs",
-        "1",
-        "--warmup-epochs",
-        "0",
+        *FAST_TRAIN,
         "--run-scope",
         "train_only",
         "--image-root",
@@ -323,20 +297,7 @@ def test_a_terminal_of_no_columns_gets_the_lines(fmnist_root, tmp_path):
     command = [
         sys.executable,
         "train.py",
-        "--model-arch-name",
-        "resnet18",
-        "--num-of-class",
-        "10",
-        "--crop-size",
-        "32",
-        "--resize-short",
-        "32",
-        "--batch-size",
-        "16",
-        "--epochs",
-        "1",
-        "--warmup-epochs",
-        "0",
+        *FAST_TRAIN,
         "--run-scope",
         "train_only",
         "--print-interval",
