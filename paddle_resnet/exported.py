@@ -55,12 +55,17 @@ def describe(config, input_shape, sparse):
     }
 
 
-def write(out_dir, exe, program, image, output, info, classes):
-    """The model (``image`` in, ``output`` out), classes.json and model.json into ``out_dir``."""
+def write(out_dir, exe, program, image, output, classes):
+    """The model (``image`` in, ``output`` out) and classes.json into ``out_dir``; its
+    model.json follows, once the export knows all of it (``write_info``)."""
     paddle.static.save_inference_model(
         os.path.join(out_dir, _PREFIX), [image], [output], exe, program=program
     )
     write_class_index(os.path.join(out_dir, CLASSES_FILE), classes)
+
+
+def write_info(out_dir, info):
+    """model.json: what the model is and how it was made (``describe``, quantization)."""
     with open(os.path.join(out_dir, INFO_FILE), "w") as handle:
         json.dump(info, handle, indent=1)
 
@@ -151,14 +156,6 @@ def preprocessing(data_config, info):
         normalize_scale=pre.get("normalize_scale", 1.0 / 255.0),
         output_fp16=False,
     )  # the predictor's input is fp32
-
-
-def record_quantization(model_dir, record):
-    """model.json says how the model in ``model_dir`` was quantized."""
-    info = read_info(model_dir)
-    info["quantization"] = record
-    with open(os.path.join(model_dir, INFO_FILE), "w") as handle:
-        json.dump(info, handle, indent=1)
 
 
 def write_onnx(model_dir):

@@ -2,11 +2,11 @@
 
 Paddle's global ``FLAGS_use_mkldnn=1`` breaks static training (``reduce_mean_grad``
 cannot reshape a oneDNN memory descriptor), but the op attribute ``use_mkldnn`` can be
-set op by op. Measured on this project's 2-core CPU (ResNet-18, 32 px, batch 64,
-Paddle 2.6.2, random data): plain kernels 121 img/s; oneDNN on conv2d and its gradient
-223; plus relu and its gradient 294. Moving batch_norm, pool2d, elementwise_add and sum
-as well gave 142: Paddle's oneDNN batch_norm and its gradient took 5x the plain
-kernels' time (profiled).
+set op by op. Which ops, as measured when this was written (ResNet-18, 32 px, batch 64,
+Paddle 2.6.2, random data, 2 cores): oneDNN on conv2d and its gradient, then relu and
+its gradient, each added speed; moving batch_norm, pool2d, elementwise_add and sum as
+well lost most of it (Paddle's oneDNN batch_norm and its gradient took 5x the plain
+kernels' time, profiled). Today's figures: docs/measurements.md, CPU training.
 
 NCHW only: with NHWC tensors Paddle's oneDNN ``conv2d_grad`` computes wrong filter
 gradients (2.6.2 and 3.3.1: one SGD step's weight updates differ from the plain

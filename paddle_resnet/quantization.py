@@ -5,7 +5,7 @@ each activation's int8 range with the chosen algorithm (KL divergence, histogram
 percentile, MSE, average or absolute maximum), takes each weight's per-channel absolute
 maximum, and writes a model whose convolutions and matmuls carry those scales. Paddle
 Inference runs it in INT8 with oneDNN (``--cpu-precision int8``); TensorRT reads the
-same scales. Measured by hand on the demo model (platform notes): 4.1x fp32 oneDNN.
+same scales (speed and accuracy on the demo: docs/measurements.md, INT8).
 """
 
 import os
@@ -89,7 +89,7 @@ def calibration_feeds(batches, count):
 
 def quantize_in_place(model_dir, batches, algo, count):
     """Replace the fp32 model in ``model_dir`` by its post-training quantized version,
-    calibrated on the first ``count`` images of ``batches``; model.json records how."""
+    calibrated on the first ``count`` images of ``batches``; returns how, for model.json."""
     calibration, taken = calibration_feeds(batches, count)
     if taken < count:
         raise ConfigError(f"--calibration-images {count}: the calibration data hold only {taken}")
@@ -120,18 +120,15 @@ def quantize_in_place(model_dir, batches, algo, count):
             ptq.save_quantized_model(out, model_filename=model_file, params_filename=params_file)
         for name in (model_file, params_file):
             shutil.move(os.path.join(out, name), os.path.join(model_dir, name))
-    exported.record_quantization(
-        model_dir,
-        {
-            "method": "ptq",
-            "algo": algo,
-            "calibration_images": taken,
-            "calibration_data": "training images, validation preprocessing",
-            "weights": "int8, channel-wise abs-max",
-            "activations": f"int8, {algo}",
-            "ops": list(QUANTIZABLE_OPS),
-        },
-    )
+    return {
+        "method": "ptq",
+        "algo": algo,
+        "calibration_images": taken,
+        "calibration_data": "training images, validation preprocessing",
+        "weights": "int8, channel-wise abs-max",
+        "activations": f"int8, {algo}",
+        "ops": list(QUANTIZABLE_OPS),
+    }
 
 
 def name_qat_variables(train_program):

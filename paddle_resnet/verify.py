@@ -19,7 +19,8 @@ from paddle_resnet.quantization import cpu_has_int8_dot_products
 
 # Least top-1 agreement with the fp32 Paddle predictor, per precision: fp32 runtimes
 # compute the same function (differences of summation order), bf16 keeps 8 bits of
-# mantissa, int8 is a quantized model (PTQ's own agreement on the demo: 97-99 %).
+# mantissa, int8 is a quantized model (the demo's PTQ and QAT models agree with fp32 on
+# 90-99 % of the images: docs/measurements.md).
 MIN_AGREEMENT = {"fp32": 0.99, "bf16": 0.97, "int8": 0.90}
 
 

@@ -156,6 +156,7 @@ def only_line(result):
     return lines[0]
 
 
+@once
 def test_a_broken_image_outside_training_is_one_line_not_a_crash(trained, fmnist_root, tmp_path):
     """DALI's CPU decoder crashed the process (SIGSEGV, exit 139) on a failing sample of a
     large batch: evaluation and calibration screen their images before DALI sees them."""

@@ -72,7 +72,7 @@ def test_training_batches_are_augmented_and_reproducible(fmnist_root):
     first, again, second = epoch_batches(0), epoch_batches(0), epoch_batches(1)
     assert len(first) == 10 and all(b[feeds.IMAGE].shape == (16, 3, 24, 24) for b in first)
     for a, b in zip(first, again):
-        np.testing.assert_array_equal(a["data"], b[feeds.IMAGE])
+        np.testing.assert_array_equal(a[feeds.IMAGE], b[feeds.IMAGE])
         np.testing.assert_array_equal(a["label"], b[feeds.LABEL])
     assert not np.array_equal(first[0]["label"], second[0]["label"])
     labels = np.concatenate([b[feeds.LABEL] for b in first]).ravel()

@@ -161,6 +161,7 @@ def test_two_ranks_train_with_agreeing_parameters_and_exact_evaluation(two_ranks
     assert meta["world_size"] == 2 and meta["global_step"] == 10
 
 
+@once
 def test_two_rank_evaluation_equals_one_rank(two_ranks, fmnist_root, tmp_path):
     """130 validation images: 65 per rank, batches of 16, the last one partial."""
     results = {}
@@ -355,6 +356,7 @@ def test_a_killed_rank_ends_the_job_and_keeps_the_checkpoints(fmnist_root, tmp_p
     assert meta["epoch"] >= 1
 
 
+@once
 def test_a_stopped_rank_ends_the_job_within_the_collective_timeout(fmnist_root, tmp_path):
     """SIGSTOP: alive but stuck. Without the watchdog rank 0 waited in its all-reduce for
     gloo's hard-coded ~115 days."""
@@ -408,6 +410,7 @@ def test_sync_bn_is_refused_without_a_gpu(fmnist_root, tmp_path, capsys):
     )
 
 
+@once
 def test_a_refused_two_rank_resume_is_one_line_in_every_rank_log(two_ranks, fmnist_root, tmp_path):
     """The rank that refuses first ends the job; the launcher's SIGTERM made the other
     rank print three C++ "Termination signal" dumps and no line of its own."""

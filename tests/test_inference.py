@@ -296,9 +296,9 @@ def test_tensorrt_settings_without_a_gpu():
         "use_calib_mode": True,
     }
     assert calls["set_trt_dynamic_shape_info"].args == (
-        {"data": [1, 3, 224, 224]},
-        {"data": [64, 3, 224, 224]},
-        {"data": [64, 3, 224, 224]},
+        {feeds.IMAGE: [1, 3, 224, 224]},
+        {feeds.IMAGE: [64, 3, 224, 224]},
+        {feeds.IMAGE: [64, 3, 224, 224]},
     )
     fp16 = {
         c.method: c

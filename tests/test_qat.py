@@ -19,9 +19,9 @@ from paddle_resnet.config import build_config
 from paddle_resnet.errors import CheckpointError, ConfigError
 from paddle_resnet.report import read_report
 
-# The GPU build of Paddle changes how these programs are built: also run there
-# (scripts/test.sh's GPU-wheel track).
-pytestmark = pytest.mark.gpu_wheel
+# The GPU build of Paddle changes how QAT programs are built: the program test also runs
+# there (scripts/test.sh's GPU-wheel track), with QAT + AMP in test_gpu_build.py; the
+# training, resume and export tests execute the same CPU kernels on both builds.
 
 QAT = {"qat.enabled": True}
 
@@ -38,6 +38,7 @@ def quantized_inputs(built):
     )
 
 
+@pytest.mark.gpu_wheel
 def test_every_conv_and_matmul_is_quantized_in_both_programs(fmnist_root, tmp_path):
     config = small_config(fmnist_root, tmp_path, **QAT)
     programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)

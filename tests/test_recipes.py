@@ -10,7 +10,7 @@ import paddle
 import pytest
 
 from conftest import ROOT, once
-from paddle_resnet import program
+from paddle_resnet import feeds, program
 from paddle_resnet.cli import parse
 from paddle_resnet.config import ConfigError, DataConfig, list_recipes
 from paddle_resnet.data.dali import make_loader, open_split
@@ -118,11 +118,11 @@ def test_recipe_builds_and_trains_a_step_on_the_cpu(name):
     exe.run(programs.startup)
     rng = np.random.RandomState(0)
     feed = {
-        "data": rng.standard_normal((2, 3, 64, 64)).astype("float32"),
-        "label": np.array([[1], [7]], dtype="int64"),
+        feeds.IMAGE: rng.standard_normal((2, 3, 64, 64)).astype("float32"),
+        feeds.LABEL: np.array([[1], [7]], dtype="int64"),
     }
     if config.loss.mixup_alpha:
-        feed["mixup_lambda"] = np.array([0.7], dtype="float32")
+        feed[feeds.MIXUP_LAMBDA] = np.array([0.7], dtype="float32")
     (loss,) = exe.run(programs.train, feed=feed, fetch_list=[programs.train_fetches["loss"]])
     assert np.isfinite(loss).all()
 
@@ -152,11 +152,11 @@ def _mixup_step(alpha, mixup_lambda):
     exe.run(programs.startup)
     rng = np.random.RandomState(1)
     feed = {
-        "data": rng.standard_normal((4, 3, 32, 32)).astype("float32"),
-        "label": np.array([[0], [3], [3], [9]], dtype="int64"),
+        feeds.IMAGE: rng.standard_normal((4, 3, 32, 32)).astype("float32"),
+        feeds.LABEL: np.array([[0], [3], [3], [9]], dtype="int64"),
     }
     if alpha:
-        feed["mixup_lambda"] = np.array([mixup_lambda], dtype="float32")
+        feed[feeds.MIXUP_LAMBDA] = np.array([mixup_lambda], dtype="float32")
     fetch = [programs.train_fetches["loss"], programs.soft_target]
     return exe.run(programs.train, feed=feed, fetch_list=fetch)
 
@@ -190,7 +190,7 @@ def test_color_jitter_changes_training_images_not_labels(fmnist_root):
     split = open_split(plain_cfg, "train")
     plain = next(iter(make_loader(split, plain_cfg, "NCHW", True)))
     jittered = next(iter(make_loader(split, jitter_cfg, "NCHW", True)))
-    assert plain["data"].shape == jittered["data"].shape
+    assert plain[feeds.IMAGE].shape == jittered[feeds.IMAGE].shape
     np.testing.assert_array_equal(plain["label"], jittered["label"])
     assert not np.allclose(plain["data"], jittered["data"], atol=0.05)
 

@@ -53,7 +53,6 @@ def test_resume_refuses_a_checkpoint_of_another_run(trained, fmnist_root, tmp_pa
     assert "lr.base: 0.8 -> 0.4" in message and "model.zero_init_residual: False -> True" in message
 
 
-@pytest.mark.gpu_wheel
 @once
 def test_resuming_an_asp_checkpoint_without_asp_is_refused(trained, fmnist_root, tmp_path):
     sparse_out = tmp_path / "sparse"

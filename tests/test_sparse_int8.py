@@ -76,6 +76,7 @@ def sparse_qat(pruned, tmp_path_factory):
     return config
 
 
+@once
 def test_qat_keeps_every_mask_and_trains_quantized(pruned, sparse_qat):
     _, before = ckpt.read_checkpoint(os.path.join(pruned.run.output_dir, "resnet18"))
     _, after = ckpt.read_checkpoint(os.path.join(sparse_qat.run.output_dir, "resnet18"))
@@ -145,6 +146,7 @@ def checker(path):
     )
 
 
+@once
 def test_the_int8_exports_hold_the_pattern(sparse_qat, tmp_path):
     checkpoint = checker(os.path.join(sparse_qat.run.output_dir, "resnet18"))
     assert checkpoint.returncode == 0, checkpoint.stdout + checkpoint.stderr

@@ -82,13 +82,13 @@ def export(config):
             model,
             model.global_block().var(feeds.IMAGE),
             model.global_block().var(programs.eval_fetches["probs"].name),
-            info,
             _classes(config, meta),
         )
         if sparse:
             check_sparse(exported.read_params(staging), sparse, f"{out_dir} (exported)")
         if config.inference.ptq_algo:
-            info = _post_training_quantize(config, staging, info)
+            info["quantization"] = _post_training_quantize(config, staging, info)
+        exported.write_info(staging, info)  # complete: what follows reads it
         if config.inference.onnx:
             exported.write_onnx(staging)
         if config.inference.openvino:
@@ -98,7 +98,7 @@ def export(config):
             rows, images = verify.verify(
                 staging, config.data, config.inference, config.inference.verify_images
             )
-            info = dict(exported.read_info(staging), verification=rows)
+            info = dict(info, verification=rows)
             print(verify.table(rows, images))
     files = {
         name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))
@@ -110,7 +110,7 @@ def export(config):
 
 
 def _post_training_quantize(config, model_dir, info):
-    """Quantize the fp32 model just written to ``model_dir``; returns the new model.json.
+    """Quantize the fp32 model just written to ``model_dir``; returns how, for model.json.
     Calibration reads training images (never synthetic ones, and not the validation
     images the model is then measured on) through the validation pipeline."""
     inf = config.inference
@@ -119,8 +119,7 @@ def _post_training_quantize(config, model_dir, info):
     # Spread over the (class-sorted) training images: the first ones are one class.
     calibration = open_split(config.data, "train").spread(inf.calibration_images)
     batches = model_input.validation_batches(calibration, config.data, info)
-    quantize_in_place(model_dir, batches, inf.ptq_algo, inf.calibration_images)
-    return exported.read_info(model_dir)
+    return quantize_in_place(model_dir, batches, inf.ptq_algo, inf.calibration_images)
 
 
 def export_and_describe(config):
