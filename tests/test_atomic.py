@@ -9,7 +9,11 @@ import time
 
 import pytest
 
+from conftest import once
 from paddle_resnet import atomic
+
+# Plain file operations: the same on every Paddle version; run once, on 2.6.2.
+pytestmark = once
 
 # A child process that replaces ``target`` and SIGKILLs itself after the ``kill_after``-th
 # os.replace (0: while the new content is still being written).

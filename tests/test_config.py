@@ -3,10 +3,14 @@ import dataclasses
 import pytest
 import yaml
 
+from conftest import once
 from paddle_resnet.bootstrap import is_verbose
 from paddle_resnet.cli import build_parser, config_from_args
 from paddle_resnet.config import build_config, list_recipes, to_yaml
 from paddle_resnet.errors import ConfigError
+
+# The configuration and command lines: plain Python; run once, on 2.6.2.
+pytestmark = once
 
 
 def parse(*argv):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from conftest import once
 from paddle_resnet import feeds
 from paddle_resnet.config import DataConfig
 from paddle_resnet.data.dali import DataSplit, eval_indices, make_loader, train_indices
@@ -15,6 +16,9 @@ from paddle_resnet.data.folder import (
     write_class_index,
 )
 from paddle_resnet.errors import DataError
+
+# DALI pipelines against Pillow: no Paddle API; run once, on 2.6.2.
+pytestmark = once
 
 MEAN, STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
 

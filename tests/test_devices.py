@@ -13,7 +13,7 @@ import sys
 import pytest
 from paddle.base import core
 
-from conftest import ROOT
+from conftest import ROOT, once
 from paddle_resnet import devices, quantization
 
 pytestmark = pytest.mark.gpu_wheel
@@ -73,6 +73,7 @@ def test_fp16_training_is_refused_without_a_gpu(fmnist_root, tmp_path, flags, op
     assert not os.listdir(tmp_path)  # refused before anything was written
 
 
+@once
 def test_export_and_inference_run_on_the_cpu_and_gpu_backends_are_refused(trained, tmp_path):
     model_dir = tmp_path / "model"
     export = run(

@@ -11,9 +11,12 @@ import sys
 
 import tomllib
 
-from conftest import ROOT
+from conftest import ROOT, once
 from paddle_resnet.cli import flag_table_markdown
 from paddle_resnet.config import list_recipes
+
+# Static checks of the repository: run once, on 2.6.2.
+pytestmark = once
 
 
 def test_readme_flag_table_is_the_generated_one():

@@ -92,6 +92,7 @@ def test_qat_keeps_every_mask_and_trains_quantized(pruned, sparse_qat):
     assert len(scales) >= 21  # trained with QAT
 
 
+@once
 def test_both_strategies_are_in_the_train_program(pruned, tmp_path):
     programs = program.build_programs(
         qat_phase(pruned, tmp_path), steps_per_epoch=10, global_batch=16
@@ -100,6 +101,7 @@ def test_both_strategies_are_in_the_train_program(pruned, tmp_path):
     assert applied["ASP"] and applied["QAT"]
 
 
+@once
 def test_a_strategy_fleet_drops_is_named(pruned, tmp_path):
     """Fleet alone with both asked: it applies ASP and silently drops QAT; the check says
     so instead of training unquantized."""
@@ -176,6 +178,7 @@ def test_the_int8_exports_hold_the_pattern(sparse_qat, tmp_path):
     # convolutions only; the table says which (README: ONNX)
 
 
+@once
 def test_pruning_and_qat_in_one_run_are_refused_with_the_order_that_works(pruned):
     with pytest.raises(ConfigError, match=r"--prune-model with --qat: prune and fine-tune first"):
         build_config(dict(flat(pruned), **{"qat.enabled": True}))

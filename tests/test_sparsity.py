@@ -20,7 +20,6 @@ from paddle_resnet.sparsity import pattern as sparsity
 
 # The GPU build of Paddle changes how these programs are built: also run there
 # (scripts/test.sh's GPU-wheel track).
-pytestmark = pytest.mark.gpu_wheel
 
 
 def quiet():
@@ -33,6 +32,7 @@ def weights_of(config, epoch):
     )[1]
 
 
+@pytest.mark.gpu_wheel
 @pytest.mark.parametrize("algo", ["mask_1d", "mask_2d_greedy", "mask_2d_best"])
 def test_mask_algorithms_give_2to4_on_real_weights(trained, algo):
     state = weights_of(trained, 3)
@@ -77,6 +77,7 @@ def sparse_run(trained, tmp_path_factory):
     return config
 
 
+@pytest.mark.gpu_wheel
 def test_pruned_weights_stay_2to4_with_the_same_zeros(sparse_run):
     records = read_report(sparse_run.report_file)
     table = [r for r in records if r["step"] == "ASP"][0]["data"]["layers"]
@@ -99,6 +100,7 @@ def test_pruned_weights_stay_2to4_with_the_same_zeros(sparse_run):
     assert val[0]["step"] == [0]  # evaluated right after pruning
 
 
+@pytest.mark.gpu_wheel
 def test_resume_keeps_the_masks(sparse_run, tmp_path):
     config = build_config(
         dict(
@@ -165,6 +167,7 @@ def check(path):
     )
 
 
+@pytest.mark.gpu_wheel
 def test_bad_asp_input(trained, fmnist_root, tmp_path):
     with pytest.raises(ConfigError, match="--prune-model needs --asp"):
         small_config(fmnist_root, tmp_path, **{"asp.prune_model": True})
@@ -192,6 +195,7 @@ def test_bad_asp_input(trained, fmnist_root, tmp_path):
         train.run(other, report_stream=quiet())
 
 
+@pytest.mark.gpu_wheel
 def test_amp_and_asp_combine_in_one_program(fmnist_root, tmp_path):
     config = small_config(
         fmnist_root,

@@ -153,7 +153,7 @@ def test_the_importer_says_what_it_read(torch_models, tmp_path):
     "extra",
     [
         {"asp.enabled": True, "asp.prune_model": True},
-        pytest.param({"qat.enabled": True, "lr.base": 0.05}, marks=pytest.mark.gpu_wheel),
+        {"qat.enabled": True, "lr.base": 0.05},
     ],
 )
 def test_asp_and_qat_start_from_an_imported_file(torch_models, fmnist_root, tmp_path, extra):
