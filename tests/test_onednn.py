@@ -157,6 +157,7 @@ def test_resume_with_onednn_is_bit_identical(fmnist_root, tmp_path):
         np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
 
 
+@once
 def test_validation_between_epochs_equals_a_fresh_evaluation(fmnist_root, tmp_path):
     """The evaluation a training run does after an epoch sees that epoch's weights: it
     equals evaluating the saved checkpoint in a new run (oneDNN's inference-mode

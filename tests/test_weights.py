@@ -136,7 +136,6 @@ def test_paddleclas_weights_give_the_same_logits(tmp_path, name):
     assert_close(ours, fixture[name + ".logits"])
 
 
-@pytest.mark.gpu_wheel
 def test_the_importer_says_what_it_read(torch_models, tmp_path):
     out, _ = torch_models
     config = config_for("resnet50", tmp_path)
