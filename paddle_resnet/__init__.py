@@ -12,7 +12,7 @@ import logging
 # would otherwise bind to, and crash on (SIGSEGV in deflateReset, Pillow 13 / Paddle 2.6).
 from PIL import Image  # noqa: F401
 
-from paddle_resnet import bootstrap
+from paddle_resnet.core import bootstrap
 
 bootstrap.set_verbose(bootstrap.is_verbose())
 bootstrap.prepare_environment(verbose=bootstrap.verbose())

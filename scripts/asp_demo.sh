@@ -10,9 +10,9 @@ rm -rf output/demo_asp             # a fresh run each time (no mixing with an ea
 .venv/bin/python train.py --config resnet18_demo --asp --prune-model --mask-algo "${MASK_ALGO:-mask_1d}" \
   --from-pretrained-params "$dense/2/model.pdparams" --epochs 1 --warmup-epochs 0 \
   --output-dir output/demo_asp "$@"
-.venv/bin/python -m paddle_resnet.sparsity output/demo_asp/resnet18 | tail -n 1
+.venv/bin/python -m paddle_resnet.commands.check_sparsity output/demo_asp/resnet18 | tail -n 1
 .venv/bin/python - <<'PY'
-from paddle_resnet.report import read_report
+from paddle_resnet.core.report import read_report
 dense = [r for r in read_report("output/demo/report.json") if r["type"] == "VAL"][-1]["data"]
 sparse = [r for r in read_report("output/demo_asp/report.json") if r["type"] == "VAL"]
 print(f"| dense (2 epochs) | {100 * dense['val.top1']:.2f} % |")

@@ -16,7 +16,7 @@ import os
 import tempfile
 
 from paddle_resnet.commands import train
-from paddle_resnet.cli import parse
+from paddle_resnet.core.cli import parse
 
 
 def main():

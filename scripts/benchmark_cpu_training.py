@@ -26,11 +26,12 @@ import numpy as np
 import paddle
 import paddle.profiler as profiler
 
-from paddle_resnet import feeds, program
-from paddle_resnet.bootstrap import available_cores
-from paddle_resnet.config import build_config
-from paddle_resnet.metrics import latency_summary, time_steps
-from paddle_resnet.optional import require
+from paddle_resnet.core import feeds
+from paddle_resnet.training import programs as program
+from paddle_resnet.core.bootstrap import available_cores
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.metrics import latency_summary, time_steps
+from paddle_resnet.core.optional import require
 
 SETTINGS = "resnet50:224:16,resnet18:32:64,resnet50:32:64"
 # name -> (model.data_layout, run.cpu_onednn) for the Paddle contenders

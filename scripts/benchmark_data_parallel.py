@@ -26,11 +26,11 @@ import time
 import numpy as np
 import paddle
 
-from paddle_resnet import distributed
-from paddle_resnet.bootstrap import available_cores
-from paddle_resnet.config import ModelConfig
+from paddle_resnet.training import distributed
+from paddle_resnet.core.bootstrap import available_cores
+from paddle_resnet.core.config import ModelConfig
 from paddle_resnet.models import build_model
-from paddle_resnet.report import read_report
+from paddle_resnet.core.report import read_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -27,14 +27,16 @@ import numpy as np
 import paddle
 
 from paddle_resnet.commands import export_model
-from paddle_resnet import feeds, model_input, program
-from paddle_resnet import exported, predictor
-from paddle_resnet.bootstrap import available_cores
-from paddle_resnet.config import InferenceConfig, build_config
+from paddle_resnet.core import feeds
+from paddle_resnet.deploy import model_input
+from paddle_resnet.training import programs as program
+from paddle_resnet.deploy import exported, predictor
+from paddle_resnet.core.bootstrap import available_cores
+from paddle_resnet.core.config import InferenceConfig, build_config
 from paddle_resnet.data.dali import open_split
-from paddle_resnet.metrics import latency_summary, time_steps
-from paddle_resnet.openvino_runtime import OpenVinoClassifier
-from paddle_resnet.optional import require
+from paddle_resnet.core.metrics import latency_summary, time_steps
+from paddle_resnet.deploy.openvino_runtime import OpenVinoClassifier
+from paddle_resnet.core.optional import require
 
 
 def export_random_models(arch, size, workdir, calibration_root):

@@ -13,9 +13,10 @@ import json
 
 import numpy as np
 
-from paddle_resnet.commands import inference
-from paddle_resnet import feeds, model_input
-from paddle_resnet.config import build_config
+from paddle_resnet.deploy import inference
+from paddle_resnet.core import feeds
+from paddle_resnet.deploy import model_input
+from paddle_resnet.core.config import build_config
 from paddle_resnet.data.dali import open_split
 
 

@@ -28,12 +28,14 @@ import time
 import numpy as np
 
 from paddle_resnet.commands import export_model
-from paddle_resnet.commands import inference
-from paddle_resnet import checkpoint as ckpt, feeds, model_input
-from paddle_resnet import exported
-from paddle_resnet.config import PTQ_ALGOS, build_config
+from paddle_resnet.deploy import inference
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.core import feeds
+from paddle_resnet.deploy import model_input
+from paddle_resnet.deploy import exported
+from paddle_resnet.core.config import PTQ_ALGOS, build_config
 from paddle_resnet.data.dali import open_split
-from paddle_resnet.optional import require
+from paddle_resnet.core.optional import require
 
 onnxruntime = require("onnxruntime", "scripts/compare_quantization.py")
 
@@ -83,7 +85,9 @@ def pattern_held(model_dir):
     if not marked:
         return None
     result = subprocess.run(
-        [sys.executable, "-m", "paddle_resnet.sparsity", model_dir], capture_output=True, text=True
+        [sys.executable, "-m", "paddle_resnet.commands.check_sparsity", model_dir],
+        capture_output=True,
+        text=True,
     )
     if result.returncode != 0:
         raise SystemExit(f"{model_dir}: the export lost the 2:4 pattern\n{result.stdout}")

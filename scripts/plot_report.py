@@ -7,9 +7,9 @@
 import argparse
 import sys
 
-from paddle_resnet.errors import UserError
-from paddle_resnet.optional import require
-from paddle_resnet.report import read_report
+from paddle_resnet.core.errors import UserError
+from paddle_resnet.core.optional import require
+from paddle_resnet.core.report import read_report
 
 
 def last_run(records):

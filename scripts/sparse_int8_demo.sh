@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 rm -rf output/demo_sparse_qat
 .venv/bin/python train.py --config resnet18_demo --asp --qat --from-checkpoint output/demo_asp/resnet18 \
   --epochs 1 --lr 0.004 --warmup-epochs 0 --output-dir output/demo_sparse_qat "$@"
-.venv/bin/python -m paddle_resnet.sparsity output/demo_sparse_qat/resnet18 | tail -n 1
+.venv/bin/python -m paddle_resnet.commands.check_sparsity output/demo_sparse_qat/resnet18 | tail -n 1
 .venv/bin/python scripts/compare_quantization.py output/demo_asp/resnet18 demo_data/fashion_mnist_demo \
   --qat-checkpoint output/demo_sparse_qat/resnet18 --dense-checkpoint output/demo/resnet18 \
   --output benchmarks/sparse_int8_resnet18_demo.json

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from paddle_resnet.commands import train
-from paddle_resnet import devices, paddle_internals
-from paddle_resnet.config import build_config
+from paddle_resnet.core import devices, paddle_internals
+from paddle_resnet.core.config import build_config
 from paddle_resnet.data.fashion_mnist import write_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,7 +130,7 @@ def train_in_fresh_process(config):
         json.dump(flat(config), handle)
     code = (
         "import json, os, sys; from paddle_resnet.commands import train; "
-        "from paddle_resnet.config import build_config; "
+        "from paddle_resnet.core.config import build_config; "
         "train.run(build_config(json.load(open(sys.argv[1]))), report_stream=open(os.devnull, 'w'))"
     )
     result = subprocess.run(

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import once
-from paddle_resnet import atomic
+from paddle_resnet.core import atomic
 
 # Plain file operations: the same on every Paddle version; run once, on 2.6.2.
 pytestmark = once
@@ -19,7 +19,7 @@ pytestmark = once
 # os.replace (0: while the new content is still being written).
 CHILD = textwrap.dedent("""
     import os, signal, socket, sys, time
-    from paddle_resnet import atomic
+    from paddle_resnet.core import atomic
     target, kill_after = sys.argv[1], int(sys.argv[2])
     if len(sys.argv) > 3:                 # another host: the name the folders record
         socket.gethostname = lambda: sys.argv[3]

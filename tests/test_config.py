@@ -4,10 +4,10 @@ import pytest
 import yaml
 
 from conftest import once
-from paddle_resnet.bootstrap import is_verbose
-from paddle_resnet.cli import build_parser, config_from_args
-from paddle_resnet.config import build_config, list_recipes, to_yaml
-from paddle_resnet.errors import ConfigError
+from paddle_resnet.core.bootstrap import is_verbose
+from paddle_resnet.core.cli import build_parser, config_from_args
+from paddle_resnet.core.config import build_config, list_recipes, to_yaml
+from paddle_resnet.core.errors import ConfigError
 
 # The configuration and command lines: plain Python; run once, on 2.6.2.
 pytestmark = once
@@ -139,7 +139,11 @@ def test_nvidia_2022_spellings_take_their_values(capsys):
 @pytest.mark.parametrize(
     "tool, argv, owner",
     [
-        ("train", ["--trt-precision", "FP16"], "read by export_model.py and inference.py"),
+        ("train", ["--trt-precision", "FP16"], "read by inference.py)"),
+        ("export_model", ["--output-dir", "x"], "read by train.py)"),
+        ("export_model", ["--cpu-onednn"], "read by train.py)"),
+        ("export_model", ["--dali-output-fp16"], "read by train.py)"),
+        ("export_model", ["--trt-precision", "FP16"], "read by inference.py)"),
         ("train", ["--ptq-algo", "KL"], "read by export_model.py)"),
         ("inference", ["--epochs", "3"], "read by train.py)"),
         ("inference", ["--model-arch-name", "resnet18"], "read by train.py and export_model.py"),

@@ -5,17 +5,16 @@ import pytest
 from PIL import Image
 
 from conftest import once
-from paddle_resnet import feeds
-from paddle_resnet.config import DataConfig
+from paddle_resnet.core import feeds
+from paddle_resnet.core.class_index import read_class_index, write_class_index
+from paddle_resnet.core.config import DataConfig
+from paddle_resnet.core.errors import DataError
 from paddle_resnet.data.dali import DataSplit, eval_indices, make_loader, train_indices
 from paddle_resnet.data.folder import (
     check_num_classes,
     check_same_classes,
-    read_class_index,
     scan_split,
-    write_class_index,
 )
-from paddle_resnet.errors import DataError
 
 # DALI pipelines against Pillow: no Paddle API; run once, on 2.6.2.
 pytestmark = once

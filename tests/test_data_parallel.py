@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from conftest import PADDLE3, ROOT, once
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import devices
 from paddle_resnet.commands import train
-from paddle_resnet.config import build_config
-from paddle_resnet.optim import lr_at_step
-from paddle_resnet.report import read_report
+from paddle_resnet.core import devices
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.report import read_report
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training.optim import lr_at_step
 
 TOY = os.path.join(ROOT, "tests", "ranks", "toy_reduction.py")
 # CPU ranks over gloo: on GPU machines the launcher gives each rank a GPU (NCCL), whose

@@ -1,6 +1,6 @@
 """Without a usable GPU, on either build of Paddle: GPU-only options are one-line
 refusals naming the missing GPU, everything else runs on the CPU and says so; and the
-preflight (``python -m paddle_resnet.doctor``) reports what this machine can run.
+preflight (``python -m paddle_resnet.core.doctor``) reports what this machine can run.
 
 The commands run as users run them, in subprocesses whose GPUs are hidden
 (CUDA_VISIBLE_DEVICES empty), so they check the same thing on a GPU machine."""
@@ -14,7 +14,7 @@ import pytest
 from paddle.base import core
 
 from conftest import ROOT, once
-from paddle_resnet import devices, quantization
+from paddle_resnet.core import devices
 
 pytestmark = pytest.mark.gpu_wheel
 
@@ -128,7 +128,7 @@ def test_export_and_inference_run_on_the_cpu_and_gpu_backends_are_refused(traine
 
 
 def doctor(*args):
-    return run("-m", "paddle_resnet.doctor", *args)
+    return run("-m", "paddle_resnet.core.doctor", *args)
 
 
 def test_doctor_reports_the_build_and_what_it_means():
@@ -140,7 +140,7 @@ def test_doctor_reports_the_build_and_what_it_means():
     assert findings["GPUs"]["found"] == "none usable" and not findings["GPUs"]["met"]
     assert why() in findings["GPUs"]["meaning"]
     assert findings["bf16 (CPU)"]["met"] == core.supports_bfloat16()
-    assert findings["int8 (CPU)"]["met"] == quantization.cpu_has_int8_dot_products()
+    assert findings["int8 (CPU)"]["met"] == devices.cpu_has_int8_dot_products()
     if devices.cuda_build():
         # built against TensorRT, whose libraries are not on this machine's library path
         assert findings["TensorRT"]["found"].startswith("not loadable (Paddle built against")
@@ -162,7 +162,7 @@ def test_doctor_exit_status_follows_the_requirements():
     assert errors[1].startswith("error: required trt: ")
     cpu = doctor("--require", "bf16,int8")
     assert cpu.returncode == (
-        0 if core.supports_bfloat16() and quantization.cpu_has_int8_dot_products() else 1
+        0 if core.supports_bfloat16() and devices.cpu_has_int8_dot_products() else 1
     )
     unknown = doctor("--require", "gpu,tpu")
     assert unknown.returncode == 2

@@ -13,12 +13,14 @@ import paddle
 import pytest
 
 from conftest import ROOT, flat, small_config
-from paddle_resnet import devices, exported, feeds, model_input, predictor, program
 from paddle_resnet.commands import export_model
-from paddle_resnet.config import InferenceConfig, build_config
+from paddle_resnet.core import devices, feeds
+from paddle_resnet.core.config import InferenceConfig, build_config
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
 from paddle_resnet.data.folder import scan_split
-from paddle_resnet.trainer import train_step
+from paddle_resnet.deploy import exported, model_input, predictor
+from paddle_resnet.training import programs as program
+from paddle_resnet.training.loop import train_step
 
 pytestmark = pytest.mark.gpu
 

@@ -16,12 +16,14 @@ import pytest
 from paddle.static.amp.fp16_lists import AutoMixedPrecisionLists
 
 from conftest import small_config
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import feeds, gpu_tuning, program
-from paddle_resnet.config import build_config
+from paddle_resnet.core import feeds
+from paddle_resnet.core.config import build_config
 from paddle_resnet.models.registry import get_arch
-from paddle_resnet.quantization import quantize_eval_program
-from paddle_resnet.sparsity.pattern import MASK_SUFFIX
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import gpu_tuning
+from paddle_resnet.training import programs as program
+from paddle_resnet.training.qat import quantize_eval_program
+from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
 pytestmark = [pytest.mark.cuda_build, pytest.mark.gpu_wheel]
 

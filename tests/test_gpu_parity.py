@@ -21,15 +21,16 @@ from paddle_resnet import (
     profiling,
     program,
 )
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet.cli import build_parser, config_from_args
-from paddle_resnet.commands import export_model, inference, train
-from paddle_resnet.config import build_config
+from paddle_resnet.commands import export_model, train
+from paddle_resnet.core.cli import build_parser, config_from_args
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import ConfigError, UserError
+from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import DataSplit, make_loader
 from paddle_resnet.data.folder import scan_split
-from paddle_resnet.errors import ConfigError, UserError
-from paddle_resnet.report import Report
-from paddle_resnet.weights import pretrained_file, read_weights
+from paddle_resnet.deploy import inference
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training.weights import pretrained_file, read_weights
 
 FUSIONS = {
     "fuse_bn_act_ops": True,

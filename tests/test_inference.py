@@ -13,15 +13,18 @@ import pytest
 from paddle.inference import PrecisionType
 
 from conftest import flat
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import exported as exported_model
-from paddle_resnet import feeds, model_input, predictor, program
 from paddle_resnet.commands import export_model, inference
-from paddle_resnet.config import InferenceConfig, build_config
+from paddle_resnet.core import feeds
+from paddle_resnet.core.config import InferenceConfig, build_config
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.core.report import read_report
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
 from paddle_resnet.data.folder import scan_split
-from paddle_resnet.errors import ConfigError
-from paddle_resnet.report import read_report
+from paddle_resnet.deploy import exported as exported_model
+from paddle_resnet.deploy import inference as inference_lib
+from paddle_resnet.deploy import model_input, predictor
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import programs as program
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +122,7 @@ def test_predictor_agrees_with_eval_program(exported, fmnist_root):
 
 def build(config, **inference_values):
     values = dict(flat(config), **{f"inference.{k}": v for k, v in inference_values.items()})
-    return inference.build_classifier(build_config(values), 16)[0]
+    return inference_lib.build_classifier(build_config(values), 16)[0]
 
 
 @pytest.mark.gpu_wheel
@@ -133,7 +136,7 @@ def test_accuracy_mode_matches_training_evaluation(exported, trained, tmp_path):
             "data.batch_size": 32,
         },
     )
-    result = inference.run(build_config(values), quiet())
+    result = inference_lib.run(build_config(values), quiet())
     val = [r for r in read_report(trained.report_file) if r["type"] == "VAL"][-1]["data"]
     assert result["images"] == 130
     assert result["top1"] == pytest.approx(val["val.top1"])
@@ -157,7 +160,7 @@ def test_benchmark_mode_reports_latency_percentiles(exported, tmp_path):
         },
     )
     started = time.perf_counter()
-    rows = inference.run(build_config(values), quiet())
+    rows = inference_lib.run(build_config(values), quiet())
     elapsed = time.perf_counter() - started
     assert [r["batch_size"] for r in rows] == [1, 4]
     for row in rows:
@@ -185,7 +188,7 @@ def test_predict_ranks_classes_and_agrees_with_accuracy_mode(exported, fmnist_ro
             "inference.log_path": str(tmp_path / "pred.json"),
         },
     )
-    predictions = inference.run(build_config(values), quiet())
+    predictions = inference_lib.run(build_config(values), quiet())
     assert len(predictions) == 130
     for entry in predictions:
         probabilities = [p["probability"] for p in entry["top"]]
@@ -195,7 +198,9 @@ def test_predict_ranks_classes_and_agrees_with_accuracy_mode(exported, fmnist_ro
         entry["top"][0]["class"] == os.path.basename(os.path.dirname(entry["image"]))
         for entry in predictions
     ]
-    accuracy = inference.run(build_config(dict(values, **{"inference.mode": "accuracy"})), quiet())
+    accuracy = inference_lib.run(
+        build_config(dict(values, **{"inference.mode": "accuracy"})), quiet()
+    )
     assert sum(hits) == round(accuracy["top1"] * 130)
 
 
@@ -418,7 +423,7 @@ def test_onnx_export_equals_the_paddle_model(exported, tmp_path):
     session = onnxruntime.InferenceSession(
         str(tmp_path / "model" / "model.onnx"), providers=["CPUExecutionProvider"]
     )
-    classifier, info, _ = inference.build_classifier(onnx_config, 16)
+    classifier, info, _ = inference_lib.build_classifier(onnx_config, 16)
     batch = next(
         iter(model_input.validation_batches(open_split(config.data, "val"), config.data, info))
     )

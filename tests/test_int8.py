@@ -9,15 +9,17 @@ import onnxruntime
 import pytest
 
 from conftest import flat, small_config
-from paddle_resnet import exported as exported_model
-from paddle_resnet import feeds, model_input, quantization
-from paddle_resnet.commands import export_model, inference, train
-from paddle_resnet.config import build_config
+from paddle_resnet.commands import export_model, train
+from paddle_resnet.core import devices, feeds
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.data.dali import open_split
-from paddle_resnet.errors import ConfigError
+from paddle_resnet.deploy import exported as exported_model
+from paddle_resnet.deploy import inference, model_input
+from paddle_resnet.training import qat as quantization
 
 needs_int8_cpu = pytest.mark.skipif(
-    not quantization.cpu_has_int8_dot_products(), reason="this CPU has no int8 dot products"
+    not devices.cpu_has_int8_dot_products(), reason="this CPU has no int8 dot products"
 )
 
 
@@ -144,9 +146,9 @@ def test_ptq_bad_inputs_are_one_line(trained, tmp_path):
 def test_cpu_without_int8_dot_products_is_refused(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("flags\t\t: fpu sse2 avx2 avx512f\n")
-    assert not quantization.cpu_has_int8_dot_products(str(cpuinfo))
+    assert not devices.cpu_has_int8_dot_products(str(cpuinfo))
     cpuinfo.write_text("flags\t\t: fpu avx2 avx512f avx512_vnni\n")
-    assert quantization.cpu_has_int8_dot_products(str(cpuinfo))
+    assert devices.cpu_has_int8_dot_products(str(cpuinfo))
 
 
 def test_export_report_carries_the_quantization(models):

@@ -2,8 +2,8 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_resnet.config import ModelConfig
-from paddle_resnet.errors import ConfigError
+from paddle_resnet.core.config import ModelConfig
+from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.models import build_model, get_arch, list_models
 
 

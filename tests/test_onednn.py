@@ -10,12 +10,13 @@ import paddle
 import pytest
 
 from conftest import ROOT, once, small_config
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import feeds, program
 from paddle_resnet.commands import train
-from paddle_resnet.errors import ConfigError
-from paddle_resnet.onednn import TRAINING_OPS, onednn_wanted
-from paddle_resnet.report import read_report
+from paddle_resnet.core import feeds
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.core.report import read_report
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import programs as program
+from paddle_resnet.training.onednn import TRAINING_OPS, onednn_wanted
 
 
 def test_only_the_chosen_ops_are_marked(fmnist_root, tmp_path):

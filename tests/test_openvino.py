@@ -12,11 +12,13 @@ import paddle
 import pytest
 
 from conftest import ROOT, flat, once
-from paddle_resnet import feeds, model_input, predictor, program, quantization, verify
-from paddle_resnet.commands import export_model, inference
-from paddle_resnet.config import build_config
+from paddle_resnet.commands import export_model
+from paddle_resnet.core import devices, feeds
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.data.dali import open_split
-from paddle_resnet.errors import ConfigError, UserError
+from paddle_resnet.deploy import inference, model_input, predictor, verify
+from paddle_resnet.training import programs as program
 
 # Not in the GPU-build track, and once (on 2.6.2): OpenVINO runs the same way whichever
 # Paddle exported the model; export itself is tested on every version.
@@ -91,7 +93,7 @@ def test_bf16_agrees_with_fp32(fp32_model):
 
 
 @pytest.mark.skipif(
-    not quantization.cpu_has_int8_dot_products(), reason="this CPU has no int8 dot products"
+    not devices.cpu_has_int8_dot_products(), reason="this CPU has no int8 dot products"
 )
 def test_int8_runs_the_models_own_scales(int8_model):
     config, _ = int8_model
@@ -189,7 +191,7 @@ def test_the_export_proves_its_formats_agree_and_refuses_when_they_do_not(traine
         trained, folder, **{"inference.onnx": True, "inference.verify_images": 100}
     )
     backends = {row["backend"] for row in report["verification"]}
-    assert {"paddle fp32 (reference)", "openvino fp32", "onnxruntime"} <= backends
+    assert {"cpu fp32 (reference)", "openvino fp32", "onnxruntime"} <= backends
     assert all(
         row["agreement"] >= verify.MIN_AGREEMENT[row["precision"]] for row in report["verification"]
     )

@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 
-from paddle_resnet import feeds, program
-from paddle_resnet.config import build_config
-from paddle_resnet.optim import lr_at_step
+from paddle_resnet.core import feeds
+from paddle_resnet.core.config import build_config
+from paddle_resnet.training import programs as program
+from paddle_resnet.training.optim import lr_at_step
 
 # The GPU build of Paddle changes how these programs are built: also run there
 # (scripts/test.sh's GPU-wheel track).

@@ -12,12 +12,15 @@ import pytest
 from paddle.distributed.fleet.meta_optimizers import ASPOptimizer, QATOptimizer
 
 from conftest import flat, once, small_config, train_in_fresh_process
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import exported, program, quantization
-from paddle_resnet.commands import export_model, inference, train
-from paddle_resnet.config import build_config
-from paddle_resnet.errors import CheckpointError, ConfigError
-from paddle_resnet.report import read_report
+from paddle_resnet.commands import export_model, train
+from paddle_resnet.core import devices
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import CheckpointError, ConfigError
+from paddle_resnet.core.report import read_report
+from paddle_resnet.deploy import exported, inference
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import programs as program
+from paddle_resnet.training import qat as quantization
 
 # The GPU build of Paddle changes how QAT programs are built: the program test also runs
 # there (scripts/test.sh's GPU-wheel track), with QAT + AMP in test_gpu_build.py; the
@@ -137,7 +140,7 @@ def test_qat_export_runs_in_int8(qat_run, tmp_path):
     assert info["quantization"]["method"] == "qat"
     with open(os.path.join(config.inference.model_dir, "inference.pdmodel"), "rb") as handle:
         assert handle.read().count(b"dequantize_linear") >= 21  # scales for TensorRT
-    if quantization.cpu_has_int8_dot_products():
+    if devices.cpu_has_int8_dot_products():
         run = build_config(
             dict(flat(config), **{"inference.backend": "cpu", "inference.cpu_precision": "int8"})
         )

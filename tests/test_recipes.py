@@ -10,11 +10,12 @@ import paddle
 import pytest
 
 from conftest import ROOT, once
-from paddle_resnet import feeds, program
-from paddle_resnet.cli import parse
-from paddle_resnet.config import ConfigError, DataConfig, list_recipes
+from paddle_resnet.core import feeds
+from paddle_resnet.core.cli import parse
+from paddle_resnet.core.config import ConfigError, DataConfig, list_recipes
 from paddle_resnet.data.dali import make_loader, open_split
-from paddle_resnet.optim import lr_at_step
+from paddle_resnet.training import programs as program
+from paddle_resnet.training.optim import lr_at_step
 
 RECIPES = {
     # name: (arch, momentum, nesterov, weight decay, LR per 256, schedule, epochs, mixup, smoothing)

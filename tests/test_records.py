@@ -8,12 +8,13 @@ from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
 from conftest import ROOT, once
-from paddle_resnet import feeds
-from paddle_resnet.config import DataConfig
+from paddle_resnet.core import feeds
+from paddle_resnet.core.class_index import read_class_index
+from paddle_resnet.core.config import DataConfig
+from paddle_resnet.core.errors import DataError
 from paddle_resnet.data import dali, records
 from paddle_resnet.data.dali import make_loader, open_split
-from paddle_resnet.data.folder import read_class_index, scan_split
-from paddle_resnet.errors import DataError
+from paddle_resnet.data.folder import scan_split
 
 # Record files and DALI readers: no Paddle API; run once, on 2.6.2.
 pytestmark = once

@@ -12,8 +12,8 @@ import sys
 import tomllib
 
 from conftest import ROOT, once
-from paddle_resnet.cli import flag_table_markdown
-from paddle_resnet.config import list_recipes
+from paddle_resnet.commands import flag_table
+from paddle_resnet.core.config import list_recipes
 
 # Static checks of the repository: run once, on 2.6.2.
 pytestmark = once
@@ -24,8 +24,8 @@ def test_readme_flag_table_is_the_generated_one():
         readme = handle.read()
     block = readme.split("<!-- flag-table:start")[1].split("-->", 1)[1]
     block = block.split("<!-- flag-table:end -->")[0].lstrip("\n")
-    assert block == flag_table_markdown(), (
-        "README flag table is stale: paste the output of python -m paddle_resnet.cli --flag-table"
+    assert block == flag_table.table(), (
+        "README flag table is stale: paste the output of python -m paddle_resnet.commands.flag_table"
     )
 
 
@@ -128,12 +128,14 @@ def test_launch_script_rejects_bad_arguments():
     assert result.returncode == 2 and "PRECISION must be AMP or TF32" in result.stderr
 
 
-def documented_layers():
-    """{module path under paddle_resnet/ (a folder ends in "/"): layer number}, from the
-    layer table of docs/architecture.md."""
+def documented_floors():
+    """({folder: floor}, [serving modules]) from the table of folders of
+    docs/architecture.md: rows ``| N. `folder/` | ...`` and the list of serving files."""
     with open(os.path.join(ROOT, "docs", "architecture.md")) as handle:
-        rows = re.findall(r"^\| (\d+)\. [^|]+\| ([^|]+)\|", handle.read(), re.M)
-    return {name: int(number) for number, cell in rows for name in re.findall(r"`([^`]+)`", cell)}
+        text = handle.read()
+    rows = re.findall(r"^\| (\d+)\. `(\w+)/` \|", text, re.M)
+    serving = re.search(r"^The serving files: (.+)$", text, re.M).group(1)
+    return {folder: int(floor) for floor, folder in rows}, re.findall(r"`(deploy/\w+)`", serving)
 
 
 def package_modules():
@@ -146,57 +148,60 @@ def package_modules():
     return modules
 
 
-def docstring_only(path):
-    """A package's __init__ that only describes its folder: in no layer."""
+def package_edges(path, modules):
+    """The package modules ``path`` imports (``from paddle_resnet.deploy import exported``
+    is an edge to ``paddle_resnet.deploy.exported``)."""
     with open(path) as handle:
-        body = ast.parse(handle.read()).body
-    return len(body) == 1 and isinstance(body[0], ast.Expr)
+        tree = ast.parse(handle.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("paddle_resnet"))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("paddle_resnet"):
+            for alias in node.names:
+                leaf = f"{node.module}.{alias.name}"
+                yield leaf if leaf in modules else node.module
 
 
-def layer_of(module, layers):
-    """The documented layer of a dotted module name (a package's __init__ counts with its
-    folder), or None."""
-    path = module.removeprefix("paddle_resnet").lstrip(".").replace(".", "/")
-    if path in layers:
-        return layers[path]
-    folder = path.split("/")[0] + "/"
-    return layers.get(folder) or layers.get(path.split("/")[0])
+def folder_of(module):
+    """``paddle_resnet.training.sparsity.masks`` -> ``training``; the package root -> None."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
 
 
-def test_the_layer_table_is_the_import_graph():
-    """docs/architecture.md: every module is in the table, and imports only from its own
-    layer and the layers above it; the foundations import no Paddle or DALI module."""
-    layers, modules = documented_layers(), package_modules()
-    assert len(layers) > 30
-    unlisted = [
-        m
-        for m, path in modules.items()
-        if m != "paddle_resnet" and layer_of(m, layers) is None and not docstring_only(path)
-    ]
-    assert not unlisted, f"modules missing from the layer table: {unlisted}"
-    upward, foundations_with_paddle = [], []
+def test_every_import_runs_down_the_floors_of_the_house():
+    """docs/architecture.md: every module lives in a documented folder, and every import
+    edge of the package goes to the module's own folder or a lower floor (folders on one
+    floor, data/ and models/, do not import each other); the serving files of deploy/
+    import core/ and each other only, so a serving machine needs no training code."""
+    floors, serving = documented_floors()
+    assert set(floors) == {"core", "data", "models", "training", "deploy", "commands"}
+    modules = package_modules()
+    homeless = [m for m in modules if m != "paddle_resnet" and folder_of(m) not in floors]
+    assert not homeless, f"modules outside the documented folders: {homeless}"
+    serving = {"paddle_resnet." + s.replace("/", ".") for s in serving}
+    assert serving <= set(modules), serving - set(modules)
+    wrong, edges = [], 0
     for module, path in modules.items():
-        if module == "paddle_resnet":  # the bootstrap itself: loads Paddle on purpose
+        if module == "paddle_resnet":  # the bootstrap: imports core/ on purpose
             continue
-        own = layer_of(module, layers)
-        for name in top_level_imports(path):
-            if name.split(".")[0] in ("paddle", "nvidia") and own == 1:
-                foundations_with_paddle.append(f"{module}: {name}")
-            if not name.startswith("paddle_resnet.") and name != "paddle_resnet":
-                continue
-            target = name if name in modules else name.rpartition(".")[0]
-            other = layer_of(target, layers) if target != "paddle_resnet" else 0
-            if other is not None and other > own:
-                upward.append(f"{module} (layer {own}) imports {name} (layer {other})")
-    assert not upward, upward
-    assert not foundations_with_paddle, foundations_with_paddle
+        own = folder_of(module)
+        for target in package_edges(path, modules):
+            edges += 1
+            other = folder_of(target)
+            if other is None or (other != own and floors[other] >= floors[own]):
+                wrong.append(f"{module} ({own}, floor {floors[own]}) imports {target}")
+            elif module in serving and other != "core" and target not in serving:
+                wrong.append(f"serving file {module} imports {target}")
+    assert edges > 150
+    assert not wrong, wrong
 
 
 def test_private_paddle_apis_only_in_paddle_internals():
-    """Paddle's private attributes, paddle.base and unittest.mock: paddle_internals.py only."""
+    """Paddle's private attributes and ``from ... import _name``, paddle.base and
+    unittest.mock: paddle_internals.py only."""
     found = []
     for module, path in package_modules().items():
-        if module == "paddle_resnet.paddle_internals":
+        if module == "paddle_resnet.core.paddle_internals":
             continue
         with open(path) as handle:
             tree = ast.parse(handle.read())
@@ -209,6 +214,12 @@ def test_private_paddle_apis_only_in_paddle_internals():
             )
             if private:
                 found.append(f"{module}:{node.lineno} {ast.unparse(node)}")
+            if isinstance(node, ast.ImportFrom) and not (node.module or "").startswith("paddle_"):
+                found += [
+                    f"{module}:{node.lineno} from {node.module} import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_")
+                ]
         for name in top_level_imports(path):
             if name.startswith(("paddle.base", "paddle.fluid", "unittest")):
                 found.append(f"{module}: imports {name}")
@@ -219,8 +230,8 @@ def test_running_an_exported_model_needs_no_dali():
     """Deployment code (the exported format, Paddle Inference and OpenVINO predictors)
     imports no DALI module, so a serving machine needs none."""
     code = (
-        "import sys; import paddle_resnet.exported, paddle_resnet.predictor, "
-        "paddle_resnet.openvino_runtime; "
+        "import sys; import paddle_resnet.deploy.exported, paddle_resnet.deploy.predictor, "
+        "paddle_resnet.deploy.openvino_runtime; "
         "print(sorted(m for m in sys.modules if m.startswith('nvidia')))"
     )
     result = subprocess.run(

@@ -14,11 +14,11 @@ import paddle
 import pytest
 
 from conftest import FAST_TRAIN, ROOT, flat, once, small_config
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import devices
 from paddle_resnet.commands import inference, train
-from paddle_resnet.config import build_config
-from paddle_resnet.errors import CheckpointError, ConfigError, DataError
+from paddle_resnet.core import devices
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import CheckpointError, ConfigError, DataError
+from paddle_resnet.training import checkpoint as ckpt
 
 
 def quiet():

@@ -12,12 +12,14 @@ import pytest
 from paddle.distributed import fleet
 
 from conftest import ROOT, flat, once, train_in_fresh_process
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import exported, optional, program
 from paddle_resnet.commands import export_model
-from paddle_resnet.config import build_config
-from paddle_resnet.errors import ConfigError
-from paddle_resnet.sparsity.pattern import MASK_SUFFIX, is_2to4, sparse_parameters
+from paddle_resnet.core import optional
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.deploy import exported
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import programs as program
+from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX, is_2to4, sparse_parameters
 
 # Not in the GPU-build track: what differs there (ASP and QAT programs with AMP, pruning
 # on the GPU build) is tested in test_gpu_build.py and test_sparsity.py.
@@ -140,7 +142,7 @@ def test_sparse_qat_resume_is_exact(sparse_qat, tmp_path):
 
 def checker(path):
     return subprocess.run(
-        [sys.executable, "-m", "paddle_resnet.sparsity", str(path)],
+        [sys.executable, "-m", "paddle_resnet.commands.check_sparsity", str(path)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -10,13 +10,13 @@ import pytest
 from paddle.incubate import asp
 
 from conftest import flat, once, small_config
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import program
 from paddle_resnet.commands import export_model, train
-from paddle_resnet.config import build_config
-from paddle_resnet.errors import CheckpointError, ConfigError
-from paddle_resnet.report import read_report
-from paddle_resnet.sparsity import pattern as sparsity
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import CheckpointError, ConfigError
+from paddle_resnet.core.report import read_report
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import programs as program
+from paddle_resnet.training.sparsity import pattern as sparsity
 
 # The GPU build of Paddle changes how these programs are built: also run there
 # (scripts/test.sh's GPU-wheel track).
@@ -163,7 +163,9 @@ def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, t
 def check(path):
     """The checker as users run it: a fresh process."""
     return subprocess.run(
-        [sys.executable, "-m", "paddle_resnet.sparsity", path], capture_output=True, text=True
+        [sys.executable, "-m", "paddle_resnet.commands.check_sparsity", path],
+        capture_output=True,
+        text=True,
     )
 
 

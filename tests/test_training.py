@@ -14,11 +14,11 @@ import pytest
 from visualdl import LogReader
 
 from conftest import ROOT, flat, once, small_config
-from paddle_resnet import checkpoint as ckpt
 from paddle_resnet.commands import train
-from paddle_resnet.config import build_config
-from paddle_resnet.errors import CheckpointError
-from paddle_resnet.report import read_report
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import CheckpointError
+from paddle_resnet.core.report import read_report
+from paddle_resnet.training import checkpoint as ckpt
 
 
 def run(config):

@@ -15,15 +15,16 @@ from PIL import Image
 from seeded_weights import CROP, imagenet_normalise, seeded_state
 
 from conftest import ROOT, once, small_config
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import feeds, program
 from paddle_resnet.commands import train
-from paddle_resnet.config import build_config
-from paddle_resnet.errors import CheckpointError
-from paddle_resnet.report import read_report
-from paddle_resnet.sparsity.pattern import is_2to4
-from paddle_resnet.weights import program_state, read_weights
-from paddle_resnet.weights.files import read_tensors
+from paddle_resnet.core import feeds
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import CheckpointError
+from paddle_resnet.core.report import read_report
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import programs as program
+from paddle_resnet.training.sparsity.pattern import is_2to4
+from paddle_resnet.training.weights import program_state, read_weights
+from paddle_resnet.training.weights.files import read_tensors
 
 # The import is plain Python over NumPy arrays and the program's parameter names, which
 # other tests load on both versions.

@@ -3,7 +3,7 @@
     python export_model.py --config resnet18_demo --from-checkpoint output/demo/resnet18 \\
         --inference-dir inference/resnet18_demo
 
-Writes the exported-model folder (``paddle_resnet/exported.py``: inference.pdmodel /
+Writes the exported-model folder (``paddle_resnet/deploy/exported.py``: inference.pdmodel /
 inference.pdiparams, loadable by paddle.inference on Paddle 2.6 and 3.x, classes.json,
 model.json) and the JSON export report.
 """
@@ -15,23 +15,29 @@ import sys
 
 import paddle
 
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import devices, exported, feeds, model_input, verify
-from paddle_resnet import program as program_builder
-from paddle_resnet.atomic import staged_directory
-from paddle_resnet.cli import main_with
+from paddle_resnet.core import devices, feeds
+from paddle_resnet.core.atomic import staged_directory
+from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index
+from paddle_resnet.core.cli import main_with
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.core.optional import require
 from paddle_resnet.data.dali import open_split
-from paddle_resnet.data.folder import read_class_index
-from paddle_resnet.errors import ConfigError
-from paddle_resnet.optional import require
-from paddle_resnet.quantization import (
+from paddle_resnet.deploy import exported, model_input, verify
+from paddle_resnet.deploy.ptq import quantize_in_place
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import programs as program_builder
+from paddle_resnet.training.qat import (
     QAT_RECORD,
     freeze_qat,
     quantize_eval_program,
-    quantize_in_place,
 )
-from paddle_resnet.sparsity.pattern import check_sparse, sparse_parameters
-from paddle_resnet.weights import check_quantization, pretrained_file, program_state, read_weights
+from paddle_resnet.training.sparsity.pattern import check_sparse, sparse_parameters
+from paddle_resnet.training.weights import (
+    check_quantization,
+    pretrained_file,
+    program_state,
+    read_weights,
+)
 
 
 def _classes(config, meta):
@@ -41,7 +47,7 @@ def _classes(config, meta):
     if meta is not None:
         return meta["classes"]
     weights_file = pretrained_file(config.run)
-    index = os.path.join(os.path.dirname(os.path.abspath(weights_file)), exported.CLASSES_FILE)
+    index = os.path.join(os.path.dirname(os.path.abspath(weights_file)), CLASSES_FILE)
     return (
         ckpt.classes_beside(weights_file)
         or (read_class_index(index) if os.path.exists(index) else None)

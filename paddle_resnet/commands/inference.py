@@ -11,197 +11,21 @@ Preprocessing (resize, crop, normalisation, layout) comes from the model's
 model.json, written by export_model.py, so it always matches training.
 """
 
-import os
 import sys
-import time
 
-import numpy as np
-
-from paddle_resnet import devices, exported, feeds, model_input, predictor
-from paddle_resnet.cli import main_with
-from paddle_resnet.data.dali import DataSplit, open_split
-from paddle_resnet.data.folder import (
-    ImageList,
-    check_class_names,
-    check_num_classes,
-    list_images,
-    unreadable_images,
-)
-from paddle_resnet.errors import DataError
-from paddle_resnet.metrics import (
-    accuracy_from_counts,
-    eval_counts,
-    format_latency_table,
-    latency_summary,
-    time_steps,
-    top_k,
-)
-from paddle_resnet.openvino_runtime import OpenVinoClassifier
-from paddle_resnet.report import Report
-
-
-def build_classifier(config, max_batch, report=None):
-    """(classifier, model.json content, backend) for the exported model of ``config``;
-    OpenVINO's line on what runs goes to ``report``."""
-    inf = config.inference
-    exported.check_dir(inf.directory)
-    info = exported.read_info(inf.directory)
-    backend = predictor.resolve_backend(inf.backend)
-    quantized = bool(info.get("quantization"))
-    if backend == "openvino":
-        classifier = OpenVinoClassifier(
-            inf.directory, inf, info["input_shape"], max_batch, quantized
-        )
-        if report is not None:
-            report.print(classifier.describe())
-        return classifier, info, backend
-    calls = predictor.predictor_settings(
-        inf, backend, info["input_shape"], max_batch, quantized=quantized
-    )
-    return predictor.Classifier(inf.directory, calls, info["input_shape"]), info, backend
-
-
-def accuracy(config, report):
-    """Top-1 / top-k over every image of <image-root>/val, exactly once."""
-    classifier, info, backend = build_classifier(config, config.data.batch_size, report)
-    val_split = open_split(config.data, "val")
-    check_num_classes(val_split, info["num_classes"], f"{config.data.image_root}/val")
-    check_class_names(
-        val_split.classes,
-        exported.read_classes(config.inference.directory),
-        f"{config.data.image_root}/val",
-        config.inference.directory,
-    )
-    totals = np.zeros(4)
-    start = time.perf_counter()
-    k = top_k(info["num_classes"])
-    for batch in model_input.validation_batches(val_split, config.data, info):
-        probs = classifier(batch[feeds.IMAGE])
-        top = np.argsort(-probs, axis=1)[:, :k]
-        picked = probs[np.arange(len(probs)), batch[feeds.LABEL].ravel()]
-        totals += eval_counts(top, -np.log(np.maximum(picked, 1e-12)), batch[feeds.LABEL])
-    result = dict(
-        accuracy_from_counts(totals, k), backend=backend, seconds=time.perf_counter() - start
-    )
-    report.log("ACCURACY", result, kind="SUMMARY")
-    return result
-
-
-def benchmark(config, report):
-    """For each batch size: warm-up runs, then timed runs on synthetic or real images."""
-    inf, run_cfg = config.inference, config.run
-    classifier, info, backend = build_classifier(config, max(inf.batch_sizes), report)
-    pool = _benchmark_images(config, info, max(inf.batch_sizes))
-    rows = []
-    for batch_size in inf.batch_sizes:
-        batch = pool[:batch_size]
-        seconds = time_steps(
-            lambda: classifier(batch), run_cfg.benchmark_warmup_steps, run_cfg.benchmark_steps
-        )
-        row = dict(
-            latency_summary(batch_size, seconds),
-            backend=backend,
-            precision=inf.trt_precision if backend == "trt" else inf.cpu_precision,
-            input="synthetic" if inf.use_synthetic else "real",
-        )
-        report.log("BENCHMARK", row, kind="SUMMARY", console=False)
-        rows.append(row)
-    report.print(format_latency_table(rows))
-    return rows
-
-
-def _benchmark_images(config, info, count):
-    if config.inference.use_synthetic or not config.data.image_root:
-        rng = np.random.default_rng(0)
-        return rng.standard_normal([count] + list(info["input_shape"])).astype(np.float32)
-    arrays = []
-    for batch in model_input.validation_batches(open_split(config.data, "val"), config.data, info):
-        arrays.append(batch[feeds.IMAGE])
-        if sum(len(a) for a in arrays) >= count:
-            break
-    pool = np.concatenate(arrays)
-    return np.resize(pool, (count,) + pool.shape[1:])  # repeat when there are fewer images
-
-
-def _predict_files(paths):
-    files = []
-    for path in paths:
-        if os.path.isdir(path):
-            files.extend(list_images(path))
-        elif os.path.isfile(path):
-            files.append(path)
-        else:
-            raise DataError(f"{path}: no such image file or folder")
-    if not files:
-        raise DataError("predict needs --images (files or folders holding images)")
-    return files
-
-
-def predict(config, report):
-    """Top-k class names with probabilities for each given image (files or folders).
-
-    Images that cannot be decoded are named and left out; the others are predicted,
-    and then a DataError (exit code 2) says how many failed.
-    """
-    given = _predict_files(config.inference.images)
-    # Checked before DALI sees them: DALI 2.4's CPU decoder crashes (SIGSEGV) when
-    # dozens of samples of one batch fail, as when a broken file pads the last batch.
-    broken = list(unreadable_images(given))
-    for path in broken:
-        report.print(f"{path}: cannot be decoded as an image; skipped")
-    files = [path for path in given if path not in frozenset(broken)]
-    predictions = _predict(config, report, files) if files else []
-    if broken:
-        raise DataError(
-            f"{len(broken)} of {len(given)} images cannot be decoded as images, e.g. {broken[0]}"
-        )
-    return predictions
-
-
-def _predict(config, report, files):
-    classifier, info, _ = build_classifier(config, config.data.batch_size, report)
-    classes = exported.read_classes(config.inference.directory)
-    images = DataSplit.of_images(
-        "predict", ImageList(tuple(files), (0,) * len(files), tuple(classes))
-    )
-    k = top_k(len(classes))
-    predictions = []
-    for batch in model_input.validation_batches(images, config.data, info):
-        for probs in classifier(batch[feeds.IMAGE]):
-            image = files[len(predictions)]
-            best = np.argsort(-probs)[:k]
-            entry = {
-                "image": image,
-                "top": [{"class": classes[i], "probability": float(probs[i])} for i in best],
-            }
-            predictions.append(entry)
-            report.log("PREDICT", entry, kind="PREDICT", console=False)
-            report.print(
-                image
-                + ": "
-                + ", ".join(f"{p['class']} {p['probability']:.3f}" for p in entry["top"])
-            )
-    return predictions
-
-
-MODES = {"accuracy": accuracy, "benchmark": benchmark, "predict": predict}
-
-
-def run(config, report_stream=None):
-    report = Report(config.inference.log_path, stream=report_stream or sys.stdout)
-    report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
-    # OpenVINO never runs on Paddle's device: the GPU build's note would be noise there.
-    note = devices.cpu_fallback_note() if config.inference.backend != "openvino" else None
-    if note:
-        report.print(note)
-    try:
-        return MODES[config.inference.mode](config, report)
-    finally:
-        report.close()
+from paddle_resnet.commands import flag_table
+from paddle_resnet.core.cli import main_with
+from paddle_resnet.deploy import inference
 
 
 def main(argv=None):
-    return main_with("inference", __doc__.splitlines()[0], run, argv)
+    return main_with(
+        "inference",
+        __doc__.splitlines()[0],
+        inference.run,
+        argv,
+        choices=flag_table.REGISTRY_CHOICES,
+    )
 
 
 if __name__ == "__main__":

@@ -14,26 +14,27 @@ from typing import Any, Callable, Optional
 
 import paddle
 
-from paddle_resnet import affinity, devices, distributed
-from paddle_resnet import checkpoint as ckpt
-from paddle_resnet import program as program_builder
-from paddle_resnet.atomic import check_writable_folder
-from paddle_resnet.cli import main_with
 from paddle_resnet.commands import export_model
+from paddle_resnet.core import affinity, devices
+from paddle_resnet.core.atomic import check_writable_folder
+from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
+from paddle_resnet.core.cli import main_with
+from paddle_resnet.core.metrics import latency_summary, time_steps
+from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import make_loader, open_split, train_steps
 from paddle_resnet.data.folder import (
     check_class_names,
     check_num_classes,
     check_same_classes,
-    write_class_index,
 )
-from paddle_resnet.metrics import latency_summary, time_steps
-from paddle_resnet.profiling import step_profiler
-from paddle_resnet.quantization import quantize_eval_program
-from paddle_resnet.report import Report
-from paddle_resnet.sparsity import training as sparse_training
-from paddle_resnet.trainer import evaluate, mixup_weights, train_one_epoch, train_step
-from paddle_resnet.weights import check_quantization, program_state, read_weights
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import distributed
+from paddle_resnet.training import programs as program_builder
+from paddle_resnet.training.loop import evaluate, mixup_weights, train_one_epoch, train_step
+from paddle_resnet.training.profiling import step_profiler
+from paddle_resnet.training.qat import quantize_eval_program
+from paddle_resnet.training.sparsity import masks as sparse_masks
+from paddle_resnet.training.weights import check_quantization, program_state, read_weights
 
 
 def open_data(config, training, evaluating):
@@ -167,7 +168,7 @@ def _run(config, report_stream):
         devices.check_training_options(config)
     rank, world_size = distributed.init_fleet()
     place, device_id = devices.device()
-    if device_id is not None and run_cfg.cpu_affinity:
+    if run_cfg.cpu_affinity and device_id is not None:
         affinity.pin_to_gpu(device_id)
     train_split, val_split, classes = open_data(config, training, evaluating)
     meta, state = read_weights(run_cfg)
@@ -233,11 +234,11 @@ def _run_with_report(session, train_split, val_split, classes, steps_per_epoch, 
         resuming,
     )
     if config.asp.enabled and training:
-        sparse_training.prepare(
+        sparse_masks.prepare(
             programs, config.asp, report, resumed=start_epoch > 0, place=session.place
         )
     if session.rank == 0:
-        write_class_index(os.path.join(run_cfg.output_dir, "classes.json"), classes)
+        write_class_index(os.path.join(run_cfg.output_dir, CLASSES_FILE), classes)
 
     def run_eval(epoch):
         loader = session.loader(val_split, training=False)
@@ -322,7 +323,7 @@ def train_epochs(session, train_split, classes, start_epoch, steps_per_epoch, ru
                 console=False,
             )
         if config.asp.enabled:
-            sparse_training.verify(programs, report, where=f"epoch {epoch}")
+            sparse_masks.verify(programs, report, where=f"epoch {epoch}")
         # Saved before validating, so that a broken validation image never costs the epoch.
         if rank == 0 and (epoch % run_cfg.save_interval == 0 or last):
             directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)

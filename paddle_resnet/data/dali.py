@@ -25,17 +25,17 @@ from nvidia.dali.pipeline import Pipeline
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy
 from nvidia.dali.plugin.paddle import DALIGenericIterator
 
-from paddle_resnet import feeds
-from paddle_resnet.bootstrap import available_cores
+from paddle_resnet.core import feeds
+from paddle_resnet.core.bootstrap import available_cores
+from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index
+from paddle_resnet.core.errors import DataError
 from paddle_resnet.data import records
 from paddle_resnet.data.folder import (
     ImageList,
-    read_class_index,
     scan_split,
     structurally_broken,
     unreadable_images,
 )
-from paddle_resnet.errors import DataError
 
 PREFETCH_DEPTH = 2
 
@@ -111,7 +111,7 @@ def open_split(data_config, split):
     # training record is named when DALI fails on it (describe_record_error).
     check = records.check_records if split == "val" else records.count_records
     count = check(data_config.image_root, split, data_config.format)
-    classes = read_class_index(os.path.join(data_config.image_root, "classes.json"))
+    classes = read_class_index(os.path.join(data_config.image_root, CLASSES_FILE))
     return DataSplit(split, tuple(classes), count)
 
 

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 from PIL import Image
 
-from paddle_resnet.errors import DataError
+from paddle_resnet.core.errors import DataError
 
 SOURCE = "/usr/share/datasets/fashion-mnist"
 CLASSES = (

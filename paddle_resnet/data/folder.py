@@ -2,15 +2,13 @@
 
 import concurrent.futures
 import functools
-import json
 import os
 from dataclasses import dataclass
 from typing import List, Tuple
 
 from PIL import Image
 
-from paddle_resnet.atomic import atomic_files
-from paddle_resnet.errors import DataError
+from paddle_resnet.core.errors import DataError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
@@ -99,23 +97,6 @@ def check_class_names(data_classes, model_classes, data_where, model_where):
     raise DataError(
         f"the class names of {data_where} are not the model's ({model_where}): {detail}"
     )
-
-
-def write_class_index(path, classes):
-    """{label: folder name} as JSON, so predictions can be named later."""
-    with atomic_files(path) as (handle,):
-        handle.write(
-            json.dumps({str(i): name for i, name in enumerate(classes)}, indent=1).encode()
-        )
-
-
-def read_class_index(path):
-    try:
-        with open(path) as handle:
-            mapping = json.load(handle)
-        return [mapping[str(i)] for i in range(len(mapping))]
-    except (OSError, ValueError, KeyError) as err:
-        raise DataError(f"{path}: not a readable class index ({err})") from None
 
 
 JPEG_END = b"\xff\xd9"

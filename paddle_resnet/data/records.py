@@ -21,9 +21,10 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from paddle_resnet.atomic import atomic_files
-from paddle_resnet.data.folder import ImageList, check_same_classes, scan_split, write_class_index
-from paddle_resnet.errors import DataError
+from paddle_resnet.core.atomic import atomic_files
+from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
+from paddle_resnet.core.errors import DataError
+from paddle_resnet.data.folder import ImageList, check_same_classes, scan_split
 
 FORMATS = ("recordio", "tfrecord")
 SPLITS = ("train", "val")
@@ -163,7 +164,7 @@ def write_records(image_root, output_root, fmt):
                 image_list = shuffled(image_list)
             write[fmt](image_list, os.path.join(output_root, split))
             written.extend(record_paths(output_root, split, fmt))
-        written.append(os.path.join(output_root, "classes.json"))
+        written.append(os.path.join(output_root, CLASSES_FILE))
         write_class_index(written[-1], image_lists[splits[0]].classes)
     except OSError as err:  # an unreadable image or an unwritable output folder
         raise DataError(f"{err.filename or output_root}: {err.strerror or err}") from None

@@ -10,7 +10,7 @@ built with the same keyword arguments as ``ResNet``.
 
 from typing import Dict, Tuple
 
-from paddle_resnet.errors import ConfigError
+from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.models.resnet import Arch, ResNet
 
 _REGISTRY: Dict[str, Tuple[type, Arch]] = {}

@@ -8,8 +8,8 @@ See paddle_resnet/data/records.py for the files it writes.
 import argparse
 import sys
 
+from paddle_resnet.core.errors import DataError
 from paddle_resnet.data.records import FORMATS, write_records
-from paddle_resnet.errors import DataError
 
 
 def main():

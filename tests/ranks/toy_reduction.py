@@ -19,9 +19,10 @@ import numpy as np
 import paddle
 from paddle.distributed import fleet
 
-from paddle_resnet import program
-from paddle_resnet import devices, distributed
-from paddle_resnet.config import build_config
+from paddle_resnet.training import programs as program
+from paddle_resnet.core import devices
+from paddle_resnet.training import distributed
+from paddle_resnet.core.config import build_config
 
 GLOBAL_BATCH, STEPS = 8, 3
 

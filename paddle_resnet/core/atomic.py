@@ -1,0 +1,191 @@
+"""Writing files so that a crash never leaves a half-written one where a good one was.
+
+A folder is replaced in three steps (``staged_directory``): the new content is
+written and synced in a hidden sibling ``.<name>.partial-<host>-<pid>``; the old
+folder is renamed to ``.<name>.retired-<host>-<pid>``; the new one is renamed into
+place and the retired one removed. A process killed at any point leaves hidden
+folders that ``recover_staged`` (run before every save and every read) resolves:
+a retired folder means the new one was complete, so the replacement is finished;
+a partial folder alone is an interrupted write and is removed. Folders of a
+process that is still alive are left alone.
+
+Whether the writer is alive is read from a lock, not from its process id: the writer
+holds an exclusive ``flock`` on ``.<name>.lock-<host>-<pid>`` for the whole
+replacement, and the kernel (or the network file system's lock manager) releases it
+when the process dies, wherever it ran. So a job restarted on another node (a
+preempted cluster job) finishes what the dead node's process left, where a process id
+of another host could not be checked at all.
+"""
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import socket
+
+from paddle_resnet.core.errors import UserError
+
+_LEFTOVER = re.compile(
+    r"^\.(?P<name>.+)\.(?P<kind>partial|retired|lock)-(?P<host>.+)-(?P<pid>\d+)$"
+)
+
+
+@contextlib.contextmanager
+def atomic_files(*paths):
+    """Binary handles on temporaries that replace ``paths`` only if the block succeeds,
+    so a failed or interrupted run never leaves a half-written file in place."""
+    os.makedirs(os.path.dirname(os.path.abspath(paths[0])), exist_ok=True)
+    temporaries = [path + ".tmp" for path in paths]
+    try:
+        with contextlib.ExitStack() as stack:
+            yield [stack.enter_context(open(temporary, "wb")) for temporary in temporaries]
+    except BaseException:
+        for temporary in temporaries:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(temporary)
+        raise
+    for temporary, path in zip(temporaries, paths):
+        os.replace(temporary, path)
+
+
+def check_writable_folder(path, what):
+    """Create ``path`` if needed and prove a file can be written there; UserError naming
+    ``what`` (the flag) and the cause otherwise. Run before work that would be lost."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{what} {path}: is a file, not a folder")
+    probe = os.path.join(path, f".write-test-{_owner()}")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(probe, "wb") as handle:
+            handle.write(b"0")
+        os.remove(probe)
+    except OSError as err:
+        raise UserError(f"{what} {path}: cannot write there ({err.strerror or err})") from None
+
+
+def _fsync_dir(path):
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _owner():
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _hidden(directory, kind, owner):
+    parent, name = os.path.split(os.path.abspath(directory))
+    return os.path.join(parent, f".{name}.{kind}-{owner}")
+
+
+def _holds_lock(lock_path):
+    """True while a live process holds the writer's lock at ``lock_path``."""
+    try:
+        descriptor = os.open(lock_path, os.O_RDWR)
+    except FileNotFoundError:
+        return False  # never locked (an older version), or released
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)  # closing releases a lock taken just now
+    return False
+
+
+def _owner_alive(parent, name, host, pid):
+    """Whether the writer ``host``-``pid`` of ``parent/name`` still works on it: on this
+    machine its process id says; for another machine's, its lock does."""
+    if host != socket.gethostname():
+        return _holds_lock(os.path.join(parent, f".{name}.lock-{host}-{pid}"))
+    if pid == os.getpid():
+        return False  # our own leftovers from an earlier failure
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def recover_staged(parent):
+    """Finish or undo the folder replacements that dead processes left in ``parent``;
+    returns a line per folder acted on."""
+    if not os.path.isdir(parent):
+        return []
+    actions = []
+    for entry in sorted(os.listdir(parent)):
+        match = _LEFTOVER.match(entry)
+        if not match or match["kind"] != "retired":
+            continue
+        if _owner_alive(parent, match["name"], match["host"], int(match["pid"])):
+            continue
+        owner = f"{match['host']}-{match['pid']}"
+        target = os.path.join(parent, match["name"])
+        retired, staged = os.path.join(parent, entry), _hidden(target, "partial", owner)
+        if not os.path.exists(target):
+            # Killed between the two renames: the staged folder was complete.
+            os.replace(staged if os.path.isdir(staged) else retired, target)
+            actions.append(f"{target}: completed an interrupted replacement")
+        shutil.rmtree(retired, ignore_errors=True)
+    for entry in sorted(os.listdir(parent)):
+        match = _LEFTOVER.match(entry)
+        if not match or _owner_alive(parent, match["name"], match["host"], int(match["pid"])):
+            continue
+        path = os.path.join(parent, entry)
+        if match["kind"] == "lock":
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        actions.append(f"{path}: removed an interrupted write")
+    return actions
+
+
+@contextlib.contextmanager
+def _writer_lock(directory):
+    """Hold the lock that tells other processes (on any host) that this one is replacing
+    ``directory``; removed when the replacement is over."""
+    path = _hidden(directory, "lock", _owner())
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        os.close(descriptor)
+
+
+@contextlib.contextmanager
+def staged_directory(directory):
+    """Yield a hidden sibling folder to fill; on success it replaces ``directory`` by
+    renames, on failure it is removed. Either way ``directory`` is never half-written."""
+    parent = os.path.dirname(os.path.abspath(directory))
+    os.makedirs(parent, exist_ok=True)
+    recover_staged(parent)
+    with _writer_lock(directory):
+        staging = _hidden(directory, "partial", _owner())
+        os.makedirs(staging)
+        try:
+            yield staging
+            for folder, _, names in os.walk(staging):  # files and subfolders alike
+                for name in names:
+                    with open(os.path.join(folder, name), "rb+") as handle:
+                        os.fsync(handle.fileno())
+                _fsync_dir(folder)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if os.path.exists(directory):
+            retired = _hidden(directory, "retired", _owner())
+            os.replace(directory, retired)
+            os.replace(staging, directory)
+            shutil.rmtree(retired)
+        else:
+            os.replace(staging, directory)
+        _fsync_dir(parent)

@@ -1,0 +1,278 @@
+"""The command line of each tool, generated from the config fields: flags -> Config ->
+action. Each tool (train.py, export_model.py, inference.py) takes the flags of the keys
+it reads; a flag of another tool is refused with one line that says whose it is.
+
+    python -m paddle_resnet.commands.flag_table       # the README's flag table
+"""
+
+import argparse
+import sys
+from typing import Optional
+
+import yaml
+
+from paddle_resnet.core.bootstrap import is_verbose, set_verbose
+from paddle_resnet.core.config import (
+    TOOLS,
+    all_keys,
+    build_config,
+    config_field,
+    convert_value,
+    list_recipes,
+    parse_bool,
+    read_recipe,
+    resolve_config_path,
+    to_yaml,
+)
+from paddle_resnet.core.errors import ConfigError, UserError
+
+# The parser's group of each section.
+GROUPS = {
+    "run": "Global",
+    "data": "Dataset and augmentation",
+    "model": "Model",
+    "lr": "Learning rate",
+    "optimizer": "Optimizer",
+    "loss": "Loss",
+    "amp": "Mixed precision",
+    "asp": "Sparsity (ASP)",
+    "qat": "Quantization-aware training",
+    "inference": "Paddle Inference",
+}
+
+
+def tool_reads(tool, dotted):
+    """Whether ``tool`` takes the flag of config key ``dotted`` (declared on the key)."""
+    return tool in config_field(dotted).metadata["tools"]
+
+
+def _is_bool(f):
+    return f.type in (bool, Optional[bool])
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old flag name that still works (a bool with or without its value, as NVIDIA's
+    2022 scripts pass it: --trt-use-synthat True), with a warning naming the new one."""
+
+    def __init__(self, option_strings, dest, replacement, is_bool, **kwargs):
+        self.replacement, self.is_bool = replacement, is_bool
+        super().__init__(option_strings, dest, nargs="?" if is_bool else None, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"warning: {option_string} is deprecated; use {self.replacement}", file=sys.stderr)
+        setattr(namespace, self.dest, True if values is None else values)
+
+
+class _BoolFlag(argparse.Action):
+    """``--x`` (true), ``--no-x`` (false) and ``--x VALUE`` (true/false, 1/0, yes/no, on/off),
+    the form NVIDIA's scripts use (``--use-static True``). The value is checked when the
+    Config is built."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        negatives = [f"--no-{flag[2:]}" for flag in option_strings]
+        super().__init__(list(option_strings) + negatives, dest, nargs="?", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string.startswith("--no-"):
+            if values is not None:
+                parser.error(f"{option_string} takes no value")
+            values = False
+        setattr(namespace, self.dest, True if values is None else values)
+
+    def format_usage(self):
+        return " | ".join(self.option_strings)
+
+
+class _OtherToolsFlag(argparse.Action):
+    """A flag of a config key this tool does not read: refused, naming who reads it."""
+
+    def __init__(self, option_strings, dest, tool, readers, **kwargs):
+        self.tool, self.readers = tool, readers
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(
+            f"{option_string} is not used by {self.tool}.py (it sets {self.dest}, "
+            f"read by {' and '.join(f'{t}.py' for t in self.readers)})"
+        )
+
+
+def image_shape_values(text):
+    """NVIDIA's --image-shape C,H,W as the keys it sets: channels and the square crop."""
+    try:
+        channels, height, width = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--image-shape {text!r}: expected C,H,W, e.g. 4,224,224") from None
+    if height != width:
+        raise ConfigError(f"--image-shape {text!r}: the crop is square (H = W)")
+    return {"model.image_channels": channels, "data.crop_size": height}
+
+
+def _choices(dotted, f, choices):
+    """The values of key ``dotted``: its own, or those a registry above core/ gives
+    (``choices``: {dotted key: values}, e.g. the deploy backends)."""
+    return (choices or {}).get(dotted) or f.metadata["choices"]
+
+
+def _help(f, values):
+    listed = f": {' / '.join(map(str, values))}" if values else ""
+    return f"{f.metadata['help']}{listed}"
+
+
+def build_parser(tool, description=None, choices=None):
+    """The command line of ``tool`` (one of TOOLS): every flag sets one config key; no
+    abbreviations; flags of keys the tool does not read are refused; ``choices``: the
+    values of keys whose registry lives above core/ ({dotted key: values})."""
+    parser = argparse.ArgumentParser(
+        prog=f"{tool}.py",
+        description=description,
+        allow_abbrev=False,
+        argument_default=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--config", help="YAML recipe: a path or a name in configs/ (see --list-configs)"
+    )
+    parser.add_argument("--list-configs", action="store_true", help="list the recipes and exit")
+    parser.add_argument(
+        "--show-config",
+        nargs="?",
+        const="exit",
+        metavar="BOOL",
+        help="print the resolved configuration as YAML and exit; with a value "
+        "(NVIDIA's --show-config True) print it and go on",
+    )
+    if tool_reads(tool, "model.image_channels"):
+        parser.add_argument(
+            "--image-shape",
+            metavar="C,H,W",
+            help="NVIDIA's input shape, e.g. 4,224,224: sets --image-channels and --crop-size",
+        )
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help="set any config key, e.g. --set data.num_threads=2 (repeatable)",
+    )
+    groups = {}
+    for dotted, f in all_keys():
+        meta = f.metadata
+        flags = (meta["flag"],) + meta["aliases"] + meta["deprecated"]
+        if not tool_reads(tool, dotted):
+            readers = [t for t in TOOLS if tool_reads(t, dotted)]
+            parser.add_argument(
+                *flags, dest=dotted, action=_OtherToolsFlag, tool=tool, readers=readers
+            )
+            continue
+        section = dotted.partition(".")[0]
+        if section not in groups:
+            groups[section] = parser.add_argument_group(GROUPS[section])
+        group = groups[section]
+        values = _choices(dotted, f, choices)
+        text = f"{_help(f, values)} [{dotted}, default {f.default}]"
+        names = (meta["flag"],) + meta["aliases"]
+        if _is_bool(f):
+            group.add_argument(*names, dest=dotted, action=_BoolFlag, metavar="BOOL", help=text)
+        else:
+            group.add_argument(
+                *names,
+                dest=dotted,
+                metavar=dotted.split(".")[1].upper(),
+                choices=values if dotted in (choices or {}) else None,
+                help=text,
+            )
+        for old in meta["deprecated"]:
+            group.add_argument(
+                old,
+                dest=dotted,
+                action=_DeprecatedAlias,
+                help=argparse.SUPPRESS,
+                replacement=meta["flag"],
+                is_bool=_is_bool(f),
+            )
+    return parser
+
+
+def config_from_args(namespace):
+    """Defaults < recipe < --set < flags, as a validated Config."""
+    given = vars(namespace)
+    values = {}
+    if given.get("config"):
+        values.update(read_recipe(resolve_config_path(given["config"])))
+    if given.get("image_shape"):
+        values.update(image_shape_values(given["image_shape"]))
+    for assignment in given.get("set") or []:
+        dotted, sep, raw = assignment.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {assignment!r}: expected SECTION.KEY=VALUE")
+        config_field(dotted, "--set")
+        values[dotted] = convert_value(dotted, yaml.safe_load(raw) if raw else None, "--set")
+    flags = {
+        dotted: convert_value(dotted, raw, "flag") for dotted, raw in given.items() if "." in dotted
+    }
+    if given.get("image_shape"):
+        for dotted, value in image_shape_values(given["image_shape"]).items():
+            if dotted in flags and flags[dotted] != value:
+                flag = config_field(dotted).metadata["flag"]
+                raise ConfigError(
+                    f"--image-shape {given['image_shape']} sets {flag} {value}, "
+                    f"but {flag} {flags[dotted]} is given too"
+                )
+    values.update(flags)
+    return build_config(values)
+
+
+def parse(tool, argv):
+    """The Config of ``tool``'s command line ``argv`` (tests and scripts build it so)."""
+    return config_from_args(build_parser(tool).parse_args(argv))
+
+
+def flag_table_markdown(choices=None):
+    """The README's flag table, generated from the config fields, with the tools that
+    take each flag (``choices`` as for build_parser)."""
+    short = {"train": "train", "export_model": "export", "inference": "infer"}
+    lines = ["| flag | config key | default | tools | meaning |", "|---|---|---|---|---|"]
+    section = None
+    for dotted, f in all_keys():
+        if dotted.partition(".")[0] != section:
+            section = dotted.partition(".")[0]
+            lines.append(f"| **{GROUPS[section]}** | | | | |")
+        meta = f.metadata
+        names = ", ".join(f"`{flag}`" for flag in (meta["flag"],) + meta["aliases"])
+        if meta["deprecated"]:
+            names += " (deprecated: " + ", ".join(f"`{flag}`" for flag in meta["deprecated"]) + ")"
+        default = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
+        tools = ", ".join(short[t] for t in TOOLS if tool_reads(t, dotted))
+        values = _choices(dotted, f, choices)
+        lines.append(f"| {names} | `{dotted}` | {default} | {tools} | {_help(f, values)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main_with(tool, description, action, argv=None, choices=None):
+    """Parse ``argv`` into the Config of ``tool`` and run ``action(config)``; returns the
+    exit code (``choices`` as for build_parser).
+
+    --list-configs and --show-config answer and stop; bad input (UserError) and a
+    file that cannot be written or read (OSError: read-only, full disk, a folder where
+    a file should be) become one ``error: ...`` line on stderr and exit code 2.
+    """
+    args = build_parser(tool, description, choices).parse_args(argv)
+    try:
+        if getattr(args, "list_configs", False):
+            print("\n".join(list_recipes()))
+            return 0
+        config = config_from_args(args)
+        set_verbose(config.run.verbose or is_verbose(argv=[]))  # or the environment's
+        show = getattr(args, "show_config", None)
+        if show is not None and (show == "exit" or parse_bool(show, "--show-config")):
+            print(to_yaml(config), end="")
+            if show == "exit":
+                return 0
+        action(config)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,40 @@
+"""Optional packages: the tools that need them (ONNX export and benchmarks, plots, weight
+import) are not needed to train. ``has_<name>`` says whether one is installed, without
+importing it; ``require`` imports it or stops with a one-line error naming the install."""
+
+import importlib
+import importlib.util
+
+from paddle_resnet.core.errors import UserError
+
+# module -> pip requirement that provides it (requirements-tools.txt pins them)
+PACKAGES = {
+    "onnxruntime": "onnxruntime",
+    "paddle2onnx": "paddle2onnx",
+    "onnx": "onnx",
+    "matplotlib": "matplotlib",
+    "visualdl": "visualdl",
+    "torch": "torch",
+    "safetensors": "safetensors",
+    "openvino": "openvino",
+}
+
+
+def _installed(module):
+    return importlib.util.find_spec(module) is not None
+
+
+has_onnxruntime = _installed("onnxruntime")
+has_paddle2onnx = _installed("paddle2onnx")
+has_openvino = _installed("openvino")
+
+
+def require(module, purpose):
+    """``module`` imported, or a UserError saying that ``purpose`` needs it and how to install it."""
+    package = module.split(".")[0]
+    if not _installed(package):
+        raise UserError(
+            f"{purpose} needs the optional package {PACKAGES[package]}: "
+            "pip install -r requirements-tools.txt"
+        )
+    return importlib.import_module(module)

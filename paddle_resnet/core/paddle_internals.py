@@ -1,0 +1,145 @@
+"""Every private or version-specific Paddle API the toolkit touches, each with why.
+
+Paddle is retiring the legacy static graph this toolkit is built on (its CI stopped
+testing it in 2025; the ASP and static QAT tests moved to ``test/deprecated``). When it
+goes, this module is where the work lands; nothing else in the package reaches behind
+Paddle's public API. (The switch to the legacy IR itself, ``FLAGS_enable_pir_api=0``,
+is an environment variable: ``bootstrap.py`` sets it before Paddle loads.)
+"""
+
+import contextlib
+
+import paddle
+from paddle.base import core
+from paddle.base.data_feeder import convert_dtype
+from paddle.distributed import fleet
+from paddle.distributed.fleet.meta_optimizers.common import CollectiveHelper
+from paddle.incubate import asp
+from paddle.static.amp.decorator import OptimizerWithMixedPrecision
+from paddle.static.quantization import quanter
+
+PADDLE3 = int(paddle.__version__.split(".")[0]) >= 3
+# The defaults of Paddle's static QAT pass, which Fleet's QAT meta-optimizer starts from
+# (private in paddle.static.quantization.quanter; no public equivalent).
+QUANT_CONFIG_DEFAULT = quanter._quant_config_default
+NVTX_FUNCTIONS = ("nvprof_nvtx_push", "nvprof_nvtx_pop", "nvprof_start", "nvprof_stop")
+
+
+# ---------------------------------------------------------------- the build and device
+def supports_bf16():
+    """Whether this CPU runs Paddle's bf16 kernels (core: no public equivalent)."""
+    return core.supports_bfloat16()
+
+
+def nccl_version():
+    """NCCL's version as Paddle's build reports it (an int such as 21602), or None."""
+    return core.nccl_version() if core.is_compiled_with_nccl() else None
+
+
+def nvtx_functions():
+    """(push, pop, capture start, capture stop) of the GPU build, or None on the CPU build."""
+    functions = [getattr(core, name, None) for name in NVTX_FUNCTIONS]
+    return None if None in functions else functions
+
+
+def current_place():
+    """The place Paddle runs ops on by default (what Executor(None) would use)."""
+    return paddle.framework._current_expected_place()
+
+
+def numpy_dtype(variable_dtype):
+    """The NumPy dtype name of a static variable's dtype."""
+    return convert_dtype(variable_dtype)
+
+
+# ---------------------------------------------------------------- static programs
+def set_op_attr(op, name, value):
+    """Set an attribute of a built op (e.g. ``use_mkldnn``): Paddle has no public setter."""
+    op._set_attr(name, value)
+
+
+def remove_ops(program, op_types):
+    """Remove every op of ``op_types`` from every block of ``program``."""
+    for block in program.blocks:  # sub-blocks too (gradient merge)
+        for index in reversed(range(len(block.ops))):
+            if block.ops[index].type in op_types:
+                block._remove_op(index)
+
+
+def rename_var(block, old, new):
+    block._rename_var(old, new)
+
+
+def replace_program(program, other):
+    """``program`` becomes ``other`` in place (callers hold ``program`` already)."""
+    program._rebuild_from_desc(other.desc)
+
+
+# ---------------------------------------------------------------- Fleet
+def fleet_initialized():
+    return bool(fleet.fleet._role_maker)
+
+
+def applied_meta_optimizers():
+    """The names of the meta-optimizers Fleet applied in its last ``minimize``."""
+    return fleet.fleet._get_applied_meta_list()
+
+
+def asp_supports(program, parameter_name):
+    """Whether ASP prunes this parameter (its layer type and the exclusions)."""
+    return asp.ASPHelper._is_supported_layer(program, parameter_name)
+
+
+def insert_asp_masks(main, startup, parameters):
+    """What ``asp.decorate`` does after ``minimize``: a mask variable for every supported
+    parameter, multiplied into it after each update."""
+    asp.ASPHelper._create_mask_variables(main, startup, parameters)
+    asp.ASPHelper._insert_sparse_mask_ops(main, parameters)
+
+
+# ---------------------------------------------------------------- gloo between CPU ranks
+def init_gloo_ring(rank, endpoints):
+    """Ring 0 over gloo, for the collective ops of every program of this process."""
+    if PADDLE3:
+        # Paddle 3.x looks communicators up by ring id: gloo's context is registered
+        # with its communicator manager, over the launcher's TCP store (PADDLE_MASTER).
+        store = core.create_or_get_global_tcp_store()
+        core.CommContextManager.create_gloo_comm_context(store, "0", rank, len(endpoints))
+    else:
+        # Rank 0's endpoint carries NCCL's id exchange on GPUs; on CPUs it is free for
+        # gloo's rendezvous store.
+        paddle.distributed.gloo_init_parallel_env(rank, len(endpoints), endpoints[0])
+
+
+@contextlib.contextmanager
+def _replaced(owner, name, value):
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def _ring_made_by_gloo(*args, **kwargs):
+    """Stands in for CollectiveHelper._init_communicator on CPUs: ring 0 already exists."""
+
+
+def _keep_single_check(*args, **kwargs):
+    """Stands in for OptimizerWithMixedPrecision._set_distributed on Paddle 3 CPU ranks:
+    one finite check over all gradients, which are already summed over the ranks."""
+
+
+@contextlib.contextmanager
+def fleet_over_gloo():
+    """Around Fleet's ``minimize`` on CPU ranks: Fleet's NCCL/BKCL communicator set-up is
+    skipped (gloo made ring 0), and on Paddle 3 AMP's per-parameter finite check for
+    distributed runs (a GPU overlap optimisation whose ``paddle.any`` rejects legacy
+    static variables) is not switched on."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_replaced(CollectiveHelper, "_init_communicator", _ring_made_by_gloo))
+        if PADDLE3:
+            stack.enter_context(
+                _replaced(OptimizerWithMixedPrecision, "_set_distributed", _keep_single_check)
+            )
+        yield

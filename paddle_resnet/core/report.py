@@ -1,0 +1,135 @@
+"""Run reports: DLLogger-style JSON lines on disk; on the console, a progress bar with
+ETA and img/s when it is a terminal, plain DLLogger-style lines when it is not.
+
+Each line of the report file is one JSON object:
+    {"timestamp": ..., "elapsedtime": ..., "type": "LOG", "step": [epoch, step] | "PARAMETER"
+     | "SUMMARY" | [epoch], "data": {...}}
+as NVIDIA's DLLogger writes them, so its plotting and parsing tools apply.
+"""
+
+import json
+import os
+import sys
+import time
+
+from tqdm import tqdm
+
+from paddle_resnet.core.optional import require
+
+
+def _format_value(value):
+    if isinstance(value, float):
+        return f"{value:.5g}"
+    return str(value)
+
+
+# Narrower terminals (a 0-column pseudo-terminal, as some job schedulers give) get the
+# lines: tqdm draws nothing at all there.
+BAR_COLUMNS = 40
+
+
+def _fits_a_bar(stream):
+    try:
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns >= BAR_COLUMNS
+    except (AttributeError, OSError, ValueError):  # not a file, or no size to ask for
+        return False
+
+
+class Report:
+    """Appends to the JSON-lines file (a new run never erases an old one's lines);
+    only rank 0 writes and prints."""
+
+    def __init__(self, path, enabled=True, stream=sys.stdout, visualdl_dir=None):
+        self.path = path
+        self.enabled = enabled
+        self.stream = stream
+        # A person watching: progress bars instead of a line every few steps.
+        self.interactive = enabled and _fits_a_bar(stream)
+        self._visualdl, self._logged_steps = None, 0
+        if enabled and visualdl_dir:
+            self._visualdl = require("visualdl", "--visualdl-log-dir").LogWriter(
+                logdir=visualdl_dir
+            )
+        self.start = time.time()
+        self._handle = None
+        if enabled and path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._handle = open(path, "a")
+
+    def log(self, step, data, kind="LOG", console=True):
+        record = {
+            "timestamp": time.time(),
+            "elapsedtime": round(time.time() - self.start, 3),
+            "type": kind,
+            "step": step,
+            "data": data,
+        }
+        if self._handle:
+            self._handle.write(json.dumps(record) + "\n")
+            self._handle.flush()
+        if self._visualdl and kind in ("LOG", "VAL"):
+            self._add_scalars(step, data, kind)
+        if console and self.enabled:
+            self.print(self._console_line(step, data, kind))
+
+    def print(self, text):
+        if self.enabled:
+            print(text, file=self.stream, flush=True)
+
+    def progress(self, total, description):
+        """A progress bar (ETA, rate) on a terminal; elsewhere a bar that draws nothing."""
+        return tqdm(
+            total=total,
+            desc=description,
+            file=self.stream,
+            leave=True,
+            disable=not self.interactive,
+            dynamic_ncols=True,
+            unit="batch",
+        )
+
+    def table(self, title, rows):
+        """``rows`` of (name, value) as an aligned block under ``title``."""
+        width = max(len(name) for name, _ in rows)
+        self.print("\n".join([title] + [f"  {name:<{width}}  {value}" for name, value in rows]))
+
+    @staticmethod
+    def _console_line(step, data, kind):
+        if isinstance(step, (list, tuple)):
+            where = " ".join(f"{name} {value}" for name, value in zip(("epoch", "step"), step))
+        else:
+            where = str(step)
+        fields = "  ".join(
+            f"{key} {_format_value(value)}"
+            for key, value in data.items()
+            if not isinstance(value, (dict, list))
+        )
+        return f"[{kind}] {where}: {fields}"
+
+    def _add_scalars(self, step, data, kind):
+        """Training values by logged step, validation values by epoch, as VisualDL scalars."""
+        self._logged_steps += kind == "LOG"
+        position = self._logged_steps if kind == "LOG" else step[0]
+        for name, value in data.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                tag = name.replace(".", "/") if kind == "VAL" else f"train/{name}"
+                self._visualdl.add_scalar(tag=tag, step=position, value=float(value))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def close(self):
+        if self._handle:
+            self._handle.close()
+            self._handle = None
+        if self._visualdl:
+            self._visualdl.close()
+            self._visualdl = None
+
+
+def read_report(path):
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]

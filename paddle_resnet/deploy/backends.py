@@ -1,0 +1,122 @@
+"""The backends that run an exported model, by name: the one table that
+``inference.py --backend`` (its choices), the inference command and the export's
+verification (``verify.py``) read. A new backend is one module beside this one and one
+row here.
+
+Each row: the device it runs on, the precisions it takes (``--cpu-precision`` on CPUs,
+``--trt-precision`` on TensorRT), whether this machine can run it, and how to build a
+classifier (float images in, class probabilities out) for an exported folder.
+"""
+
+import dataclasses
+from typing import Callable, Tuple
+
+from paddle_resnet.core import devices, optional
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.deploy import predictor
+from paddle_resnet.deploy.onnx_runtime import OnnxClassifier
+from paddle_resnet.deploy.openvino_runtime import OpenVinoClassifier
+
+AUTO = "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    name: str
+    device: str  # "cpu" or "gpu"
+    precisions: Tuple[str, ...]
+    available: Callable[[], bool]  # () -> whether this machine can run it
+    # (model_dir, inference_config, input_shape, max_batch, quantized) -> classifier
+    build: Callable
+    # runs the model's own precision (fp32, or int8 where it carries scales), not --cpu-precision
+    model_precision: bool = False
+
+
+def _paddle(name):
+    def build(model_dir, inference_config, input_shape, max_batch, quantized):
+        calls = predictor.predictor_settings(
+            inference_config, name, input_shape, max_batch, quantized=quantized
+        )
+        return predictor.Classifier(model_dir, calls, input_shape)
+
+    return build
+
+
+def _openvino(model_dir, inference_config, input_shape, max_batch, quantized):
+    return OpenVinoClassifier(model_dir, inference_config, input_shape, max_batch, quantized)
+
+
+def _onnxruntime(model_dir, inference_config, input_shape, max_batch, quantized):
+    return OnnxClassifier(model_dir, inference_config)
+
+
+BACKENDS = {
+    backend.name: backend
+    for backend in (
+        Backend(
+            "trt",
+            "gpu",
+            ("FP32", "FP16", "INT8"),
+            lambda: bool(devices.tensorrt_version()),
+            _paddle("trt"),
+        ),
+        Backend("gpu", "gpu", ("fp32",), devices.gpu_available, _paddle("gpu")),
+        Backend("cpu", "cpu", ("fp32", "bf16", "int8"), lambda: True, _paddle("cpu")),
+        Backend(
+            "openvino",
+            "cpu",
+            ("fp32", "bf16", "int8"),
+            lambda: optional.has_openvino,
+            _openvino,
+        ),
+        Backend(
+            "onnxruntime",
+            "cpu",
+            ("fp32", "int8"),
+            lambda: optional.has_onnxruntime,
+            _onnxruntime,
+            model_precision=True,
+        ),
+    )
+}
+CHOICES = (AUTO,) + tuple(BACKENDS)
+
+
+def resolve(requested):
+    """The Backend row of ``--backend requested``: ``auto`` becomes trt on GPU machines
+    with TensorRT, gpu on those without, and cpu elsewhere; the GPU backends need a GPU
+    (and trt TensorRT's libraries)."""
+    if requested == AUTO:
+        if not devices.gpu_available():
+            return BACKENDS["cpu"]
+        return BACKENDS["trt" if devices.tensorrt_version() else "gpu"]
+    if requested not in BACKENDS:
+        raise ConfigError(f"--backend {requested!r}: choose one of {', '.join(CHOICES)}")
+    if requested == "trt":
+        devices.require_tensorrt("--backend trt")
+    if requested == "gpu":
+        devices.require_gpu("--backend gpu", "use --backend cpu")
+    return BACKENDS[requested]
+
+
+def precision_of(backend, inference_config):
+    """The precision flag value ``backend`` runs with."""
+    if backend.name == "trt":
+        return inference_config.trt_precision
+    return inference_config.cpu_precision
+
+
+def check_precision(backend, inference_config):
+    """A precision flag ``backend`` does not take, refused in one line."""
+    if backend.name != "trt" and inference_config.trt_precision != "FP32":
+        raise ConfigError(
+            f"--trt-precision {inference_config.trt_precision} needs --backend trt, "
+            f"not {backend.name}"
+        )
+    precision = precision_of(backend, inference_config)
+    if precision not in backend.precisions or (backend.model_precision and precision != "fp32"):
+        flag = "--trt-precision" if backend.name == "trt" else "--cpu-precision"
+        runs = (
+            "the model's own precision" if backend.model_precision else "/".join(backend.precisions)
+        )
+        raise ConfigError(f"{flag} {precision}: --backend {backend.name} runs {runs}")

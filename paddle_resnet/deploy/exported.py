@@ -1,0 +1,169 @@
+"""The exported inference model folder: written by export_model.py, read by inference.py,
+the predictor and the sparsity checker. This module is its only owner.
+
+    <dir>/inference.pdmodel, inference.pdiparams   program and weights (paddle.static.save_inference_model)
+    <dir>/classes.json                             label index -> class name
+    <dir>/model.json                               architecture, input, preprocessing, sparse weights
+    <dir>/model.onnx                               export_model.py --onnx
+    <dir>/openvino/model.xml, model.bin            OpenVINO's conversion, cached on first use
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+
+import numpy as np
+import paddle
+
+from paddle_resnet.core import bootstrap, feeds
+from paddle_resnet.core.atomic import recover_staged, staged_directory
+from paddle_resnet.core.bootstrap import native_chatter, paddle_chatter
+from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index, write_class_index
+from paddle_resnet.core.errors import UserError
+from paddle_resnet.core.optional import require
+
+MODEL_FILE = "inference.pdmodel"
+PARAMS_FILE = "inference.pdiparams"
+INFO_FILE = "model.json"
+_PREFIX = MODEL_FILE.rsplit(".", 1)[0]
+ONNX_FILE = "model.onnx"
+OPENVINO_DIR = "openvino"
+OPENVINO_FILE = "model.xml"
+
+
+def describe(config, input_shape, sparse):
+    """model.json's content for a model exported from ``config``."""
+    data = config.data
+    return {
+        "arch": config.model.arch,
+        "num_classes": config.model.num_classes,
+        "layout": config.model.data_layout,
+        "input_shape": list(input_shape),
+        "input": feeds.IMAGE,
+        "output": "probabilities (softmax)",
+        "preprocess": {
+            "resize_short": data.resize_short,
+            "crop_size": data.crop_size,
+            "normalize_mean": list(data.normalize_mean),
+            "normalize_std": list(data.normalize_std),
+            "normalize_scale": data.normalize_scale,
+        },
+        "sparse_2to4": list(sparse),
+        "quantization": None,
+    }
+
+
+def write(out_dir, exe, program, image, output, classes):
+    """The model (``image`` in, ``output`` out) and classes.json into ``out_dir``; its
+    model.json follows, once the export knows all of it (``write_info``)."""
+    paddle.static.save_inference_model(
+        os.path.join(out_dir, _PREFIX), [image], [output], exe, program=program
+    )
+    write_class_index(os.path.join(out_dir, CLASSES_FILE), classes)
+
+
+def write_info(out_dir, info):
+    """model.json: what the model is and how it was made (``describe``, quantization)."""
+    with open(os.path.join(out_dir, INFO_FILE), "w") as handle:
+        json.dump(info, handle, indent=1)
+
+
+def check_dir(model_dir):
+    """UserError naming the first missing file of an exported model. An export that a
+    crash interrupted while replacing this folder is finished first."""
+    recover_staged(os.path.dirname(os.path.abspath(model_dir)))
+    if not os.path.isdir(model_dir):
+        raise UserError(f"inference model folder {model_dir!r} does not exist")
+    for name in (MODEL_FILE, PARAMS_FILE, INFO_FILE):
+        path = os.path.join(model_dir, name)
+        if not os.path.isfile(path):
+            raise UserError(
+                f"{path} is missing: export a model with export_model.py "
+                f"--inference-dir {model_dir}"
+            )
+
+
+def is_exported_model(path):
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, INFO_FILE))
+
+
+def model_paths(model_dir):
+    """(program file, parameters file), as paddle.inference.Config takes them."""
+    return os.path.join(model_dir, MODEL_FILE), os.path.join(model_dir, PARAMS_FILE)
+
+
+def openvino_model(model_dir, core, ov):
+    """The exported model as OpenVINO reads it: converted once (about a second for
+    ResNet-50), then read from ``<dir>/openvino/model.xml`` while that is newer than its
+    source. The source is inference.pdmodel, or for a quantized model model.onnx (written
+    now if missing): OpenVINO 2026.4's Paddle reader refuses Paddle's per-channel
+    quantize/dequantize ops ("quant_axis is NOT in the range of [-1]"), its ONNX reader
+    takes them. A folder that cannot be written is converted every time."""
+    cached = os.path.join(model_dir, OPENVINO_DIR, OPENVINO_FILE)
+    source = os.path.join(model_dir, MODEL_FILE)
+    if read_info(model_dir).get("quantization"):
+        source = os.path.join(model_dir, ONNX_FILE)
+        if not os.path.exists(source):
+            write_onnx(model_dir)
+    if os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(source):
+        return core.read_model(cached)
+    model = core.read_model(source)
+    with contextlib.suppress(OSError):  # read-only: convert each time
+        with staged_directory(os.path.dirname(cached)) as staging:
+            ov.save_model(model, os.path.join(staging, OPENVINO_FILE), compress_to_fp16=False)
+    return model
+
+
+def read_info(model_dir):
+    """What the export recorded: architecture, input shape, layout, preprocessing."""
+    path = os.path.join(model_dir, INFO_FILE)
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path}: unreadable ({err}); export the model again") from None
+
+
+def read_classes(model_dir):
+    return read_class_index(os.path.join(model_dir, CLASSES_FILE))
+
+
+def read_params(model_dir):
+    """Parameter name -> array of an exported model."""
+    paddle.enable_static()  # load_inference_model works in static mode only
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        program, _, _ = paddle.static.load_inference_model(os.path.join(model_dir, _PREFIX), exe)
+        return {
+            var.name: np.array(scope.find_var(var.name).get_tensor())
+            for var in program.list_vars()
+            if var.persistable and var.name not in ("feed", "fetch")
+        }
+
+
+def preprocessing(data_config, info):
+    """``data_config`` with the validation preprocessing the model was exported with."""
+    pre = info["preprocess"]
+    return dataclasses.replace(
+        data_config,
+        crop_size=pre["crop_size"],
+        resize_short=pre["resize_short"],
+        normalize_mean=tuple(pre["normalize_mean"]),
+        normalize_std=tuple(pre["normalize_std"]),
+        normalize_scale=pre.get("normalize_scale", 1.0 / 255.0),
+        output_fp16=False,
+    )  # the predictor's input is fp32
+
+
+def write_onnx(model_dir):
+    """model.onnx beside the Paddle model in ``model_dir`` (quantized models keep their
+    quantize/dequantize pairs as ONNX QDQ nodes); returns its path."""
+    paddle2onnx = require("paddle2onnx", "--onnx")
+    path = os.path.join(model_dir, ONNX_FILE)
+    with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
+        paddle2onnx.export(*model_paths(model_dir), save_file=path, opset_version=13, verbose=False)
+    if not os.path.isfile(path):
+        raise UserError(f"{model_dir}: paddle2onnx wrote no {ONNX_FILE}")
+    return path

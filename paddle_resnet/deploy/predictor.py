@@ -1,0 +1,151 @@
+"""Paddle Inference predictors: TensorRT or plain CUDA on GPUs, oneDNN (fp32 / bf16) on CPUs.
+
+``predictor_settings`` turns the ``inference`` config section into the list of
+``paddle.inference.Config`` calls to make. Keeping that list as data lets the
+TensorRT set-up be checked on machines whose Paddle build has no TensorRT (it
+raises as soon as TensorRT is switched on).
+"""
+
+import os
+from dataclasses import dataclass
+from typing import List, Tuple
+
+import numpy as np
+import paddle.inference as paddle_infer
+from paddle.inference import PrecisionType
+
+from paddle_resnet.core import bootstrap, feeds, paddle_internals
+from paddle_resnet.core.bootstrap import native_chatter
+from paddle_resnet.core.devices import cpu_has_int8_dot_products
+from paddle_resnet.core.errors import ConfigError, UserError
+from paddle_resnet.deploy import exported
+
+
+@dataclass(frozen=True)
+class ConfigCall:
+    """One method call on a ``paddle.inference.Config``."""
+
+    method: str
+    args: Tuple = ()
+    kwargs: Tuple = ()  # sorted (name, value) pairs, so the call stays hashable
+
+    def apply(self, target):
+        return getattr(target, self.method)(*self.args, **dict(self.kwargs))
+
+
+def _call(method, *args, **kwargs):
+    return ConfigCall(method, args, tuple(sorted(kwargs.items())))
+
+
+def cpu_supports_bf16():
+    return paddle_internals.supports_bf16()
+
+
+def workspace_bytes(size):
+    """--trt-workspace-size in MB; NVIDIA's scripts pass bytes (1 << 30) to the same flag
+    name (--workspace-size), so a value of 2^20 or more is bytes already."""
+    return size if size >= 1 << 20 else size << 20
+
+
+def predictor_settings(inference_config, backend, input_shape, max_batch, quantized=False):
+    """The ``paddle.inference.Config`` calls for ``backend``; ``input_shape`` excludes the
+    batch; ``quantized``: the model carries int8 scales (model.json ``quantization``)."""
+    inf = inference_config
+    if backend != "trt" and inf.trt_precision != "FP32":
+        raise ConfigError(f"--trt-precision {inf.trt_precision} needs --backend trt, not {backend}")
+    if backend not in ("cpu", "openvino") and inf.cpu_precision != "fp32":
+        raise ConfigError(
+            f"--cpu-precision {inf.cpu_precision} needs --backend cpu or openvino, not {backend}"
+        )
+    if inf.cpu_precision == "bf16" and not cpu_supports_bf16():
+        raise ConfigError(
+            "--cpu-precision bf16: this CPU has no bfloat16 support (avx512_bf16 / AMX)"
+        )
+    int8 = inf.cpu_precision == "int8" or inf.trt_precision == "INT8"
+    if int8 and not quantized and not (backend == "trt" and inf.trt_use_calib_mode):
+        raise ConfigError(
+            "INT8 needs a model with quantization scales: export it with "
+            "--ptq-algo (or, on TensorRT, calibrate with --trt-use-calib-mode)"
+        )
+    if inf.cpu_precision == "int8" and not cpu_has_int8_dot_products():
+        raise ConfigError(
+            "--cpu-precision int8: this CPU has no int8 dot products "
+            "(avx512_vnni / avx_vnni / AMX); oneDNN int8 would be slower than fp32"
+        )
+    calls: List[ConfigCall] = [_call("switch_ir_optim", True), _call("enable_memory_optim")]
+    if backend == "cpu":
+        calls.append(_call("disable_gpu"))
+        threads = inf.cpu_threads or len(os.sched_getaffinity(0))
+        calls.append(_call("set_cpu_math_library_num_threads", threads))
+        calls.append(_call("enable_mkldnn"))
+        if inf.cpu_precision == "bf16":
+            calls.append(_call("enable_mkldnn_bfloat16"))
+        if inf.cpu_precision == "int8":
+            calls.append(_call("enable_mkldnn_int8"))
+        return calls
+    calls.append(_call("enable_use_gpu", 1024, inf.device_id))
+    if backend == "gpu":
+        return calls
+    precision = {
+        "FP32": PrecisionType.Float32,
+        "FP16": PrecisionType.Half,
+        "INT8": PrecisionType.Int8,
+    }[inf.trt_precision]
+    calls.append(
+        _call(
+            "enable_tensorrt_engine",
+            workspace_size=workspace_bytes(inf.trt_workspace_size),
+            max_batch_size=max_batch,
+            min_subgraph_size=inf.trt_min_subgraph_size,
+            precision_mode=precision,
+            use_static=inf.trt_use_static,
+            # a quantized model's own scales need no calibration
+            use_calib_mode=int8 and inf.trt_use_calib_mode and not quantized,
+        )
+    )
+    shape = list(input_shape)
+    calls.append(
+        _call(
+            "set_trt_dynamic_shape_info",
+            {feeds.IMAGE: [1] + shape},
+            {feeds.IMAGE: [max_batch] + shape},
+            {feeds.IMAGE: [max_batch] + shape},
+        )
+    )
+    return calls
+
+
+class Classifier:
+    """A Paddle Inference predictor: float images in, class probabilities out.
+
+    ``model_dir`` is assumed checked (``exported.check_dir``); ``input_shape`` excludes
+    the batch, as model.json records it.
+    """
+
+    def __init__(self, model_dir, calls, input_shape):
+        config = paddle_infer.Config(*exported.model_paths(model_dir))
+        for call in calls:
+            call.apply(config)
+        config.disable_glog_info()
+        try:
+            with native_chatter(bootstrap.verbose()):
+                self.predictor = paddle_infer.create_predictor(config)
+        except Exception as err:  # Paddle raises its own error types here
+            raise UserError(
+                f"{model_dir}: cannot create a predictor ({str(err).strip().splitlines()[-1]})"
+            ) from None
+        self.input = self.predictor.get_input_handle(self.predictor.get_input_names()[0])
+        self.output = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
+        self.input_shape = tuple(input_shape)
+
+    def __call__(self, images):
+        images = np.ascontiguousarray(images, dtype=np.float32)
+        if images.ndim != 4 or tuple(images.shape[1:]) != self.input_shape:
+            raise UserError(
+                f"input of shape {tuple(images.shape)} does not fit the model, "
+                f"which takes [batch, {', '.join(map(str, self.input_shape))}]"
+            )
+        self.input.reshape(list(images.shape))
+        self.input.copy_from_cpu(images)
+        self.predictor.run()
+        return self.output.copy_to_cpu()

@@ -1,0 +1,93 @@
+"""Post-training quantization (PTQ) of an exported model.
+
+PTQ runs the fp32 model on real calibration images, picks each activation's int8 range
+with the chosen algorithm (KL divergence, histogram percentile, MSE, average or absolute
+maximum), takes each weight's per-channel absolute maximum, and writes a model whose
+convolutions and matmuls carry those scales. Paddle Inference runs it in INT8 with oneDNN
+(``--cpu-precision int8``); TensorRT reads the same scales (speed and accuracy on the
+demo: docs/measurements.md, INT8).
+"""
+
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import paddle
+from paddle.static.quantization import PostTrainingQuantization
+
+from paddle_resnet.core import bootstrap, feeds
+from paddle_resnet.core.bootstrap import native_chatter, paddle_chatter
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.deploy import exported
+from paddle_resnet.training.qat import QUANTIZABLE_OPS
+
+
+class _CalibrationLoader(paddle.io.DataLoader):
+    """The feed dicts PostTrainingQuantization wants, in the only type it accepts (it
+    asserts ``isinstance(loader, paddle.io.DataLoader)`` and then calls the loader)."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __call__(self):
+        return iter(self.batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+
+def calibration_feeds(batches, count):
+    """The first ``count`` images of ``batches`` (feed dicts) as feeds of the model input."""
+    calibration, taken = [], 0
+    for batch in batches:
+        images = batch[feeds.IMAGE][: count - taken]
+        calibration.append({feeds.IMAGE: np.ascontiguousarray(images)})
+        taken += len(images)
+        if taken == count:
+            break
+    return calibration, taken
+
+
+def quantize_in_place(model_dir, batches, algo, count):
+    """Replace the fp32 model in ``model_dir`` by its post-training quantized version,
+    calibrated on the first ``count`` images of ``batches``; returns how, for model.json."""
+    calibration, taken = calibration_feeds(batches, count)
+    if taken < count:
+        raise ConfigError(f"--calibration-images {count}: the calibration data hold only {taken}")
+    model_file, params_file = (os.path.basename(p) for p in exported.model_paths(model_dir))
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope), tempfile.TemporaryDirectory() as out:
+        ptq = PostTrainingQuantization(
+            executor=paddle.static.Executor(paddle.CPUPlace()),
+            model_dir=model_dir,
+            scope=scope,
+            model_filename=model_file,
+            params_filename=params_file,
+            data_loader=_CalibrationLoader(calibration),
+            batch_nums=len(calibration),
+            algo=algo,
+            quantizable_op_type=list(QUANTIZABLE_OPS),
+            weight_quantize_type="channel_wise_abs_max",
+            # quantize_linear / dequantize_linear pairs, as QAT writes them: oneDNN int8,
+            # TensorRT and paddle2onnx read these (paddle2onnx aborts the process on
+            # the older fake_quantize ops)
+            activation_bits=8,
+            weight_bits=8,
+            onnx_format=True,
+        )
+        # progress bars, pass logs
+        with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
+            ptq.quantize()
+            ptq.save_quantized_model(out, model_filename=model_file, params_filename=params_file)
+        for name in (model_file, params_file):
+            shutil.move(os.path.join(out, name), os.path.join(model_dir, name))
+    return {
+        "method": "ptq",
+        "algo": algo,
+        "calibration_images": taken,
+        "calibration_data": "training images, validation preprocessing",
+        "weights": "int8, channel-wise abs-max",
+        "activations": f"int8, {algo}",
+        "ops": list(QUANTIZABLE_OPS),
+    }

@@ -1,0 +1,129 @@
+"""Proof that the exported formats agree: every backend and precision this machine can
+run, over real validation images, against the fp32 Paddle predictor (``export_model.py
+--verify-images N``).
+
+Per row: top-1 agreement with fp32 Paddle, the largest probability difference, top-1
+accuracy. A row below its tolerance fails the export with one line naming it.
+"""
+
+import dataclasses
+import functools
+import os
+
+import numpy as np
+
+from paddle_resnet.core import feeds
+from paddle_resnet.core.devices import cpu_has_int8_dot_products
+from paddle_resnet.core.errors import UserError
+from paddle_resnet.data.dali import open_split
+from paddle_resnet.deploy import backends, exported, model_input, predictor
+
+# Least top-1 agreement with the fp32 Paddle predictor, per precision: fp32 runtimes
+# compute the same function (differences of summation order), bf16 keeps 8 bits of
+# mantissa, int8 is a quantized model (the demo's PTQ and QAT models agree with fp32 on
+# 90-99 % of the images: docs/measurements.md).
+MIN_AGREEMENT = {"fp32": 0.99, "bf16": 0.97, "int8": 0.90}
+
+
+@dataclasses.dataclass
+class Candidate:
+    name: str  # e.g. "openvino bf16"
+    precision: str
+    build: object  # () -> a classifier (images -> probabilities)
+
+
+def machine_precisions(quantized):
+    """The CPU precisions this machine runs: a quantized model runs as int8 where the CPU
+    has int8 dot products; otherwise fp32, and bf16 where the CPU has it."""
+    if quantized and cpu_has_int8_dot_products():
+        return ["int8"]
+    return ["fp32"] + (["bf16"] if predictor.cpu_supports_bf16() else [])
+
+
+def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
+    """What this machine can run of the exported model in ``model_dir``: every available
+    CPU backend of the registry, in each precision it takes that the machine runs."""
+    rows = []
+    for backend in backends.BACKENDS.values():
+        if backend.device != "cpu" or not backend.available():
+            continue
+        if backend.model_precision:
+            if not os.path.exists(os.path.join(model_dir, exported.ONNX_FILE)):
+                continue
+            precisions = ["int8" if quantized else "fp32"]
+        else:
+            precisions = [p for p in machine_precisions(quantized) if p in backend.precisions]
+        for precision in precisions:
+            settings = dataclasses.replace(inference_config, cpu_precision="fp32")
+            if not backend.model_precision:
+                settings = dataclasses.replace(inference_config, cpu_precision=precision)
+            build = functools.partial(
+                backend.build, model_dir, settings, input_shape, max_batch, quantized
+            )
+            name = backend.name if backend.model_precision else f"{backend.name} {precision}"
+            rows.append(Candidate(name, precision, build))
+    return rows
+
+
+def verify(model_dir, data_config, inference_config, count):
+    """The verification table of the export in ``model_dir`` over ``count`` validation
+    images; UserError naming the first row below its tolerance."""
+    info = exported.read_info(model_dir)
+    input_shape = info["input_shape"]
+    split = open_split(data_config, "val").spread(count)
+    batches = list(model_input.validation_batches(split, data_config, info))
+    images = [batch[feeds.IMAGE] for batch in batches]
+    labels = np.concatenate([batch[feeds.LABEL].ravel() for batch in batches])
+    max_batch = max(len(batch) for batch in images)
+    fp32_settings = dataclasses.replace(inference_config, cpu_precision="fp32")
+    reference = predictor.Classifier(
+        model_dir,
+        predictor.predictor_settings(fp32_settings, "cpu", input_shape, max_batch, quantized=False),
+        input_shape,
+    )
+    expected = np.concatenate([reference(batch) for batch in images])
+    rows = [
+        {
+            "backend": "cpu fp32 (reference)",
+            "precision": "fp32",
+            "agreement": 1.0,
+            "max_prob_diff": 0.0,
+            "top1": float((expected.argmax(1) == labels).mean()),
+        }
+    ]
+    quantized = bool(info.get("quantization"))
+    for candidate in candidates(model_dir, inference_config, input_shape, max_batch, quantized):
+        if candidate.name == "cpu fp32" and not quantized:
+            continue  # the reference itself
+        classifier = candidate.build()
+        probs = np.concatenate([classifier(batch) for batch in images])
+        rows.append(
+            {
+                "backend": candidate.name,
+                "precision": candidate.precision,
+                "agreement": float((probs.argmax(1) == expected.argmax(1)).mean()),
+                "max_prob_diff": float(np.abs(probs - expected).max()),
+                "top1": float((probs.argmax(1) == labels).mean()),
+            }
+        )
+    for row in rows:
+        if row["agreement"] < MIN_AGREEMENT[row["precision"]]:
+            raise UserError(
+                f"{model_dir}: {row['backend']} agrees with the fp32 Paddle model on "
+                f"{100 * row['agreement']:.1f} % of {len(labels)} images, below "
+                f"{100 * MIN_AGREEMENT[row['precision']]:.0f} %: the formats disagree"
+            )
+    return rows, len(labels)
+
+
+def table(rows, images):
+    lines = [
+        f"verified on {images} validation images against the fp32 Paddle predictor:",
+        f"  {'backend':26s} {'agrees':>8s} {'max prob diff':>14s} {'top-1':>8s}",
+    ]
+    for row in rows:
+        lines.append(
+            f"  {row['backend']:26s} {100 * row['agreement']:7.2f}% "
+            f"{row['max_prob_diff']:14.2e} {100 * row['top1']:7.2f}%"
+        )
+    return "\n".join(lines)

@@ -1,3 +1,0 @@
-from paddle_resnet.sparsity.check import main
-
-raise SystemExit(main())

@@ -1,0 +1,306 @@
+"""Checkpoints: written atomically, verified before they are read.
+
+A checkpoint is a folder <output-dir>/<arch>/<epochs done>/ holding
+``model.pdparams`` (parameters, BN statistics), ``model.pdopt`` (momentum,
+loss scaling, ASP masks, learning-rate variable), ``model.pdmodel`` and
+``meta.json`` (epoch, global step, config, classes, and the size and SHA-256 of
+each file). The folder is assembled under a temporary name and renamed into
+place (``staged_directory``), so a crash mid-save leaves the previous checkpoints
+as they were.
+"""
+
+import hashlib
+import json
+import os
+import pickle
+
+import numpy as np
+import paddle
+
+from paddle_resnet.core import paddle_internals
+from paddle_resnet.core.atomic import recover_staged, staged_directory
+from paddle_resnet.core.config import run_differences
+from paddle_resnet.core.errors import CheckpointError
+from paddle_resnet.training.qat import QAT_SUFFIXES
+from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
+
+PREFIX = "model"
+META = "meta.json"
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def checkpoint_dir(output_dir, arch, epoch):
+    return os.path.join(output_dir, arch, str(epoch))
+
+
+def save_checkpoint(program, directory, meta, prefix=PREFIX):
+    """Write ``program``'s persistable variables (``<prefix>.pdparams`` ...) and ``meta`` to
+    ``directory``, atomically. A full disk or an unwritable folder is a CheckpointError;
+    earlier checkpoints stay."""
+    meta = dict(meta, prefix=prefix)
+    try:
+        with staged_directory(directory) as staging:
+            paddle.static.save(program, os.path.join(staging, prefix))
+            files = {}
+            for name in sorted(os.listdir(staging)):
+                path = os.path.join(staging, name)
+                files[name] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
+            with open(os.path.join(staging, META), "w") as handle:
+                json.dump(dict(meta, files=files), handle, indent=1)
+    except OSError as err:
+        raise CheckpointError(
+            f"{directory}: the checkpoint cannot be written "
+            f"({err.strerror or err}); the earlier checkpoints are intact"
+        ) from None
+
+
+def saved_epochs(folder):
+    """The epochs of the complete checkpoints in an <output-dir>/<arch> folder."""
+    if not os.path.isdir(folder):
+        return []
+    recover_staged(folder)
+    return sorted(
+        int(name)
+        for name in os.listdir(folder)
+        if name.isdigit() and os.path.exists(os.path.join(folder, name, META))
+    )
+
+
+def check_same_run(meta, config, source):
+    """CheckpointError unless ``config`` continues the run that wrote ``meta``."""
+    differences = run_differences(meta.get("config", {}), config)
+    if differences:
+        raise CheckpointError(
+            f"{source} belongs to another run: {'; '.join(differences[:4])}"
+            f"{' ...' if len(differences) > 4 else ''} (only where files go "
+            "and how often to log, save and validate may change on resume)"
+        )
+
+
+def continues_the_run(meta, config, training):
+    """Training from a checkpoint resumes its run, unless it starts quantization-aware
+    training from a model trained without (NVIDIA's QAT phase, e.g. of a 2:4 model: new
+    optimizer state and schedule; the weights, and the ASP masks, are kept)."""
+    if not training or meta is None:
+        return False
+    return not (config.qat.enabled and not meta["config"].get("qat", {}).get("enabled"))
+
+
+def check_output_free(config, resuming_meta):
+    """A training run writes <output-dir>/<arch>/<epoch>: refuse to mix its checkpoints
+    with those of another run already there."""
+    folder = os.path.join(config.run.output_dir, config.model.arch)
+    epochs = saved_epochs(folder)
+    if not epochs:
+        return
+    if resuming_meta is None:
+        raise CheckpointError(
+            f"{folder} already holds checkpoints of an earlier run (epochs "
+            f"{epochs[0]}-{epochs[-1]}): resume it with --from-checkpoint "
+            f"{folder}, or choose another --output-dir"
+        )
+    newest = os.path.join(folder, str(epochs[-1]))
+    with open(os.path.join(newest, META)) as handle:
+        check_same_run(json.load(handle), config, newest)
+
+
+def resolve_checkpoint(path):
+    """A checkpoint folder, or an <output-dir>/<arch> folder (its newest checkpoint).
+    Folder replacements that a crash interrupted are finished first (``recover_staged``)."""
+    path = os.path.abspath(path)
+    recover_staged(os.path.dirname(path))
+    if not os.path.isdir(path):
+        raise CheckpointError(f"checkpoint {path!r} does not exist")
+    if os.path.exists(os.path.join(path, META)):
+        return path
+    recover_staged(path)
+    epochs = sorted(int(name) for name in os.listdir(path) if name.isdigit())
+    if not epochs:
+        raise CheckpointError(f"{path}: no {META}; not a checkpoint folder")
+    newest = os.path.join(path, str(epochs[-1]))
+    if not os.path.exists(os.path.join(newest, META)):
+        raise CheckpointError(
+            f"{newest}: the newest checkpoint folder has no {META} (damaged, "
+            "or not written by this toolkit); remove it or name an epoch "
+            "folder explicitly"
+        )
+    return newest
+
+
+def classes_beside(weights_file):
+    """The class names of the checkpoint whose weights file is ``weights_file`` (a
+    checkpoint's model.pdparams given to --from-pretrained-params), else None."""
+    meta_path = os.path.join(os.path.dirname(os.path.abspath(weights_file)), META)
+    if not os.path.isfile(meta_path):
+        return None
+    try:
+        with open(meta_path) as handle:
+            return json.load(handle).get("classes")
+    except (OSError, ValueError):
+        return None
+
+
+def read_checkpoint(path):
+    """(meta, state) of a verified checkpoint; state maps variable names to arrays."""
+    directory, meta = verify_checkpoint(path)
+    return meta, read_state(os.path.join(directory, meta.get("prefix", PREFIX)))
+
+
+def verify_checkpoint(path):
+    """(folder, meta) of a checkpoint whose files match their recorded sizes and SHA-256."""
+    directory = resolve_checkpoint(path)
+    meta_path = os.path.join(directory, META)
+    try:
+        with open(meta_path) as handle:
+            meta = json.load(handle)
+    except ValueError as err:
+        raise CheckpointError(f"{meta_path}: unreadable ({err})") from None
+    for name, expected in meta.get("files", {}).items():
+        file_path = os.path.join(directory, name)
+        if not os.path.exists(file_path):
+            raise CheckpointError(f"{file_path}: missing from the checkpoint")
+        if (
+            os.path.getsize(file_path) != expected["bytes"]
+            or _sha256(file_path) != expected["sha256"]
+        ):
+            raise CheckpointError(
+                f"{file_path}: truncated or modified "
+                f"(expected {expected['bytes']} bytes, sha256 {expected['sha256'][:12]}...)"
+            )
+    return directory, meta
+
+
+def read_state(prefix, optimizer=True):
+    """Variable name -> array from ``<prefix>.pdparams``, and with ``optimizer`` also
+    from ``<prefix>.pdopt`` if present (momentum, loss scaling, ASP masks)."""
+    if prefix.endswith(".pdparams"):
+        prefix = prefix[: -len(".pdparams")]
+    if not os.path.exists(prefix + ".pdparams"):
+        raise CheckpointError(f"{prefix}.pdparams does not exist")
+    if not optimizer:
+        return read_pickle(prefix + ".pdparams")
+    try:
+        return dict(paddle.static.load_program_state(prefix))
+    except Exception as err:  # pickle and Paddle raise several types for broken files
+        raise CheckpointError(
+            f"{prefix}.pdparams: cannot be read ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''})"
+        ) from None
+
+
+def read_pickle(path):
+    """{name: value} of a Paddle parameter pickle (what ``paddle.save`` and
+    ``load_program_state`` write and read), whatever the file is named."""
+    try:
+        with open(path, "rb") as handle:
+            state = pickle.load(handle, encoding="latin1")
+    except Exception as err:  # pickle raises several types for broken files
+        why = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        if path.endswith(".pdparams"):
+            raise CheckpointError(f"{path}: cannot be read (truncated or damaged? {why})") from None
+        raise CheckpointError(
+            f"{path}: not a weights file (neither PyTorch, safetensors nor a Paddle pickle: {why})"
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: holds a {type(state).__name__}, not named tensors")
+    return state
+
+
+def persistable_variables(program):
+    return [v for v in program.list_vars() if v.persistable and v.name not in ("feed", "fetch")]
+
+
+def restore_state(program, state):
+    """Put every persistable variable of ``program`` back from ``state`` (strict)."""
+    variables = persistable_variables(program)
+    missing = [v.name for v in variables if v.name not in state]
+    if missing:
+        raise CheckpointError(
+            f"checkpoint lacks {len(missing)} variables of this program, "
+            f"e.g. {missing[:3]}; was it written by another configuration?"
+        )
+    _assign(variables, state)
+
+
+def load_pretrained(program, state, source, arch, may_skip=(), masks=False):
+    """Copy the parameters whose names and shapes match; return the ones skipped, each as
+    "name (why)". ASP masks are copied with ``masks`` where the file has them; otherwise
+    they are left alone (pruning sets them).
+
+    Only parameters named in ``may_skip`` (a new classifier) may be skipped: any other
+    mismatch means ``source`` holds another architecture, a CheckpointError. Values are
+    cast to the parameter's dtype (pure-fp16 checkpoints into fp32 programs).
+    """
+    chosen, skipped, unexpected = [], [], []
+    for param in program.all_parameters():
+        if param.name.endswith(MASK_SUFFIX):
+            if masks and param.name in state:
+                chosen.append(param)
+            continue  # otherwise ASP masks come from pruning
+        if param.name not in state:
+            reason = "not in the file"
+        elif tuple(state[param.name].shape) != tuple(param.shape):
+            reason = (
+                f"shape {tuple(state[param.name].shape)} in the file, {tuple(param.shape)} here"
+            )
+        else:
+            chosen.append(param)
+            continue
+        skipped.append(f"{param.name} ({reason})")
+        if param.name not in may_skip:
+            unexpected.append(skipped[-1])
+    if unexpected:
+        raise CheckpointError(
+            f"{source}: does not fit {arch}: {len(unexpected)} parameters "
+            f"do not match, e.g. {unexpected[0]}"
+        )
+    # A QAT checkpoint's trained quantization scales, where the program has them too (an
+    # eval program's own output scales, e.g. of its softmax, are not in a checkpoint).
+    chosen += [
+        v
+        for v in persistable_variables(program)
+        if v.name.endswith(QAT_SUFFIXES) and v.name in state
+    ]
+    _assign(chosen, state, cast=True)
+    # Pure fp16: the optimizer updates fp32 master copies and casts them back, so the
+    # loaded weights must reach the masters too (they hold the random initialisation,
+    # cast when the startup program ran, and the first step would bring it back).
+    masters = master_weights(program)
+    _assign(
+        [program.global_block().var(masters[v.name]) for v in chosen if v.name in masters],
+        {masters[name]: value for name, value in state.items() if name in masters},
+        cast=True,
+    )
+    return skipped
+
+
+def master_weights(program):
+    """{parameter: its fp32 master copy} of a pure-fp16 train program (empty otherwise)."""
+    return {
+        op.input("Param")[0]: op.input("MasterParam")[0]
+        for op in program.global_block().ops
+        if "MasterParam" in op.input_names and op.input("MasterParam")
+    }
+
+
+def _assign(variables, state, cast=False):
+    scope = paddle.static.global_scope()
+    place = paddle_internals.current_place()
+    for var in variables:
+        tensor = scope.var(var.name).get_tensor()
+        value = np.asarray(state[var.name])
+        if cast:
+            value = value.astype(paddle_internals.numpy_dtype(var.dtype), copy=False)
+        if tuple(value.shape) != tuple(var.shape) and -1 not in var.shape:
+            raise CheckpointError(
+                f"{var.name}: shape {value.shape} in the checkpoint, "
+                f"{tuple(var.shape)} in the program"
+            )
+        tensor.set(value, place)

@@ -1,0 +1,227 @@
+"""Processes and devices: Fleet's collective mode, this process's device, sums over ranks.
+
+One process per device, whether started by ``paddle.distributed.launch`` or plainly.
+On GPUs the ranks talk through NCCL, set up by Fleet itself. Where there is no GPU
+they talk through gloo, which needs adaptations of Fleet's collective path, all here
+and nowhere else: gloo creates the ring that Fleet's NCCL/BKCL communicator set-up
+would (``init_fleet``), and around ``minimize`` (``collective_rewrite``) that set-up
+is skipped and the stream-sync ops, which have no CPU kernel and mean nothing without
+streams, are removed. Paddle 3.x looks communicators up by ring id, so there gloo's
+ring 0 is registered with its communicator manager instead, and AMP's per-parameter
+finite check for distributed runs (a GPU overlap optimisation whose ``paddle.any``
+rejects legacy static variables) is not switched on.
+"""
+
+import contextlib
+import os
+import signal
+
+import numpy as np
+import paddle
+from paddle.distributed import fleet
+
+from paddle_resnet.core import bootstrap, paddle_internals, watchdog
+from paddle_resnet.core.bootstrap import paddle_chatter
+from paddle_resnet.core.devices import gpu_available
+from paddle_resnet.core.errors import UserError
+
+STREAM_SYNC_OPS = ("c_sync_comm_stream", "c_sync_calc_stream")
+
+
+def launcher_ranks(environ=os.environ):
+    """(rank, endpoints) that ``paddle.distributed.launch`` gave this process; UserError
+    naming the variable when its environment is incomplete or inconsistent."""
+    endpoints = [e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]
+    if len(endpoints) <= 1:
+        return 0, endpoints
+    where = f"PADDLE_TRAINER_ENDPOINTS names {len(endpoints)} ranks"
+    if environ.get("PADDLE_TRAINERS_NUM", str(len(endpoints))) != str(len(endpoints)):
+        raise UserError(
+            f"{where} but PADDLE_TRAINERS_NUM is {environ['PADDLE_TRAINERS_NUM']}; "
+            "start the ranks with python -m paddle.distributed.launch"
+        )
+    rank = environ.get("PADDLE_TRAINER_ID", "")
+    if not rank.isdigit() or int(rank) >= len(endpoints):
+        raise UserError(
+            f"{where} but PADDLE_TRAINER_ID is {rank or 'not set'}; "
+            "start the ranks with python -m paddle.distributed.launch"
+        )
+    if environ.get("PADDLE_CURRENT_ENDPOINT") != endpoints[int(rank)]:
+        raise UserError(
+            f"{where} but PADDLE_CURRENT_ENDPOINT "
+            f"({environ.get('PADDLE_CURRENT_ENDPOINT', 'not set')}) is not rank "
+            f"{rank}'s; start the ranks with python -m paddle.distributed.launch"
+        )
+    return int(rank), endpoints
+
+
+def uses_gloo():
+    """True for a multi-rank job without GPUs (after ``init_fleet``)."""
+    return fleet.worker_num() > 1 and not gpu_available()
+
+
+def init_fleet():
+    """Fleet in collective mode (once per process), with gloo between CPU ranks;
+    returns (rank, world size)."""
+    if paddle_internals.fleet_initialized():
+        return fleet.worker_index(), fleet.worker_num()
+    # Static mode first: in dynamic mode fleet.init starts a dygraph process group of
+    # its own (on Paddle 3.x a second owner of ring 0).
+    paddle.enable_static()
+    rank, endpoints = launcher_ranks()
+    if len(endpoints) > 1 and not gpu_available():
+        with paddle_chatter(bootstrap.verbose()):  # "server not ready, wait 3 sec" lines
+            paddle_internals.init_gloo_ring(rank, endpoints)
+    with paddle_chatter(bootstrap.verbose()):
+        fleet.init(is_collective=True)
+    return fleet.worker_index(), fleet.worker_num()
+
+
+@contextlib.contextmanager
+def collective_rewrite(main, startup):
+    """Around Fleet's ``minimize``: on CPU ranks, gloo's ring instead of NCCL's set-up
+    and no stream-sync ops in ``main`` and ``startup``. Changes nothing on GPUs or with
+    one rank."""
+    if not uses_gloo():
+        yield
+        return
+    with paddle_internals.fleet_over_gloo():
+        yield
+    for program in (main, startup):
+        paddle_internals.remove_ops(program, STREAM_SYNC_OPS)
+
+
+class StoppedByLauncher(Exception):
+    """SIGTERM arrived: ``paddle.distributed.launch`` stops the other ranks when one ends."""
+
+
+def _stopped_by_launcher(signum, frame):
+    raise StoppedByLauncher()
+
+
+@contextlib.contextmanager
+def launcher_stop_reported(environ=os.environ):
+    """For a whole run under ``paddle.distributed.launch`` with several ranks: a SIGTERM
+    from the launcher (another rank ended, e.g. refused the same bad input first) becomes
+    one line of this rank's own, where Paddle's handler printed a C++ "Termination
+    signal" dump. ``peers_watched`` says more once training runs."""
+    if len([e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]) <= 1:
+        yield
+        return
+    rank = environ.get("PADDLE_TRAINER_ID", "?")
+    previous = signal.signal(signal.SIGTERM, _stopped_by_launcher)
+    try:
+        yield
+    except StoppedByLauncher:
+        raise UserError(
+            f"rank {rank}: stopped by the launcher (SIGTERM): another rank ended "
+            "first; its log in the launcher's --log_dir says why"
+        ) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def peers_watched(rank, world_size, checkpoints, timeout):
+    """Turn another rank's death, or its being stuck for ``timeout`` seconds, into one
+    line naming it, however it reaches this rank.
+
+    When a rank dies (killed, out of memory, a data error), the survivors' next
+    all-reduce fails at once (gloo: the connection closes), and Paddle's own error says
+    only "std::exception". Or the launcher, seeing the dead rank first, sends SIGTERM,
+    which would otherwise end this rank without a word. A rank that is stuck but alive
+    (stopped, hung) makes the others wait inside a collective: ``watchdog`` ends them.
+    """
+    if world_size == 1:
+        yield
+        return
+    others = [r for r in range(world_size) if r != rank]
+    who = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {others}"
+    resume = (
+        f"The checkpoints in {checkpoints} are intact: resume with --from-checkpoint {checkpoints}"
+    )
+
+    def stuck(idle):
+        return (
+            f"rank {rank}: no progress for {idle:.0f} s (--collective-timeout {timeout}): "
+            f"{who} is stuck (stopped, or hung) and this rank waits for it in a "
+            f"collective operation. {resume}"
+        )
+
+    previous = signal.signal(signal.SIGTERM, _stopped_by_launcher)
+    try:
+        with watchdog.watching(timeout, stuck):
+            yield
+    except StoppedByLauncher:
+        raise UserError(
+            f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
+            f"launcher's --log_dir), and the launcher ended this rank (SIGTERM). "
+            f"{resume}"
+        ) from None
+    except RuntimeError as err:
+        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise UserError(
+            f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
+            f"launcher's --log_dir); a collective operation failed ({reason}). "
+            f"{resume}"
+        ) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def parameter_checksum(program):
+    """The sum of every trained parameter of ``program``, in float64. (BN running
+    statistics are parameters too, but each rank keeps its own, from its own batches.)"""
+    scope = paddle.static.global_scope()
+    return float(
+        sum(
+            np.asarray(scope.find_var(p.name).get_tensor(), dtype=np.float64).sum()
+            for p in program.all_parameters()
+            if p.trainable
+        )
+    )
+
+
+def check_ranks_agree(program, all_reduce, where):
+    """UserError unless every rank holds the same parameters (compared by checksum):
+    data parallelism that lets ranks drift apart trains N different models."""
+    checksum = parameter_checksum(program)
+    total, squares, ranks, _ = all_reduce(np.array([checksum, checksum**2, 1.0, 0.0]))
+    spread = squares / ranks - (total / ranks) ** 2
+    if spread > 1e-12 * max(1.0, (total / ranks) ** 2):
+        raise UserError(
+            f"the {int(ranks)} ranks hold different parameters {where} (checksum "
+            f"spread {spread:.3g}): gradients were not reduced alike"
+        )
+    return checksum
+
+
+def all_reduce_program(name, shape, dtype):
+    """A static program summing the feed ``name`` over all ranks; (program, its output)."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        values = paddle.static.data(name, shape, dtype)
+        if paddle_internals.PADDLE3:
+            # paddle.distributed.all_reduce rejects legacy static variables on 3.x.
+            main.global_block().append_op(
+                type="all_reduce",
+                inputs={"x": [values]},
+                outputs={"out": [values]},
+                attrs={"ring_id": 0, "reduce_type": paddle.distributed.ReduceOp.SUM},
+            )
+        else:
+            paddle.distributed.all_reduce(values)
+    if uses_gloo():
+        paddle_internals.remove_ops(main, STREAM_SYNC_OPS)
+    return main, values
+
+
+def all_reduce_sum(place):
+    """A function summing a small float64 vector over all ranks (a static collective op)."""
+    main, counts = all_reduce_program("counts", [4], "float64")
+    exe = paddle.static.Executor(place)
+
+    def reduce(values):
+        return np.asarray(exe.run(main, feed={"counts": values}, fetch_list=[counts])[0])
+
+    return reduce

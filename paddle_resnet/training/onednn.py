@@ -1,0 +1,70 @@
+"""oneDNN kernels for chosen ops of a static training program on the CPU.
+
+Paddle's global ``FLAGS_use_mkldnn=1`` breaks static training (``reduce_mean_grad``
+cannot reshape a oneDNN memory descriptor), but the op attribute ``use_mkldnn`` can be
+set op by op. Which ops, as measured when this was written (ResNet-18, 32 px, batch 64,
+Paddle 2.6.2, random data, 2 cores): oneDNN on conv2d and its gradient, then relu and
+its gradient, each added speed; moving batch_norm, pool2d, elementwise_add and sum as
+well lost most of it (Paddle's oneDNN batch_norm and its gradient took 5x the plain
+kernels' time, profiled). Today's figures: docs/measurements.md, CPU training.
+
+NCHW only: with NHWC tensors Paddle's oneDNN ``conv2d_grad`` computes wrong filter
+gradients (2.6.2 and 3.3.1: one SGD step's weight updates differ from the plain
+kernels' by more than their own size, where NCHW agrees to 2e-4); it looked 28 %
+faster, and the demo trained with it reached 85.2 % instead of 89 %.
+
+bf16 training cannot run through these kernels (Paddle 2.6.2 and 3.3.1):
+``paddle.static.amp.bf16.decorate_bf16`` casts the filters to bf16, which the oneDNN
+conv kernel refuses ("ConvOneDNNHandlerT is not implemented for data type bfloat16";
+3.x: "input and filter data type should be consistent"), and feeding it the fp32
+filters instead fails on tensors the rewrite declared bf16 that plain kernels filled
+with fp32.
+"""
+
+from paddle_resnet.core import paddle_internals
+from paddle_resnet.core.devices import gpu_available
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.training.distributed import uses_gloo
+
+# Forward and backward ops that run faster on oneDNN (see above); the rest stay plain.
+TRAINING_OPS = ("conv2d", "conv2d_grad", "relu", "relu_grad")
+# Paddle's plain convolution runs image by image (im2col + GEMM): small images make small
+# GEMMs, where oneDNN wins; from ~100 px its GEMMs are efficient and oneDNN's layout
+# conversions cost more. ResNet-50, batch 16, img/s plain -> oneDNN (NHWC): 64 px
+# 20.1 -> 25.9, 112 px 12.0 -> 10.4, 224 px 3.25 -> 2.56 (benchmarks/cpu_training.json).
+LARGEST_ONEDNN_CROP = 64
+
+
+def onednn_wanted(config):
+    """``--cpu-onednn`` / ``--no-cpu-onednn`` as given; unset, by the crop size (above).
+    Never for NHWC tensors (wrong gradients, above). Unset, not for gloo ranks on Paddle
+    3.x: there a resumed 2-rank run departed from the uninterrupted one (BN biases 0.009
+    apart after an epoch; uninterrupted runs repeat exactly, and 2.6.2 resumes exactly).
+    Call after ``distributed.init_fleet``."""
+    nchw = config.model.data_layout == "NCHW"
+    if config.run.cpu_onednn and not nchw:
+        raise ConfigError(
+            "--cpu-onednn needs --data-layout NCHW: Paddle's oneDNN convolution "
+            "gradients are wrong for NHWC tensors"
+        )
+    if config.run.cpu_onednn is not None:
+        return config.run.cpu_onednn
+    return (
+        nchw
+        and config.data.crop_size <= LARGEST_ONEDNN_CROP
+        and not (paddle_internals.PADDLE3 and uses_gloo())
+    )
+
+
+def mark_for_onednn(program, op_types=TRAINING_OPS):
+    """Set ``use_mkldnn`` on every op of ``program`` whose type is in ``op_types``;
+    returns how many. Does nothing on GPU machines (cuDNN runs those ops there)."""
+    if gpu_available():
+        return 0
+    marked = 0
+    for block in program.blocks:
+        for op in block.ops:
+            if op.type in op_types and op.has_attr("use_mkldnn"):
+                paddle_internals.set_op_attr(op, "use_mkldnn", True)
+                marked += 1
+    return marked

@@ -1,0 +1,272 @@
+"""Static train and eval programs for a ResNet, with Fleet AMP / ASP / data parallelism.
+
+Programs are built in the legacy static IR: Fleet's static meta-optimizers do
+not work under Paddle 3.x's PIR (``paddle_resnet.core.bootstrap`` selects it).
+"""
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+import paddle
+import paddle.nn.functional as F
+from paddle.distributed import fleet
+from paddle.incubate import asp
+
+from paddle_resnet.core import bootstrap, devices, feeds, paddle_internals
+from paddle_resnet.core.bootstrap import paddle_chatter
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.core.metrics import top_k
+from paddle_resnet.models import build_model
+from paddle_resnet.training import distributed, gpu_tuning
+from paddle_resnet.training.onednn import mark_for_onednn, onednn_wanted
+from paddle_resnet.training.optim import StepwiseLR, build_optimizer, set_weight_decay
+from paddle_resnet.training.qat import FLEET_QAT_CONFIGS, name_qat_variables
+from paddle_resnet.training.sparsity.masks import enforce_masks, excluded_parameters
+from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
+
+
+@dataclass
+class Programs:
+    """What the training loop runs. ``train`` is None when built for evaluation only."""
+
+    startup: paddle.static.Program
+    eval: paddle.static.Program
+    model: paddle.nn.Layer
+    train: Optional[paddle.static.Program] = None
+    train_fetches: Dict[str, paddle.static.Variable] = field(default_factory=dict)
+    eval_fetches: Dict[str, paddle.static.Variable] = field(default_factory=dict)
+    lr_scheduler: Optional[StepwiseLR] = None
+    optimizer: object = None
+    mixup_feed: Optional[str] = None  # the MixUp weight's feed, if any
+    # On GPUs the eval program compiled with NVIDIA's build strategy; run it instead of eval.
+    eval_compiled: Optional[paddle.static.CompiledProgram] = None
+    soft_target: Optional[paddle.static.Variable] = None  # the training target, for tests
+
+
+def input_shape(config):
+    size, channels = config.data.crop_size, config.model.image_channels
+    return [channels, size, size] if config.model.data_layout == "NCHW" else [size, size, channels]
+
+
+def distributed_strategy(config, on_gpu):
+    strategy = fleet.DistributedStrategy()
+    if on_gpu:
+        strategy.build_strategy = gpu_tuning.build_strategy(config, training=True)
+        for name, value in gpu_tuning.fleet_fields(config).items():
+            setattr(strategy, name, value)
+    if config.amp.enabled:
+        strategy.amp = True
+        strategy.amp_configs = {
+            "init_loss_scaling": config.amp.scale_loss,
+            "use_dynamic_loss_scaling": config.amp.use_dynamic_loss_scaling,
+            "use_pure_fp16": config.amp.use_pure_fp16,
+            "use_fp16_guard": config.amp.use_pure_fp16,
+        }
+    # Fleet's ASP and QAT meta-optimizers do not take each other as inner optimizers: with
+    # both asked, Fleet applied ASP and silently dropped QAT. With QAT the toolkit keeps
+    # the masks itself (sparsity.training.enforce_masks, after minimize).
+    strategy.asp = config.asp.enabled and not config.qat.enabled
+    if config.qat.enabled:
+        strategy.qat = True
+        strategy.qat_configs = FLEET_QAT_CONFIGS
+    # Recorded for Fleet; the batch norms themselves are converted in _forward, because
+    # Fleet 2.6's static collective path (RawProgramOptimizer) does not read the flag.
+    strategy.sync_batch_norm = config.run.sync_bn
+    strategy.fuse_all_reduce_ops = True
+    strategy.fuse_grad_size_in_MB = 16
+    return strategy
+
+
+def _train_head(logits, label, num_classes, label_smoothing, mixup_lambda=None):
+    """Mean cross-entropy against smoothed (and MixUp-blended) one-hot targets, batch top-1/top-k.
+
+    Returns (fetches, soft target or None).
+    """
+    target = None
+    if label_smoothing > 0 or mixup_lambda is not None:
+        # F.cross_entropy(label_smoothing=...) rejects int64 labels in static mode.
+        target = paddle.reshape(F.one_hot(label, num_classes), [-1, num_classes])
+        if label_smoothing > 0:
+            target = F.label_smooth(target, epsilon=label_smoothing)
+        if mixup_lambda is not None:
+            target = mixup_lambda * target + (1.0 - mixup_lambda) * paddle.flip(target, [0])
+        loss = F.cross_entropy(logits, target, soft_label=True)
+    else:
+        loss = F.cross_entropy(logits, label)
+    k = top_k(num_classes)
+    fetches = {
+        "loss": paddle.mean(loss),
+        "top1": paddle.metric.accuracy(input=logits, label=label, k=1),
+        f"top{k}": paddle.metric.accuracy(input=logits, label=label, k=k),
+    }
+    return fetches, target
+
+
+def _eval_head(logits, label, num_classes):
+    """Per-image loss and top-k classes, so the caller counts only real images;
+    probabilities for the exported inference model."""
+    _, top_classes = paddle.topk(logits, k=top_k(num_classes))
+    return {
+        "loss": F.cross_entropy(logits, label, reduction="none"),
+        "topk": top_classes,
+        "probs": F.softmax(logits),
+    }
+
+
+def _forward(config, mixup, training, sync_bn=False):
+    """Feeds, model and logits. With ``mixup`` the images are blended with the batch
+    reversed, by a weight fed as ``mixup_lambda`` (Zhang et al. 2018). With ``sync_bn``
+    the batch norms compute their statistics over all ranks (same parameter names)."""
+    fp16_input = config.data.output_fp16
+    image = paddle.static.data(
+        feeds.IMAGE, [None] + input_shape(config), "float16" if fp16_input else "float32"
+    )
+    # fp16 from DALI goes straight into fp16 convolutions: AMP's (training) and pure
+    # fp16's (the eval program too, after init_pure_fp16); fp32 convolutions, and MixUp's
+    # fp32 blend, get a cast.
+    fp16_convolutions = config.amp.enabled and (training or config.amp.use_pure_fp16)
+    if fp16_input and (mixup or not fp16_convolutions):
+        image = paddle.cast(image, "float32")
+    label = paddle.static.data(feeds.LABEL, [None, 1], "int64")
+    model = build_model(config.model)
+    if sync_bn:
+        model = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    mixup_lambda = None
+    if mixup:
+        mixup_lambda = paddle.static.data(feeds.MIXUP_LAMBDA, [1], "float32")
+        image = mixup_lambda * image + (1.0 - mixup_lambda) * paddle.flip(image, [0])
+    # Pure fp16 converts only the network (NVIDIA's fp16_guard): the loss, its one-hot
+    # targets and the metrics stay fp32. Elsewhere the guard is a name scope, nothing more.
+    with paddle.static.amp.fp16_guard() if config.amp.use_pure_fp16 else contextlib.nullcontext():
+        logits = model(image)
+    return model, label, logits, mixup_lambda
+
+
+def init_pure_fp16(programs, place):
+    """After the startup program ran: pure fp16 casts the parameters to fp16 (the
+    optimizer keeps fp32 masters) and rewrites the eval program to read them as fp16
+    (NVIDIA's ``amp_init`` with ``use_fp16_test``)."""
+    programs.optimizer.amp_init(
+        place, scope=paddle.static.global_scope(), test_program=programs.eval, use_fp16_test=True
+    )
+
+
+def applied_strategies(program, meta_optimizers=()):
+    """The Fleet strategies whose ops are in the train ``program`` (what ran, not what was
+    asked): weight masks (ASP), quantizers (QAT), gradient all-reduce (data parallelism);
+    AMP by its loss-scaling ops, or by Fleet's list of the ``meta_optimizers`` it
+    applied (on the CPU build AMP with a static loss scale leaves no op)."""
+    ops = program.global_block().ops
+    types = {op.type for op in ops}
+    return {
+        "AMP": (
+            "AMPOptimizer" in meta_optimizers
+            or bool({"check_finite_and_unscale", "update_loss_scaling"} & types)
+        ),
+        "ASP": any(
+            op.type == "elementwise_mul" and op.input("Y")[0].endswith(MASK_SUFFIX) for op in ops
+        ),
+        "QAT": bool({"quantize_linear", "fake_quantize_dequantize_abs_max"} & types),
+        "data parallelism": bool({"c_allreduce_sum", "all_reduce"} & types),
+    }
+
+
+def check_strategies_applied(config, program):
+    """ConfigError naming each strategy that was asked for but is not in ``program``:
+    Fleet picks meta-optimizers by its own lists and drops the rest without a word."""
+    wanted = {
+        "AMP": config.amp.enabled,
+        "ASP": config.asp.enabled,
+        "QAT": config.qat.enabled,
+        "data parallelism": fleet.worker_num() > 1,
+    }
+    applied = applied_strategies(program, paddle_internals.applied_meta_optimizers())
+    dropped = [name for name, asked in wanted.items() if asked and not applied[name]]
+    if dropped:
+        raise ConfigError(
+            f"Fleet (Paddle {paddle.__version__}) did not apply "
+            f"{', '.join(dropped)} to the train program: this combination of "
+            "options cannot run"
+        )
+
+
+def build_programs(config, steps_per_epoch=None, global_batch=None, training=True, on_gpu=None):
+    """The eval program, and with ``training`` the train program; ``on_gpu`` (default:
+    whether this process has a GPU) builds them for a GPU, NVIDIA's settings included.
+
+    Each is built under a fresh unique-name guard, so the same layers get the same
+    parameter names: the two programs share their parameters through the scope.
+    """
+    paddle.enable_static()
+    on_gpu = devices.gpu_available() if on_gpu is None else on_gpu
+    gpu_tuning.check_resunit(config, on_gpu)
+    num_classes = config.model.num_classes
+    eval_main, eval_startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(eval_main, eval_startup), paddle.utils.unique_name.guard():
+        model, label, logits, _ = _forward(config, mixup=False, training=False)
+        eval_fetches = _eval_head(logits, label, num_classes)
+    eval_program = eval_main.clone(for_test=True)
+    programs = Programs(
+        startup=eval_startup,
+        eval=eval_program,
+        model=model,
+        eval_fetches={
+            name: eval_program.global_block().var(var.name) for name, var in eval_fetches.items()
+        },
+    )
+    if on_gpu:
+        programs.eval_compiled = paddle.static.CompiledProgram(
+            eval_program, build_strategy=gpu_tuning.build_strategy(config, training=False)
+        )
+    if not training:
+        return programs
+
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    main.random_seed = startup.random_seed = config.run.seed
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        model, label, logits, mixup_lambda = _forward(
+            config, mixup=config.loss.mixup_alpha > 0, training=True, sync_bn=config.run.sync_bn
+        )
+        programs.train_fetches, programs.soft_target = _train_head(
+            logits, label, num_classes, config.loss.label_smoothing, mixup_lambda
+        )
+        set_weight_decay(main.all_parameters(), config.optimizer)
+        scheduler = StepwiseLR(config.lr, steps_per_epoch, config.run.epochs, global_batch)
+        optimizer = build_optimizer(
+            config.optimizer,
+            scheduler,
+            multi_precision=config.amp.enabled and config.amp.use_pure_fp16,
+        )
+        if config.asp.enabled:
+            asp.set_excluded_layers(
+                main_program=main, param_names=excluded_parameters(model, config.asp.exclude)
+            )
+        distributed.init_fleet()
+        if on_gpu:
+            gpu_tuning.apply_cudnn_flags()
+        strategy = distributed_strategy(config, on_gpu)
+        optimizer = fleet.distributed_optimizer(optimizer, strategy=strategy)
+        # fleet prints its optimizer choice; CPU ranks talk through gloo
+        with (
+            paddle_chatter(bootstrap.verbose()),
+            distributed.collective_rewrite(main, startup),
+            gpu_tuning.passes_applied(on_gpu),
+        ):
+            optimizer.minimize(programs.train_fetches["loss"], startup)
+        if config.asp.enabled and not strategy.asp:
+            enforce_masks(main, startup)
+        check_strategies_applied(config, main)
+        if config.qat.enabled:
+            name_qat_variables(main)
+        if config.amp.fuse_resunit:
+            gpu_tuning.fuse_resunits(main, startup)
+    programs.startup, programs.train, programs.model = startup, main, model
+    programs.lr_scheduler, programs.optimizer = scheduler, optimizer
+    programs.mixup_feed = feeds.MIXUP_LAMBDA if mixup_lambda is not None else None
+    if onednn_wanted(config):
+        # Not the eval program: oneDNN's inference-mode convolutions cache their reordered
+        # weights, and evaluation between epochs then saw stale ones (measured: 61 % top-1
+        # where the same checkpoint evaluated plain gave 85 %).
+        mark_for_onednn(main)
+    return programs

@@ -1,0 +1,150 @@
+"""ASP in a training run: which layers stay dense, pruning after the weights are loaded,
+a per-layer table, and verification that the pattern holds after every epoch."""
+
+import numpy as np
+import paddle
+from paddle.incubate import asp
+from paddle.incubate.asp.utils import MaskAlgo
+
+from paddle_resnet.core import paddle_internals
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.training.sparsity.pattern import (
+    MASK_SUFFIX,
+    SparsityViolation,
+    density,
+    is_2to4,
+    is_pruning_mask,
+)
+
+
+def excluded_parameters(model, exclude):
+    """Parameter names of the layers ``exclude`` names (model paths such as ``fc`` or
+    ``layer4.2.conv3``, or parameter names); each name must match something."""
+    named = list(model.named_parameters())
+    chosen = []
+    for wanted in exclude:
+        matches = [
+            param.name
+            for path, param in named
+            if path == wanted or path.startswith(wanted + ".") or param.name == wanted
+        ]
+        if not matches:
+            raise ConfigError(
+                f"asp.exclude (--asp-exclude): {wanted!r} matches no layer of "
+                f"{type(model).__name__}; layer paths look like 'fc' or "
+                "'layer4.2.conv3'"
+            )
+        chosen.extend(matches)
+    return chosen
+
+
+def _scope_array(name):
+    variable = paddle.static.global_scope().find_var(name)
+    return None if variable is None else np.array(variable.get_tensor())
+
+
+def _mask(program, param_name):
+    """The ASP mask of ``param_name`` in ``program``, or None: a mask that an earlier
+    program of this process left in the scope is not this program's (a layer excluded
+    here may have been pruned there)."""
+    name = param_name + MASK_SUFFIX
+    return _scope_array(name) if program.global_block().has_var(name) else None
+
+
+def layer_table(programs):
+    """One row per weight: name, layer, shape, status (pruned / excluded / dense) and density."""
+    layer_of = {param.name: path for path, param in programs.model.named_parameters()}
+    rows = []
+    for param in programs.train.all_parameters():
+        if len(param.shape) < 2 or param.name.endswith(MASK_SUFFIX):
+            continue
+        if is_pruning_mask(_mask(programs.train, param.name)):
+            status = "pruned"
+        elif not paddle_internals.asp_supports(programs.train, param.name):
+            status = "excluded (kept dense by configuration)"
+        else:
+            status = "dense (too few input channels for 2:4)"
+        rows.append(
+            {
+                "param": param.name,
+                "layer": layer_of.get(param.name, ""),
+                "shape": list(param.shape),
+                "status": status,
+                "density": round(density(_scope_array(param.name)), 4),
+            }
+        )
+    return rows
+
+
+def enforce_masks(main, startup):
+    """What Fleet's ASP meta-optimizer does after ``minimize``, done by the toolkit where
+    Fleet cannot combine ASP with another meta-optimizer (QAT): a mask variable for
+    every weight ASP supports (not excluded), multiplied into the weight after each
+    update (Paddle's own ``ASPHelper`` steps, the ones ``asp.decorate`` runs)."""
+    params = [p for p in main.all_parameters() if p.trainable]
+    paddle_internals.insert_asp_masks(main, startup, params)
+
+
+def masks_from_weights(program, place):
+    """For 2:4 weights that came without their masks (a 2:4 file from elsewhere; this
+    toolkit's files carry theirs): the weight's zeros become its mask, so training keeps
+    the pattern the file has instead of computing a new one."""
+    scope = paddle.static.global_scope()
+    for param in program.all_parameters():
+        mask = _mask(program, param.name)
+        if mask is None or is_pruning_mask(mask):
+            continue
+        weight = _scope_array(param.name)
+        if is_2to4(weight):
+            scope.find_var(param.name + MASK_SUFFIX).get_tensor().set(
+                (weight != 0).astype(mask.dtype), place
+            )
+
+
+def prune(program, mask_algo, place):
+    """``asp.prune_model`` on ``place``, this process's device. Paddle's own call picks a
+    GPU whenever its build has CUDA and the program carries Fleet's sharding degree (8
+    by default, whether or not sharding is used): on the GPU build without a usable GPU
+    that ended the process (exit status 255, no message)."""
+    asp.ASPHelper.prune_model_by_program(
+        place, program, n=2, m=4, mask_algo=MaskAlgo[mask_algo.upper()], with_mask=True
+    )
+
+
+def prepare(programs, asp_config, report, resumed, place):
+    """Prune (unless ``resumed``: the checkpoint's masks were restored) after the weights
+    are loaded; report the layer table."""
+    pruning = asp_config.prune_model and not resumed
+    if pruning:
+        prune(programs.train, asp_config.mask_algo, place)
+    elif not resumed:
+        masks_from_weights(programs.train, place)
+    rows = layer_table(programs)
+    if not any(row["status"] == "pruned" for row in rows):
+        raise ConfigError(
+            "--asp without --prune-model continues a model that is already 2:4 "
+            "sparse (an ASP checkpoint); these weights are dense: add "
+            "--prune-model (it keeps the zeros of weights that are already 2:4)"
+        )
+    report.log("ASP", {"layers": rows}, kind="PARAMETER", console=False)
+    report.print(f"asp: {'layer':34s} {'shape':20s} density  status")
+    for row in rows:
+        report.print(
+            f"asp: {row['layer'] or row['param']:34s} {str(row['shape']):20s} "
+            f"{row['density']:.3f}    {row['status']}"
+        )
+    verify(programs, report, where="after pruning" if pruning else "at start")
+
+
+def verify(programs, report, where):
+    """Every masked weight still holds 2:4 with its zeros where its mask says; raise if not."""
+    checked = 0
+    for param in programs.train.all_parameters():
+        mask = _mask(programs.train, param.name)
+        if not is_pruning_mask(mask):
+            continue
+        weight = _scope_array(param.name)
+        if not is_2to4(weight) or np.any(weight[mask == 0] != 0):
+            raise SparsityViolation(f"{param.name} lost its 2:4 pattern {where}")
+        checked += 1
+    report.print(f"asp: {checked} weights hold the 2:4 pattern {where}")

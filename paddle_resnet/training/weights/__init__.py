@@ -1,0 +1,162 @@
+"""Start weights: a checkpoint of this toolkit, or pretrained parameters users already
+have (this toolkit's files, torchvision or timm state dicts as PyTorch or safetensors
+files, PaddleClas ``.pdparams``).
+
+    meta, state = read_weights(config.run)        # before the programs are built
+    state, note = program_state(state, meta, programs.model, config, source)
+    checkpoint.load_pretrained(program, state, ...)   # variable name -> array
+
+``files`` reads a file by its content; ``naming`` holds one mapping table per source.
+"""
+
+import json
+import os
+
+from paddle_resnet.core.errors import CheckpointError
+from paddle_resnet.models import get_arch
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training.qat import QAT_SUFFIXES
+from paddle_resnet.training.weights.files import read_tensors
+from paddle_resnet.training.weights.naming import SOURCES
+
+CLASSIFIER = ("fc.weight", "fc.bias")
+
+
+def read_weights(run_config):
+    """(meta, state) from --from-checkpoint, (None, state) from --from-pretrained-params,
+    (None, None) when neither is given. A checkpoint's state is keyed by program variable
+    names; a pretrained file's by whatever names the file uses (see ``program_state``)."""
+    if run_config.from_checkpoint:
+        path = run_config.from_checkpoint
+        if run_config.last_epoch_of_checkpoint not in (None, "auto"):  # NVIDIA's flag
+            path = os.path.join(path, run_config.last_epoch_of_checkpoint)
+        return ckpt.read_checkpoint(path)
+    if run_config.from_pretrained_params:
+        return None, read_tensors(pretrained_file(run_config))[1]
+    return None, None
+
+
+def pretrained_file(run_config):
+    """--from-pretrained-params: a file, a prefix, or (NVIDIA's form) a folder holding
+    <--model-prefix>.pdparams."""
+    path = run_config.from_pretrained_params
+    if os.path.isdir(path):
+        return os.path.join(path, run_config.model_prefix + ".pdparams")
+    return path
+
+
+def program_state(state, meta, model, config, source):
+    """(state keyed by the variable names of ``model``'s program, a one-line note on what
+    was read). ``model`` is the built network (``programs.model``); ``source`` the file."""
+    structured = {name: var for name, var in model.state_dict().items()}
+    variable_names = {var.name for var in structured.values()}
+    if variable_names & set(state):
+        file_arch = _own_arch(meta, source)
+        if file_arch is not None:
+            layout = "v1" if get_arch(file_arch).stride_in_1x1 else "v1.5"
+            _check_layout(layout, f"trained as {file_arch}", config.model.arch, source)
+        return state, f"{source}: this toolkit's parameters ({len(state)} tensors)"
+    return _imported(state, structured, config, source)
+
+
+def _own_meta(meta, source):
+    """A file of this toolkit's meta.json (given, or beside the file), or {}."""
+    if meta is None:
+        sibling = os.path.join(os.path.dirname(os.path.abspath(source)), ckpt.META)
+        if not os.path.exists(sibling):
+            return {}
+        with open(sibling) as handle:
+            meta = json.load(handle)
+    return meta
+
+
+def _own_arch(meta, source):
+    """The architecture a file of this toolkit was trained as, if its meta.json says."""
+    return _own_meta(meta, source).get("config", {}).get("model", {}).get("arch")
+
+
+def check_quantization(meta, state, config, source):
+    """Evaluation and export read weights as they were trained: a quantization-aware
+    model (its meta.json says --qat, or it holds QAT scales) with --qat, any other
+    without. Otherwise a QAT model was scored as fp32 (0.8200 where its own evaluation
+    gave 0.8233), or an fp32 model through untrained quantizers; both without a word."""
+    trained_qat = _own_meta(meta, source).get("config", {}).get("qat", {}).get("enabled") or any(
+        name.endswith(QAT_SUFFIXES) for name in state
+    )
+    if trained_qat and not config.qat.enabled:
+        raise CheckpointError(
+            f"{source}: a quantization-aware (--qat) model: give --qat "
+            "to evaluate or export it with its trained scales"
+        )
+    if config.qat.enabled and not trained_qat:
+        raise CheckpointError(
+            f"{source}: not a quantization-aware model (no --qat in "
+            "its meta.json, no QAT scales): drop --qat, or quantize it "
+            "with export_model.py --ptq-algo"
+        )
+
+
+def _check_layout(file_layout, what, arch_name, source):
+    """A ResNet v1 file (stride in the 1x1 convolution) into a v1.5 model (stride in the
+    3x3 one), or the reverse, has the same shapes but computes something else: refuse it."""
+    arch = get_arch(arch_name)
+    ours = "v1" if arch.stride_in_1x1 else "v1.5"
+    if arch.block == "bottleneck" and file_layout not in (None, ours):
+        raise CheckpointError(
+            f"{source}: holds a ResNet {file_layout} ({what}); {arch_name} is a "
+            f"ResNet {ours}: the shapes agree but the networks differ (v1 strides "
+            "in the 1x1 convolution, v1.5 in the 3x3 one)"
+        )
+
+
+def _imported(state, structured, config, source):
+    arch_name = config.model.arch
+    arch = get_arch(arch_name)
+    tables = [(src, {src.rename(ours, arch): ours for ours in structured}) for src in SOURCES]
+    src, expected = max(tables, key=lambda table: len(set(table[1]) & set(state)))
+    if not set(expected) & set(state):
+        raise CheckpointError(
+            f"{source}: unknown naming: tensor {next(iter(state))!r} is named "
+            f"as in none of {', '.join(s.name for s in SOURCES)} "
+            "(nor as in this toolkit's files)"
+        )
+    _check_layout(src.layouts, f"{src.name} ResNets are {src.layouts}", arch_name, source)
+    converted = {}
+    for file_name, ours in expected.items():
+        if file_name not in state:
+            raise CheckpointError(
+                f"{source}: a {src.name} file that does not fit {arch_name}: "
+                f"it has no tensor {file_name!r}"
+            )
+        value = state[file_name].T if ours in src.transposed else state[file_name]
+        wanted = tuple(structured[ours].shape)
+        if tuple(value.shape) != wanted and ours not in CLASSIFIER:  # a classifier may be new
+            raise CheckpointError(
+                f"{source}: a {src.name} file that does not fit {arch_name}: "
+                f"{file_name} has shape {tuple(state[file_name].shape)}, "
+                f"{arch_name} needs {wanted}"
+            )
+        converted[structured[ours].name] = value
+    extra = [name for name in state if name not in expected and not name.endswith(src.ignored)]
+    if extra:
+        raise CheckpointError(
+            f"{source}: a {src.name} file that does not fit {arch_name}: "
+            f"tensor {extra[0]!r} has no place in it ({len(extra)} such)"
+        )
+    return (
+        converted,
+        f"{source}: {src.name} weights ({len(converted)} tensors); "
+        + _normalization_note(src, config.data),
+    )
+
+
+def _normalization_note(src, data_config):
+    """What the source's models expect of their input, against what this run feeds."""
+    expected = f"mean {list(src.mean)}, std {list(src.std)} on RGB in [0, 1]"
+    if (tuple(data_config.normalize_mean), tuple(data_config.normalize_std)) == (src.mean, src.std):
+        return f"its models expect {expected}, as this run normalises"
+    return (
+        f"warning: its models expect {expected}; this run uses mean "
+        f"{list(data_config.normalize_mean)}, std {list(data_config.normalize_std)} "
+        "(--normalize-mean / --normalize-std)"
+    )
