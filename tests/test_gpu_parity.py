@@ -11,25 +11,18 @@ import paddle
 import pytest
 
 from conftest import ROOT, flat, once, small_config
-from paddle_resnet import (
-    affinity,
-    devices,
-    exported,
-    feeds,
-    gpu_tuning,
-    predictor,
-    profiling,
-    program,
-)
 from paddle_resnet.commands import export_model, train
+from paddle_resnet.core import affinity, devices, feeds
 from paddle_resnet.core.cli import build_parser, config_from_args
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import DataSplit, make_loader
 from paddle_resnet.data.folder import scan_split
-from paddle_resnet.deploy import inference
+from paddle_resnet.deploy import exported, inference, predictor
 from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import gpu_tuning, profiling
+from paddle_resnet.training import programs as program
 from paddle_resnet.training.weights import pretrained_file, read_weights
 
 FUSIONS = {
