@@ -273,9 +273,9 @@ def test_nvidia_flag_names_reach_our_keys(argv, dotted, value):
 
 
 def test_nvidia_values_are_checked():
-    parser = build_parser("export_model")
     with pytest.raises(ConfigError, match="expects true or false"):
-        config_from_args(parser.parse_args(["--use-static", "maybe"]))
+        config_from_args(build_parser("inference").parse_args(["--use-static", "maybe"]))
+    parser = build_parser("export_model")
     with pytest.raises(ConfigError, match="must be auto or an epoch"):
         config_from_args(parser.parse_args(["--last-epoch-of-checkpoint", "latest"]))
     with pytest.raises(ConfigError, match="square"):

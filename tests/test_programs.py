@@ -1,6 +1,9 @@
+import json
+
 import numpy as np
 import pytest
 
+from paddle_resnet.commands import program as program_command
 from paddle_resnet.core import feeds
 from paddle_resnet.core.config import build_config
 from paddle_resnet.training import programs as program
@@ -166,3 +169,21 @@ def test_scheduler_follows_lr_at_step_and_resumes():
     np.testing.assert_allclose(values, expected)
     scheduler.step(120)
     assert scheduler.get_lr() == pytest.approx(expected[120])
+
+
+def test_program_py_describes_the_programs_without_running_them(capsys, tmp_path):
+    """Root program.py: ResNet-50's published size (25,557,032 parameters, 4.1 G
+    multiply-accumulates at 224 px) from the built eval program; the demo's train program
+    with 2:4 sparsity shows ASP applied; the program text on request."""
+    path = tmp_path / "programs.json"
+    argv = ["--model-arch-name", "resnet50", "--run-scope", "eval_only", "--json", str(path)]
+    assert program_command.main(argv) == 0
+    described = json.loads(path.read_text())
+    assert described["eval"]["parameters"] == 25_557_032
+    assert 4.08e9 < described["eval"]["macs_per_image"] < 4.11e9
+    assert described["eval"]["ops_by_type"]["conv2d"] == 53
+    argv = ["--config", "resnet18_demo", "--asp", "--print-program", "eval"]
+    assert program_command.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "strategies applied: ASP" in out
+    assert "conv2d" in out.split("eval program:")[0]  # the text, printed first

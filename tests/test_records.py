@@ -175,8 +175,11 @@ def test_tfrecord_framing_and_a_corrupt_record_is_named(tmp_path):
     frame = records.tfrecord_frame(b"abc")
     assert len(frame) == 8 + 4 + 3 + 4
     assert frame[:8] == (3).to_bytes(8, "little")
-    # TFRecord's masked CRC32C of the 8-byte length 3, as TensorFlow writes it
-    assert frame[8:12] == records.masked_crc32c((3).to_bytes(8, "little")).to_bytes(4, "little")
+    # TFRecord's masked CRC32C of the 8-byte length 3 and of the data, computed apart
+    # (bitwise CRC32C, polynomial 0x82F63B78, which gives 0xE3069283 for "123456789";
+    # mask ((crc >> 15 | crc << 17) + 0xA282EAD8), as TensorFlow's crc32c.h)
+    assert frame[8:12] == (0x0E4999B0).to_bytes(4, "little")
+    assert frame[-4:] == (0x21F1576E).to_bytes(4, "little")
     path = str(tmp_path / "val.tfrecord")
     records.write_tfrecord_examples([example(b"\xff\xd8" * 50, 1)] * 2, str(tmp_path / "val"))
     assert records.check_tfrecord(path) == 2

@@ -60,7 +60,7 @@ def test_imports_are_at_the_top_of_every_module():
     assert not nested, nested
 
 
-ENTRY_POINTS = ("train", "export_model", "inference")
+ENTRY_POINTS = ("train", "export_model", "inference", "program")
 
 
 def top_level_imports(path):
@@ -83,7 +83,7 @@ def test_nothing_imports_the_entry_points():
         f"{os.path.relpath(path, ROOT)}: {name}"
         for path in tracked_python_files()
         for name in top_level_imports(path)
-        if name.split(".")[0] in ENTRY_POINTS + ("program",)
+        if name.split(".")[0] in ENTRY_POINTS
     ]
     assert not importers, importers
 
@@ -252,27 +252,58 @@ def json_numbers(value):
         yield value
 
 
+RATIO = re.compile(r"(\d[\d,]*\.\d+)x(?:\*\*)?(?: <!-- ratio: (.+?) over (.+?) -->)?")
+
+
+def json_pointer(document, pointer):
+    """The value at ``pointer`` (``/results/0/torch_ips``; keys may hold spaces and dots)."""
+    value = document
+    for part in pointer.strip("/").split("/"):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    return value
+
+
 def test_quoted_figures_are_the_benchmark_files():
     """docs/measurements.md: every decimal figure in a block marked as coming from a
     benchmarks/*.json file is a value of that file, rounded as written, or the value as
-    a percentage, or (a figure written as a ratio, "0.62x") the ratio of two values."""
+    a percentage; a figure written as a ratio ("0.62x") names its pair right after it
+    (``<!-- ratio: /a/b over /c/d -->``) and is that pair's quotient."""
     with open(os.path.join(ROOT, "docs", "measurements.md")) as handle:
         page = handle.read()
     blocks = re.findall(
         r"<!-- figures: (benchmarks/[\w.]+) -->\n(.*?)<!-- /figures -->", page, re.S
     )
     assert len(blocks) >= 6
+    ratios = 0
     for source, text in blocks:
         with open(os.path.join(ROOT, source)) as handle:
-            values = list(json_numbers(json.load(handle)))
-        for figure, ratio in re.findall(r"(?<![\w.])(\d[\d,]*\.\d+)(?!\.\d)(x?)", text):
+            document = json.load(handle)
+        values = list(json_numbers(document))
+        for figure, numerator, denominator in RATIO.findall(text):
+            assert numerator, f"{figure}x in the {source} block names no pair"
+            quotient = json_pointer(document, numerator) / json_pointer(document, denominator)
+            decimals = len(figure.split(".")[1])
+            assert round(quotient, decimals) == float(figure), (
+                f"{figure}x is not {numerator} / {denominator} of {source} ({quotient:.3f})"
+            )
+            ratios += 1
+        plain = RATIO.sub("", text)
+        for figure in re.findall(r"(?<![\w.])(\d[\d,]*\.\d+)(?!\.\d)", plain):
             decimals = len(figure.split(".")[1])
             number = float(figure.replace(",", ""))
-            candidates = (
-                [a / b for a in values for b in values if b]
-                if ratio
-                else values + [100 * value for value in values]
-            )
+            candidates = values + [100 * value for value in values]
             assert any(round(value, decimals) == number for value in candidates), (
-                f"{figure}{ratio} is not in {source}"
+                f"{figure} is not in {source}"
             )
+    assert ratios >= 6
+
+
+def test_commands_parse_and_call():
+    """Each tool's module in commands/ parses its flags and calls one library function:
+    under 150 lines, its work in the folders below."""
+    long = {
+        path: n
+        for path in glob.glob(os.path.join(ROOT, "paddle_resnet", "commands", "*.py"))
+        if (n := len(open(path).read().splitlines())) >= 150
+    }
+    assert not long, long

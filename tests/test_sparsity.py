@@ -63,7 +63,7 @@ def sparse_run(trained, tmp_path_factory):
             **{
                 "asp.enabled": True,
                 "asp.prune_model": True,
-                "asp.exclude": ("fc", "layer4.1.conv2"),
+                "asp.exclude": ("layer4.1.conv2",),
                 "optimizer.weight_decay": 1e-3,
                 "run.epochs": 2,
                 "run.output_dir": str(out),
@@ -176,7 +176,7 @@ def test_bad_asp_input(trained, fmnist_root, tmp_path):
     with pytest.raises(ConfigError, match=r"asp.mask_algo \(--mask-algo\) must be one of"):
         small_config(fmnist_root, tmp_path, **{"asp.enabled": True, "asp.mask_algo": "mask_3d"})
     config = small_config(
-        fmnist_root, tmp_path, **{"asp.enabled": True, "asp.exclude": ("fc", "layer9.conv1")}
+        fmnist_root, tmp_path, **{"asp.enabled": True, "asp.exclude": ("layer9.conv1",)}
     )
     with pytest.raises(ConfigError, match="'layer9.conv1' matches no layer"):
         program.build_programs(config, steps_per_epoch=10, global_batch=16)

@@ -2,10 +2,11 @@
 paddle_resnet.commands.flag_table``; a test says when the README's copy is stale)."""
 
 from paddle_resnet.core.cli import flag_table_markdown
+from paddle_resnet.data import records
 from paddle_resnet.deploy import backends
 
 # The keys whose values a registry above core/ holds.
-REGISTRY_CHOICES = {"inference.backend": backends.CHOICES}
+REGISTRY_CHOICES = {"data.format": records.DATA_FORMATS, "inference.backend": backends.CHOICES}
 
 
 def table():

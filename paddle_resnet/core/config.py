@@ -24,7 +24,6 @@ CONFIG_DIR = os.path.join(REPOSITORY, "configs")
 RUN_SCOPES = ("train_eval", "train_only", "eval_only")
 LR_SCHEDULES = ("cosine", "step")
 MASK_ALGOS = ("mask_1d", "mask_2d_greedy", "mask_2d_best")
-DATA_FORMATS = ("folder", "recordio", "tfrecord")
 DATA_LAYOUTS = ("NCHW", "NHWC")
 INFERENCE_MODES = ("accuracy", "benchmark", "predict")
 TRT_PRECISIONS = ("FP32", "FP16", "INT8")
@@ -279,8 +278,8 @@ class DataConfig:
     format: str = key(
         "folder",
         "--data-format",
-        "input format (record files: scripts/data/make_records.py)",
-        choices=DATA_FORMATS,
+        "input format: an image tree (folder) or a record format of data/records.py "
+        "(scripts/data/make_records.py writes them)",
         resume_may_change=True,
         tools=ALL_TOOLS,
     )
@@ -497,10 +496,10 @@ class AspConfig:
     )
     mask_algo: str = key("mask_1d", "--mask-algo", "mask algorithm", choices=MASK_ALGOS)
     exclude: Tuple[str, ...] = key(
-        ("fc",),
+        (),
         "--asp-exclude",
-        "layers kept dense, comma-separated model paths "
-        "(e.g. fc,layer4.2.conv3) or parameter names",
+        "layers kept dense besides those the model's registry entry keeps (a ResNet's "
+        "classifier, fc): comma-separated model paths (e.g. layer4.2.conv3) or parameter names",
     )
 
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
-import nvidia.dali.tfrecord as tfrec
 from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy
@@ -350,33 +349,21 @@ def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
         stick_to_shard=True,
         name="Reader",
     )
-    if fmt == "recordio":
-        encoded, labels = fn.readers.mxnet(**reader_args)  # labels are float32
-    else:
-        read = fn.readers.tfrecord(features=tfrecord_features(), **reader_args)
-        encoded, labels = read[records.ENCODED], read[records.LABEL]
+    encoded, labels = records.record_format(fmt).read(**reader_args)
     return encoded, fn.cast(labels, dtype=types.INT64)
-
-
-def tfrecord_features():
-    return {
-        records.ENCODED: tfrec.FixedLenFeature((), tfrec.string, ""),
-        records.LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1),
-    }
 
 
 def describe_record_error(err, root, split, fmt):
     """A one-line DataError for a RuntimeError of a pipeline reading ``split``'s records.
 
-    A TFRecord file is checked first, so a malformed record is named; otherwise the
-    message gives the record file and DALI's own reason.
+    The file is checked first (a TFRecord file record by record), so a malformed record
+    is named; otherwise the message gives the record file and DALI's own reason.
     """
     data_path, index_path = records.record_paths(root, split, fmt)
-    if fmt == "tfrecord":
-        try:
-            records.check_tfrecord(data_path, index_path)
-        except DataError as malformed:
-            return malformed
+    try:
+        records.record_format(fmt).check(index_path, data_path)
+    except DataError as malformed:
+        return malformed
     return DataError(f"{data_path}: DALI could not read or decode a record ({dali_reason(err)})")
 
 

@@ -1,4 +1,4 @@
-"""Record files of an image tree: MXNet RecordIO or TFRecord, written and checked.
+"""Record files of an image tree: MXNet RecordIO or TFRecord, written, checked and read.
 
     python scripts/data/make_records.py --image-root DIR --output DIR --format recordio|tfrecord
 
@@ -9,26 +9,31 @@ class), so a record's position is the image's index in the split's ImageList;
 training records are written in a fixed shuffled order (see ``shuffled``).
 
 Neither MXNet nor TensorFlow is needed: TFRecord's tf.train.Example is declared here
-as a protobuf message (``protobuf``), its checksums are CRC32C (``crc32c``). The DALI
-readers over these files are in ``dali.py``, beside the other pipelines.
+as a protobuf message (``protobuf``), its checksums are CRC32C (``crc32c``).
+
+``FORMATS`` at the end is the one table of record formats (name, file suffixes,
+writer, checker, DALI reader); the data.format choices and every use derive from it.
+A new format is its writer, checker and reader here and one row in the table.
 """
 
+import dataclasses
 import os
 import struct
+from typing import Callable, Tuple
 
 import crc32c
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
+from nvidia.dali import fn
+from nvidia.dali import tfrecord as tfrec
 
 from paddle_resnet.core.atomic import atomic_files
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
 from paddle_resnet.core.errors import DataError
 from paddle_resnet.data.folder import ImageList, check_same_classes, scan_split
 
-FORMATS = ("recordio", "tfrecord")
 SPLITS = ("train", "val")
-SUFFIXES = {"recordio": (".rec", ".idx"), "tfrecord": (".tfrecord", ".tfrecord.idx")}
 MAKE_HINT = "create it with scripts/data/make_records.py"
 
 ENCODED, LABEL, TEXT = "image/encoded", "image/class/label", "image/class/text"
@@ -102,15 +107,16 @@ Example = _example_message()
 # ---------------------------------------------------------------- paths and counts
 
 
-def check_format(fmt):
+def record_format(fmt):
+    """The FORMATS row of ``fmt``, or a one-line error naming the formats."""
     if fmt not in FORMATS:
         raise DataError(f"unknown record format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    return FORMATS[fmt]
 
 
 def record_paths(root, split, fmt):
     """(data file, index file) of ``split`` in ``root``, whether they exist or not."""
-    check_format(fmt)
-    data_suffix, index_suffix = SUFFIXES[fmt]
+    data_suffix, index_suffix = record_format(fmt).suffixes
     return os.path.join(root, split + data_suffix), os.path.join(root, split + index_suffix)
 
 
@@ -127,6 +133,10 @@ def record_files(root, split, fmt):
 def count_records(root, split, fmt):
     """Number of records of ``split``, as its index lists them (one line each)."""
     _, index_path = record_files(root, split, fmt)
+    return count_index(index_path)
+
+
+def count_index(index_path, data_path=None):
     return len(read_index_lines(index_path))
 
 
@@ -148,7 +158,7 @@ def shard_range(num_records, shard_id, num_shards):
 
 def write_records(image_root, output_root, fmt):
     """Write the train and val splits found under ``image_root``; returns the files written."""
-    check_format(fmt)
+    write = record_format(fmt).write
     splits = [s for s in SPLITS if os.path.isdir(os.path.join(str(image_root), s))]
     if not splits:
         raise DataError(f"image root {image_root!r} holds no train/ or val/ folder")
@@ -156,13 +166,12 @@ def write_records(image_root, output_root, fmt):
     image_lists = {split: scan_split(image_root, split) for split in splits}
     if len(image_lists) == 2:
         check_same_classes(image_lists["train"], image_lists["val"])
-    write = {"recordio": write_recordio, "tfrecord": write_tfrecord}
     written = []
     try:
         for split, image_list in image_lists.items():
             if split == "train":
                 image_list = shuffled(image_list)
-            write[fmt](image_list, os.path.join(output_root, split))
+            write(image_list, os.path.join(output_root, split))
             written.extend(record_paths(output_root, split, fmt))
         written.append(os.path.join(output_root, CLASSES_FILE))
         write_class_index(written[-1], image_lists[splits[0]].classes)
@@ -337,9 +346,53 @@ def check_example(data, path, number):
 
 
 def check_records(root, split, fmt):
-    """Number of records of ``split``; a TFRecord file is checked record by record
-    (a RecordIO record always carries its label in its header)."""
+    """Number of records of ``split``, checked as far as its format allows (a TFRecord
+    file record by record; a RecordIO record always carries its label in its header)."""
     data_path, index_path = record_files(root, split, fmt)
-    if fmt == "tfrecord":
-        return check_tfrecord(data_path, index_path)
-    return count_records(root, split, fmt)
+    return FORMATS[fmt].check(index_path, data_path)
+
+
+# ---------------------------------------------------------------- reading (DALI)
+
+
+def read_recordio(**reader_args):
+    encoded, labels = fn.readers.mxnet(**reader_args)  # labels are float32
+    return encoded, labels
+
+
+def read_tfrecord(**reader_args):
+    features = {
+        ENCODED: tfrec.FixedLenFeature((), tfrec.string, ""),
+        LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1),
+    }
+    read = fn.readers.tfrecord(features=features, **reader_args)
+    return read[ENCODED], read[LABEL]
+
+
+# ---------------------------------------------------------------- the table
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordFormat:
+    name: str
+    suffixes: Tuple[str, str]  # of a split's data file and its index
+    write: Callable  # (ImageList, path prefix) -> None: the data file and its index
+    check: Callable  # (index path, data path) -> number of records, DataError if broken
+    read: Callable  # (**DALI reader arguments) -> (encoded images, labels) DALI nodes
+
+
+FORMATS = {
+    f.name: f
+    for f in (
+        RecordFormat("recordio", (".rec", ".idx"), write_recordio, count_index, read_recordio),
+        RecordFormat(
+            "tfrecord",
+            (".tfrecord", ".tfrecord.idx"),
+            write_tfrecord,
+            lambda index_path, data_path: check_tfrecord(data_path, index_path),
+            read_tfrecord,
+        ),
+    )
+}
+# data.format: an image tree, or one of the record formats.
+DATA_FORMATS = ("folder",) + tuple(FORMATS)

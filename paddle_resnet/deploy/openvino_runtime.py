@@ -1,8 +1,10 @@
 """OpenVINO as the CPU backend of the exported model (``inference.py --backend openvino``).
 
-OpenVINO reads the exported ``inference.pdmodel`` itself (its Paddle front end, which
-also turns the toolkit's quantize/dequantize pairs into int8 FakeQuantize ops); the
-converted model is cached in the exported folder (``exported.openvino_model``).
+OpenVINO reads the exported model itself: ``inference.pdmodel`` through its Paddle front
+end, or for a quantized model the ``model.onnx`` beside it (written when missing), whose
+quantize/dequantize pairs its ONNX front end turns into int8 FakeQuantize ops (its
+Paddle front end refuses Paddle's per-channel ones). The converted model is cached in
+the exported folder (``exported.openvino_model``).
 
 Precisions (``--cpu-precision``):
 - fp32 and bf16: OpenVINO's ``INFERENCE_PRECISION_HINT`` (on AMX CPUs OpenVINO picks bf16

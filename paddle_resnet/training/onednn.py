@@ -30,8 +30,10 @@ from paddle_resnet.training.distributed import uses_gloo
 TRAINING_OPS = ("conv2d", "conv2d_grad", "relu", "relu_grad")
 # Paddle's plain convolution runs image by image (im2col + GEMM): small images make small
 # GEMMs, where oneDNN wins; from ~100 px its GEMMs are efficient and oneDNN's layout
-# conversions cost more. ResNet-50, batch 16, img/s plain -> oneDNN (NHWC): 64 px
-# 20.1 -> 25.9, 112 px 12.0 -> 10.4, 224 px 3.25 -> 2.56 (benchmarks/cpu_training.json).
+# conversions cost more. img/s plain -> oneDNN (benchmarks/cpu_training.json): ResNet-50
+# at 224 px, batch 16: 3.35 -> 2.43; at 32 px, batch 64: 57.7 -> 101.4. The 64 and 112
+# px points that put the limit at 64 (ResNet-50, batch 16: 20.1 -> 25.9 and 12.0 ->
+# 10.4) were measured by hand once, not by a benchmark script.
 LARGEST_ONEDNN_CROP = 64
 
 

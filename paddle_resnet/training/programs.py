@@ -17,7 +17,7 @@ from paddle_resnet.core import bootstrap, devices, feeds, paddle_internals
 from paddle_resnet.core.bootstrap import paddle_chatter
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.metrics import top_k
-from paddle_resnet.models import build_model
+from paddle_resnet.models import build_model, model_entry
 from paddle_resnet.training import distributed, gpu_tuning
 from paddle_resnet.training.onednn import mark_for_onednn, onednn_wanted
 from paddle_resnet.training.optim import StepwiseLR, build_optimizer, set_weight_decay
@@ -239,8 +239,9 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
             multi_precision=config.amp.enabled and config.amp.use_pure_fp16,
         )
         if config.asp.enabled:
+            dense = model_entry(config.model.arch).dense_under_sparsity + config.asp.exclude
             asp.set_excluded_layers(
-                main_program=main, param_names=excluded_parameters(model, config.asp.exclude)
+                main_program=main, param_names=excluded_parameters(model, dense)
             )
         distributed.init_fleet()
         if on_gpu:

@@ -22,7 +22,7 @@ def excluded_parameters(model, exclude):
     ``layer4.2.conv3``, or parameter names); each name must match something."""
     named = list(model.named_parameters())
     chosen = []
-    for wanted in exclude:
+    for wanted in dict.fromkeys(exclude):  # each once, in order
         matches = [
             param.name
             for path, param in named

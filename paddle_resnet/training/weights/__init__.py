@@ -13,13 +13,11 @@ import json
 import os
 
 from paddle_resnet.core.errors import CheckpointError
-from paddle_resnet.models import get_arch
+from paddle_resnet.models import get_arch, model_entry
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training.qat import QAT_SUFFIXES
 from paddle_resnet.training.weights.files import read_tensors
 from paddle_resnet.training.weights.naming import SOURCES
-
-CLASSIFIER = ("fc.weight", "fc.bias")
 
 
 def read_weights(run_config):
@@ -111,6 +109,7 @@ def _check_layout(file_layout, what, arch_name, source):
 
 def _imported(state, structured, config, source):
     arch_name = config.model.arch
+    classifier = model_entry(arch_name).classifier_keys()  # a classifier may be new
     arch = get_arch(arch_name)
     tables = [(src, {src.rename(ours, arch): ours for ours in structured}) for src in SOURCES]
     src, expected = max(tables, key=lambda table: len(set(table[1]) & set(state)))
@@ -130,7 +129,7 @@ def _imported(state, structured, config, source):
             )
         value = state[file_name].T if ours in src.transposed else state[file_name]
         wanted = tuple(structured[ours].shape)
-        if tuple(value.shape) != wanted and ours not in CLASSIFIER:  # a classifier may be new
+        if tuple(value.shape) != wanted and ours not in classifier:
             raise CheckpointError(
                 f"{source}: a {src.name} file that does not fit {arch_name}: "
                 f"{file_name} has shape {tuple(state[file_name].shape)}, "

@@ -1,0 +1,136 @@
+"""What will ship, weight by weight: shape, density, whether it holds 2:4, and its
+precision (fp32, or int8 with where its scale came from), for a checkpoint folder, a
+.pdparams file or an exported model (and the model.onnx beside it); the library of
+``python -m paddle_resnet.commands.check_sparsity PATH``."""
+
+import json
+import os
+
+import numpy as np
+
+from paddle_resnet.core.optional import require
+from paddle_resnet.deploy import exported
+from paddle_resnet.training import checkpoint
+from paddle_resnet.training.qat import QAT_SUFFIXES
+from paddle_resnet.training.sparsity.pattern import compliance_table, sparse_parameters
+
+WEIGHT_SCALE = "@scale"
+
+
+def scale_source(quantization):
+    """Where an exported model's int8 scales came from, as model.json records it."""
+    if not quantization:
+        return None
+    if quantization["method"] == "qat":
+        return "QAT-trained scale"
+    return f"PTQ {quantization['algo']}, {quantization['calibration_images']} calibration images"
+
+
+def load_for_check(path):
+    """(params, names marked sparse, source of the int8 scales or None) of a checkpoint,
+    a .pdparams file or an exported model."""
+    if exported.is_exported_model(path):
+        info = exported.read_info(path)
+        return (
+            exported.read_params(path),
+            set(info.get("sparse_2to4", [])),
+            scale_source(info.get("quantization")),
+        )
+    if os.path.isdir(path):
+        directory, meta = checkpoint.verify_checkpoint(path)
+        path = os.path.join(directory, meta.get("prefix", checkpoint.PREFIX))
+    prefix = path[: -len(".pdparams")] if path.endswith(".pdparams") else path
+    # The weights and their ASP masks, and a QAT run's scales (kept in the .pdopt file);
+    # not the optimizer state.
+    params = checkpoint.read_state(path, optimizer=False)
+    source = None
+    if os.path.exists(prefix + ".pdopt"):
+        rest = checkpoint.read_state(prefix)
+        scales = {name: value for name, value in rest.items() if name.endswith(QAT_SUFFIXES)}
+        params.update(scales)
+        source = "QAT-trained scale" if scales else None
+    return params, set(sparse_parameters(params)), source
+
+
+def onnx_weights(model_dir):
+    """({weight name: array}, names of the weights a QuantizeLinear reads) of the
+    model.onnx in ``model_dir`` (what ONNX runtimes and TensorRT's ONNX parser read), or
+    None when there is none."""
+    path = os.path.join(model_dir, exported.ONNX_FILE)
+    if not os.path.exists(path):
+        return None
+    onnx = require("onnx", "checking model.onnx")
+    numpy_helper = require("onnx.numpy_helper", "checking model.onnx")
+    graph = onnx.load(path).graph
+    weights = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    # paddle2onnx writes the weights as Constant nodes, named by their output
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            weights[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    quantized = {node.input[0] for node in graph.node if node.op_type == "QuantizeLinear"}
+    return weights, quantized & set(weights)
+
+
+def rows_with_precision(params, marked, quantized, source):
+    """The compliance table, each weight with its precision: int8 where a quantizer reads
+    it (``quantized``), else fp32."""
+    rows = compliance_table(
+        {n: v for n, v in params.items() if not n.endswith(QAT_SUFFIXES)}, marked
+    )
+    for row in rows:
+        row["precision"] = f"int8 ({source})" if row["param"] in quantized else "fp32"
+    return rows
+
+
+def scaled(params):
+    """The weights a Paddle program quantizes: those with a scale (``<weight>@scale``)."""
+    return {name[: -len(WEIGHT_SCALE)] for name in params if name.endswith(WEIGHT_SCALE)}
+
+
+def print_rows(rows, title):
+    print(title)
+    print(f"  {'weight':32s} {'shape':20s} density pattern  precision")
+    for row in rows:
+        pattern = "2:4" if row["is_2to4"] else "dense"
+        flag = (
+            "  <-- marked sparse but NOT 2:4" if row["marked_sparse"] and not row["is_2to4"] else ""
+        )
+        print(
+            f"  {row['param']:32s} {str(row['shape']):20s} {row['density']:.3f}   "
+            f"{pattern:7s}  {row['precision']}{flag}"
+        )
+
+
+def tables(path):
+    """{where: rows} for ``path`` and, for an exported model, its model.onnx; and the
+    names marked sparse."""
+    params, marked, source = load_for_check(path)
+    result = {path: rows_with_precision(params, marked, scaled(params), source)}
+    onnx_model = onnx_weights(path) if exported.is_exported_model(path) else None
+    if onnx_model:
+        weights, quantized = onnx_model
+        result[os.path.join(path, exported.ONNX_FILE)] = rows_with_precision(
+            {n: np.asarray(v) for n, v in weights.items()}, marked, quantized, source
+        )
+    return result, marked
+
+
+def report(path, json_path=None):
+    """Print the tables of ``path``; returns the violations (``where: weight``): weights
+    marked sparse that are not 2:4, or missing."""
+    found, marked = tables(path)
+    failures = []
+    for where, rows in found.items():
+        print_rows(rows, where)
+        bad = [r["param"] for r in rows if r["marked_sparse"] and not r["is_2to4"]]
+        missing = sorted(marked - {r["param"] for r in rows})
+        failures += [f"{where}: {name}" for name in bad + missing]
+        print(
+            f"{sum(r['marked_sparse'] for r in rows)} weights marked sparse, {len(bad)} "
+            f"violate 2:4, {len(missing)} missing, {sum(r['is_2to4'] for r in rows)} of "
+            f"{len(rows)} are 2:4, {sum(r['precision'] != 'fp32' for r in rows)} int8"
+        )
+    if json_path:
+        with open(json_path, "w") as handle:
+            json.dump({"path": path, "tables": found, "violations": failures}, handle, indent=1)
+    return failures
