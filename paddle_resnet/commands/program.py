@@ -15,7 +15,7 @@ import sys
 
 from paddle_resnet.commands.flag_table import REGISTRY_CHOICES
 from paddle_resnet.core.cli import main_with
-from paddle_resnet.training import describe, programs
+from paddle_resnet.training import describe, ir, programs
 
 
 def own_flags(argv):
@@ -27,10 +27,11 @@ def own_flags(argv):
 
 def show(config, print_program=None, json_path=None):
     training = config.run.run_scope != "eval_only"
-    built = programs.build_programs(
-        config, steps_per_epoch=1, global_batch=config.data.batch_size, training=training
-    )
-    description = describe.describe(built)
+    with ir.selected(config):
+        built = programs.build_programs(
+            config, steps_per_epoch=1, global_batch=config.data.batch_size, training=training
+        )
+        description = describe.describe(built)
     if print_program:
         print(getattr(built, print_program))
     for name in ("train", "eval"):

@@ -22,6 +22,7 @@ from paddle_resnet.core.errors import ConfigError
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG_DIR = os.path.join(REPOSITORY, "configs")
 RUN_SCOPES = ("train_eval", "train_only", "eval_only")
+IRS = ("legacy", "pir")
 LR_SCHEDULES = ("cosine", "step")
 MASK_ALGOS = ("mask_1d", "mask_2d_greedy", "mask_2d_best")
 DATA_LAYOUTS = ("NCHW", "NHWC")
@@ -255,6 +256,16 @@ class RunConfig:
         False,
         "--sync-bn",
         "batch-norm statistics over all ranks (Fleet sync_batch_norm; GPUs only)",
+    )
+    ir: str = key(
+        "legacy",
+        "--ir",
+        "Paddle's static graph to build on: legacy (Fleet's AMP, ASP, QAT and data "
+        "parallelism; the only one on Paddle 2.6) or pir (Paddle 3.x; the toolkit's own "
+        "2:4 masks; exports inference.json)",
+        choices=IRS,
+        resume_may_change=True,
+        tools=TRAIN_EXPORT,
     )
     verbose: bool = key(
         False,

@@ -43,13 +43,36 @@ def nvtx_functions():
 
 
 def current_place():
-    """The place Paddle runs ops on by default (what Executor(None) would use)."""
-    return paddle.framework._current_expected_place()
+    """The place Paddle runs ops on by default (what Executor(None) would use). Under
+    PIR Paddle's own answer is an undefined generic place, which DenseTensor.set refuses:
+    the device Paddle is set to is asked instead."""
+    place = paddle.framework._current_expected_place()
+    if isinstance(place, (core.CPUPlace, core.CUDAPlace)):
+        return place
+    device = paddle.device.get_device()  # "cpu" or "gpu:N"
+    return (
+        paddle.CUDAPlace(int(device.split(":")[1]))
+        if device.startswith("gpu")
+        else paddle.CPUPlace()
+    )
 
 
 def numpy_dtype(variable_dtype):
     """The NumPy dtype name of a static variable's dtype."""
     return convert_dtype(variable_dtype)
+
+
+# ---------------------------------------------------------------- the two IRs
+
+
+def pir_guard():
+    """Build and run on PIR inside (Paddle 3.x; ``paddle.pir_utils`` is not in the
+    documented API, and 2.6 has none)."""
+    return paddle.pir_utils.IrGuard()
+
+
+def is_pir_program(program):
+    return PADDLE3 and isinstance(program, paddle.pir.Program)
 
 
 # ---------------------------------------------------------------- static programs
@@ -83,11 +106,6 @@ def fleet_initialized():
 def applied_meta_optimizers():
     """The names of the meta-optimizers Fleet applied in its last ``minimize``."""
     return fleet.fleet._get_applied_meta_list()
-
-
-def asp_supports(program, parameter_name):
-    """Whether ASP prunes this parameter (its layer type and the exclusions)."""
-    return asp.ASPHelper._is_supported_layer(program, parameter_name)
 
 
 def insert_asp_masks(main, startup, parameters):

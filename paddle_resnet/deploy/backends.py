@@ -13,7 +13,7 @@ from typing import Callable, Tuple
 
 from paddle_resnet.core import devices, optional
 from paddle_resnet.core.errors import ConfigError
-from paddle_resnet.deploy import predictor
+from paddle_resnet.deploy import exported, predictor
 from paddle_resnet.deploy.onnx_runtime import OnnxClassifier
 from paddle_resnet.deploy.openvino_runtime import OpenVinoClassifier
 
@@ -35,7 +35,12 @@ class Backend:
 def _paddle(name):
     def build(model_dir, inference_config, input_shape, max_batch, quantized):
         calls = predictor.predictor_settings(
-            inference_config, name, input_shape, max_batch, quantized=quantized
+            inference_config,
+            name,
+            input_shape,
+            max_batch,
+            quantized=quantized,
+            pir_export=exported.is_pir_export(model_dir),
         )
         return predictor.Classifier(model_dir, calls, input_shape)
 

@@ -18,6 +18,7 @@ from paddle_resnet.data.dali import open_split
 from paddle_resnet.deploy import exported, model_input, verify
 from paddle_resnet.deploy.ptq import quantize_in_place
 from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import ir
 from paddle_resnet.training import programs as program_builder
 from paddle_resnet.training.qat import (
     QAT_RECORD,
@@ -49,7 +50,18 @@ def _classes(config, meta):
 
 
 def export(config):
-    """Write the inference model of ``config``; returns the export report."""
+    """Write the inference model of ``config`` (from the IR of ``--ir``: inference.pdmodel
+    from the legacy IR, inference.json from PIR); returns the export report."""
+    if ir.is_pir(config) and config.inference.ptq_algo:
+        raise ConfigError(
+            "--ptq-algo is Paddle's static post-training quantization, built on the legacy "
+            "IR only: export with --ir legacy"
+        )
+    with ir.selected(config):
+        return _export(config)
+
+
+def _export(config):
     # The exported model takes fp32 images, whatever DALI fed training (--dali-output-fp16).
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, output_fp16=False))
     meta, state = read_weights(config.run)
@@ -79,8 +91,8 @@ def export(config):
             staging,
             exe,
             model,
-            model.global_block().var(feeds.IMAGE),
-            model.global_block().var(programs.eval_fetches["probs"].name),
+            ir.feed_target(model, feeds.IMAGE),
+            ir.fetch_target(model, programs.eval_fetches["probs"]),
             _classes(config, meta),
         )
         if sparse:

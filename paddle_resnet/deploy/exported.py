@@ -2,6 +2,7 @@
 the predictor and the sparsity checker. This module is its only owner.
 
     <dir>/inference.pdmodel, inference.pdiparams   program and weights (paddle.static.save_inference_model)
+    <dir>/inference.json                           the program instead, exported from PIR (--ir pir)
     <dir>/classes.json                             label index -> class name
     <dir>/model.json                               architecture, input, preprocessing, sparse weights
     <dir>/model.onnx                               export_model.py --onnx
@@ -16,17 +17,19 @@ import os
 import numpy as np
 import paddle
 
-from paddle_resnet.core import bootstrap, feeds
+from paddle_resnet.core import bootstrap, feeds, paddle_internals
 from paddle_resnet.core.atomic import recover_staged, staged_directory
 from paddle_resnet.core.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index, write_class_index
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.optional import require
 
-MODEL_FILE = "inference.pdmodel"
-PARAMS_FILE = "inference.pdiparams"
+_PREFIX = "inference"
+# The program file, by the IR it was exported from: legacy, PIR.
+MODEL_FILE = _PREFIX + ".pdmodel"
+PIR_MODEL_FILE = _PREFIX + ".json"
+PARAMS_FILE = _PREFIX + ".pdiparams"
 INFO_FILE = "model.json"
-_PREFIX = MODEL_FILE.rsplit(".", 1)[0]
 ONNX_FILE = "model.onnx"
 OPENVINO_DIR = "openvino"
 OPENVINO_FILE = "model.xml"
@@ -75,7 +78,7 @@ def check_dir(model_dir):
     recover_staged(os.path.dirname(os.path.abspath(model_dir)))
     if not os.path.isdir(model_dir):
         raise UserError(f"inference model folder {model_dir!r} does not exist")
-    for name in (MODEL_FILE, PARAMS_FILE, INFO_FILE):
+    for name in (os.path.basename(model_file(model_dir)), PARAMS_FILE, INFO_FILE):
         path = os.path.join(model_dir, name)
         if not os.path.isfile(path):
             raise UserError(
@@ -85,24 +88,38 @@ def check_dir(model_dir):
 
 
 def is_exported_model(path):
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, INFO_FILE))
+    """An export folder; not a PIR checkpoint, whose program file is also model.json."""
+    return all(os.path.isfile(os.path.join(path, name)) for name in (INFO_FILE, PARAMS_FILE))
+
+
+def model_file(model_dir):
+    """The program file of the export in ``model_dir``: inference.json from PIR, else
+    inference.pdmodel (whether it exists or not)."""
+    pir = os.path.join(model_dir, PIR_MODEL_FILE)
+    return pir if os.path.isfile(pir) else os.path.join(model_dir, MODEL_FILE)
+
+
+def is_pir_export(model_dir):
+    return model_file(model_dir).endswith(PIR_MODEL_FILE)
 
 
 def model_paths(model_dir):
-    """(program file, parameters file), as paddle.inference.Config takes them."""
-    return os.path.join(model_dir, MODEL_FILE), os.path.join(model_dir, PARAMS_FILE)
+    """(program file, parameters file), as paddle.inference.Config takes them (either
+    program format: Paddle Inference reads both)."""
+    return model_file(model_dir), os.path.join(model_dir, PARAMS_FILE)
 
 
 def openvino_model(model_dir, core, ov):
     """The exported model as OpenVINO reads it: converted once (about a second for
     ResNet-50), then read from ``<dir>/openvino/model.xml`` while that is newer than its
-    source. The source is inference.pdmodel, or for a quantized model model.onnx (written
-    now if missing): OpenVINO 2026.4's Paddle reader refuses Paddle's per-channel
-    quantize/dequantize ops ("quant_axis is NOT in the range of [-1]"), its ONNX reader
-    takes them. A folder that cannot be written is converted every time."""
+    source. The source is inference.pdmodel, or model.onnx (written now if missing) for a
+    quantized model and for a PIR export: OpenVINO 2026.4's Paddle reader refuses
+    Paddle's per-channel quantize/dequantize ops ("quant_axis is NOT in the range of
+    [-1]") and reads no .json ("format .json is not supported"); its ONNX reader takes
+    both. A folder that cannot be written is converted every time."""
     cached = os.path.join(model_dir, OPENVINO_DIR, OPENVINO_FILE)
     source = os.path.join(model_dir, MODEL_FILE)
-    if read_info(model_dir).get("quantization"):
+    if read_info(model_dir).get("quantization") or is_pir_export(model_dir):
         source = os.path.join(model_dir, ONNX_FILE)
         if not os.path.exists(source):
             write_onnx(model_dir)
@@ -134,12 +151,17 @@ def read_params(model_dir):
     paddle.enable_static()  # load_inference_model works in static mode only
     exe = paddle.static.Executor(paddle.CPUPlace())
     scope = paddle.static.Scope()
-    with paddle.static.scope_guard(scope):
+    ir = paddle_internals.pir_guard() if is_pir_export(model_dir) else contextlib.nullcontext()
+    with ir, paddle.static.scope_guard(scope):
         program, _, _ = paddle.static.load_inference_model(os.path.join(model_dir, _PREFIX), exe)
+        if is_pir_export(model_dir):  # a PIR program's other values have no names
+            names = [p.name for p in program.global_block().all_parameters()]
+        else:
+            names = [v.name for v in program.list_vars() if v.persistable]
         return {
-            var.name: np.array(scope.find_var(var.name).get_tensor())
-            for var in program.list_vars()
-            if var.persistable and var.name not in ("feed", "fetch")
+            name: np.array(scope.find_var(name).get_tensor())
+            for name in names
+            if name not in ("feed", "fetch")
         }
 
 

@@ -47,9 +47,12 @@ def workspace_bytes(size):
     return size if size >= 1 << 20 else size << 20
 
 
-def predictor_settings(inference_config, backend, input_shape, max_batch, quantized=False):
+def predictor_settings(
+    inference_config, backend, input_shape, max_batch, quantized=False, pir_export=False
+):
     """The ``paddle.inference.Config`` calls for ``backend``; ``input_shape`` excludes the
-    batch; ``quantized``: the model carries int8 scales (model.json ``quantization``)."""
+    batch; ``quantized``: the model carries int8 scales (model.json ``quantization``);
+    ``pir_export``: the model is PIR's inference.json."""
     inf = inference_config
     if backend != "trt" and inf.trt_precision != "FP32":
         raise ConfigError(f"--trt-precision {inf.trt_precision} needs --backend trt, not {backend}")
@@ -72,7 +75,9 @@ def predictor_settings(inference_config, backend, input_shape, max_batch, quanti
             "--cpu-precision int8: this CPU has no int8 dot products "
             "(avx512_vnni / avx_vnni / AMX); oneDNN int8 would be slower than fp32"
         )
-    calls: List[ConfigCall] = [_call("switch_ir_optim", True), _call("enable_memory_optim")]
+    calls: List[ConfigCall] = [_call("switch_ir_optim", True)]
+    if not pir_export:  # Paddle 3.3.1's PIR predictor fails with it (pass_result_info.h:48)
+        calls.append(_call("enable_memory_optim"))
     if backend == "cpu":
         calls.append(_call("disable_gpu"))
         threads = inf.cpu_threads or len(os.sched_getaffinity(0))

@@ -78,7 +78,13 @@ def verify(model_dir, data_config, inference_config, count):
     fp32_settings = dataclasses.replace(inference_config, cpu_precision="fp32")
     reference = predictor.Classifier(
         model_dir,
-        predictor.predictor_settings(fp32_settings, "cpu", input_shape, max_batch, quantized=False),
+        predictor.predictor_settings(
+            fp32_settings,
+            "cpu",
+            input_shape,
+            max_batch,
+            pir_export=exported.is_pir_export(model_dir),
+        ),
         input_shape,
     )
     expected = np.concatenate([reference(batch) for batch in images])

@@ -21,6 +21,7 @@ from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.atomic import recover_staged, staged_directory
 from paddle_resnet.core.config import run_differences
 from paddle_resnet.core.errors import CheckpointError
+from paddle_resnet.training import ir
 from paddle_resnet.training.qat import QAT_SUFFIXES
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
@@ -239,7 +240,7 @@ def load_pretrained(program, state, source, arch, may_skip=(), masks=False):
     cast to the parameter's dtype (pure-fp16 checkpoints into fp32 programs).
     """
     chosen, skipped, unexpected = [], [], []
-    for param in program.all_parameters():
+    for param in ir.parameters(program):
         if param.name.endswith(MASK_SUFFIX):
             if masks and param.name in state:
                 chosen.append(param)
@@ -282,7 +283,10 @@ def load_pretrained(program, state, source, arch, may_skip=(), masks=False):
 
 
 def master_weights(program):
-    """{parameter: its fp32 master copy} of a pure-fp16 train program (empty otherwise)."""
+    """{parameter: its fp32 master copy} of a pure-fp16 train program (empty otherwise;
+    pure fp16 is built on the legacy IR only)."""
+    if paddle_internals.is_pir_program(program):
+        return {}
     return {
         op.input("Param")[0]: op.input("MasterParam")[0]
         for op in program.global_block().ops

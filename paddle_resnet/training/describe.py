@@ -3,16 +3,14 @@ ops by type, casts, parameters, multiply-accumulates per image, and the strategi
 applied (AMP, ASP, QAT, data parallelism, the GPU fusions); the program text on request.
 The GPU-build checks and the comparison of the two IRs read the same description."""
 
-import collections
 import math
 
-from paddle_resnet.core import paddle_internals
+from paddle_resnet.training import ir
 from paddle_resnet.training.programs import applied_strategies
 from paddle_resnet.training.qat import QAT_SUFFIXES
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
-CONVOLUTIONS = ("conv2d", "depthwise_conv2d", "fused_conv2d")
-MATMULS = ("mul", "matmul", "matmul_v2")
+CONVOLUTIONS = ("conv2d", "depthwise_conv2d")
 # Ops that exist only where a fusion pass or a strategy put them.
 FUSED_PREFIXES = ("fused_", "fusion_", "resnet_unit", "conv2d_fusion")
 
@@ -20,17 +18,12 @@ FUSED_PREFIXES = ("fused_", "fusion_", "resnet_unit", "conv2d_fusion")
 def macs_per_image(program):
     """Multiply-accumulates of one image through the convolutions and matmuls of
     ``program`` (batch-norm, activations and pooling are a few % more)."""
-    block, total = program.global_block(), 0
-    for op in block.ops:
-        if op.type in CONVOLUTIONS:
-            out = block.var(op.output("Output")[0]).shape
-            weight = block.var(op.input("Filter")[0]).shape  # [Cout, Cin/groups, kh, kw]
+    total = 0
+    for kind, (x, weight), (out,) in ir.op_shapes(program):
+        if kind in CONVOLUTIONS:  # weight [Cout, Cin/groups, kh, kw]
             total += math.prod(out[1:]) * math.prod(weight[1:])
-        elif op.type in MATMULS:
-            x = block.var(op.input("X")[0]).shape
-            y = block.var(op.input("Y")[0]).shape
-            if len(y) == 2 and y[0] == x[-1]:
-                total += math.prod(x[1:]) * y[1]
+        elif len(weight) == 2 and weight[0] == x[-1]:
+            total += math.prod(x[1:]) * weight[1]
     return total
 
 
@@ -39,14 +32,14 @@ def model_parameters(program):
     ASP masks or QAT scales (the count model zoos quote: 25,557,032 for ResNet-50)."""
     params = [
         p
-        for p in program.all_parameters()
+        for p in ir.parameters(program)
         if p.trainable and not p.name.endswith((MASK_SUFFIX,) + QAT_SUFFIXES)
     ]
     return sum(math.prod(p.shape) for p in params), len(params)
 
 
 def describe_program(program):
-    ops = collections.Counter(op.type for op in program.global_block().ops)
+    ops = ir.op_types(program)
     count, tensors = model_parameters(program)
     return {
         "ops": sum(ops.values()),
@@ -64,7 +57,5 @@ def describe(programs):
     result["eval"]["macs_per_image"] = macs_per_image(programs.eval)
     if programs.train is not None:
         result["train"] = describe_program(programs.train)
-        result["strategies"] = applied_strategies(
-            programs.train, paddle_internals.applied_meta_optimizers()
-        )
+        result["strategies"] = applied_strategies(programs.train)
     return result

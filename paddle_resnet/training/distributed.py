@@ -24,6 +24,7 @@ from paddle_resnet.core import bootstrap, paddle_internals, watchdog
 from paddle_resnet.core.bootstrap import paddle_chatter
 from paddle_resnet.core.devices import gpu_available
 from paddle_resnet.core.errors import UserError
+from paddle_resnet.training import ir
 
 STREAM_SYNC_OPS = ("c_sync_comm_stream", "c_sync_calc_stream")
 
@@ -176,7 +177,7 @@ def parameter_checksum(program):
     return float(
         sum(
             np.asarray(scope.find_var(p.name).get_tensor(), dtype=np.float64).sum()
-            for p in program.all_parameters()
+            for p in ir.parameters(program)
             if p.trainable
         )
     )

@@ -1,7 +1,9 @@
-"""Static train and eval programs for a ResNet, with Fleet AMP / ASP / data parallelism.
+"""Static train and eval programs for a ResNet, on either IR (``ir.py``).
 
-Programs are built in the legacy static IR: Fleet's static meta-optimizers do
-not work under Paddle 3.x's PIR (``paddle_resnet.core.bootstrap`` selects it).
+The model, loss, metrics, optimiser and LR schedule are built by the same code on both.
+What differs is who applies the strategies: on the legacy IR Fleet's
+DistributedStrategy (AMP, ASP, QAT, data parallelism), as NVIDIA's workflow does; on
+PIR, where Paddle has none of those, the toolkit (``pir_strategies.py``).
 """
 
 import contextlib
@@ -18,7 +20,7 @@ from paddle_resnet.core.bootstrap import paddle_chatter
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.metrics import top_k
 from paddle_resnet.models import build_model, model_entry
-from paddle_resnet.training import distributed, gpu_tuning
+from paddle_resnet.training import distributed, gpu_tuning, ir, pir_strategies
 from paddle_resnet.training.onednn import mark_for_onednn, onednn_wanted
 from paddle_resnet.training.optim import StepwiseLR, build_optimizer, set_weight_decay
 from paddle_resnet.training.qat import FLEET_QAT_CONFIGS, name_qat_variables
@@ -42,6 +44,15 @@ class Programs:
     # On GPUs the eval program compiled with NVIDIA's build strategy; run it instead of eval.
     eval_compiled: Optional[paddle.static.CompiledProgram] = None
     soft_target: Optional[paddle.static.Variable] = None  # the training target, for tests
+
+
+# The quantizers of QAT: Fleet's (quantize_linear) and paddle.quantization's.
+QUANTIZER_OPS = {
+    "quantize_linear",
+    "fake_quantize_dequantize_abs_max",
+    "fake_quantize_dequantize_moving_average_abs_max",
+    "fake_channel_wise_quantize_dequantize_abs_max",
+}
 
 
 def input_shape(config):
@@ -130,6 +141,8 @@ def _forward(config, mixup, training, sync_bn=False):
         image = paddle.cast(image, "float32")
     label = paddle.static.data(feeds.LABEL, [None, 1], "int64")
     model = build_model(config.model)
+    if not training and ir.is_pir(config):
+        model.eval()  # batch norm on its running statistics (legacy: clone(for_test=True))
     if sync_bn:
         model = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     mixup_lambda = None
@@ -153,22 +166,20 @@ def init_pure_fp16(programs, place):
 
 
 def applied_strategies(program, meta_optimizers=()):
-    """The Fleet strategies whose ops are in the train ``program`` (what ran, not what was
-    asked): weight masks (ASP), quantizers (QAT), gradient all-reduce (data parallelism);
-    AMP by its loss-scaling ops, or by Fleet's list of the ``meta_optimizers`` it
-    applied (on the CPU build AMP with a static loss scale leaves no op)."""
-    ops = program.global_block().ops
-    types = {op.type for op in ops}
+    """The strategies whose ops are in the train ``program`` (what ran, not what was
+    asked), on either IR: weight masks (ASP), quantizers (QAT), gradient all-reduce (data
+    parallelism); AMP by its loss-scaling ops, or by Fleet's list of the
+    ``meta_optimizers`` it applied (on the CPU build AMP with a static loss scale leaves
+    no op)."""
+    types = set(ir.op_types(program))
     return {
         "AMP": (
             "AMPOptimizer" in meta_optimizers
             or bool({"check_finite_and_unscale", "update_loss_scaling"} & types)
         ),
-        "ASP": any(
-            op.type == "elementwise_mul" and op.input("Y")[0].endswith(MASK_SUFFIX) for op in ops
-        ),
-        "QAT": bool({"quantize_linear", "fake_quantize_dequantize_abs_max"} & types),
-        "data parallelism": bool({"c_allreduce_sum", "all_reduce"} & types),
+        "ASP": ir.masks_applied(program, MASK_SUFFIX),
+        "QAT": bool(QUANTIZER_OPS & types),
+        "data parallelism": bool({"c_allreduce_sum", "all_reduce", "all_reduce_"} & types),
     }
 
 
@@ -191,6 +202,33 @@ def check_strategies_applied(config, program):
         )
 
 
+def _fleet_minimize(config, optimizer, programs, main, startup, on_gpu, kept_dense):
+    """The legacy IR's strategies, by Fleet: AMP, ASP, QAT, data parallelism (and the
+    GPU fusions); returns Fleet's optimizer."""
+    if config.asp.enabled:
+        asp.set_excluded_layers(main_program=main, param_names=kept_dense)
+    distributed.init_fleet()
+    if on_gpu:
+        gpu_tuning.apply_cudnn_flags()
+    strategy = distributed_strategy(config, on_gpu)
+    optimizer = fleet.distributed_optimizer(optimizer, strategy=strategy)
+    # fleet prints its optimizer choice; CPU ranks talk through gloo
+    with (
+        paddle_chatter(bootstrap.verbose()),
+        distributed.collective_rewrite(main, startup),
+        gpu_tuning.passes_applied(on_gpu),
+    ):
+        optimizer.minimize(programs.train_fetches["loss"], startup)
+    if config.asp.enabled and not strategy.asp:
+        enforce_masks(main, startup)
+    check_strategies_applied(config, main)
+    if config.qat.enabled:
+        name_qat_variables(main)
+    if config.amp.fuse_resunit:
+        gpu_tuning.fuse_resunits(main, startup)
+    return optimizer
+
+
 def build_programs(config, steps_per_epoch=None, global_batch=None, training=True, on_gpu=None):
     """The eval program, and with ``training`` the train program; ``on_gpu`` (default:
     whether this process has a GPU) builds them for a GPU, NVIDIA's settings included.
@@ -199,6 +237,8 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     parameter names: the two programs share their parameters through the scope.
     """
     paddle.enable_static()
+    ir.check(config)
+    pir = ir.is_pir(config)
     on_gpu = devices.gpu_available() if on_gpu is None else on_gpu
     gpu_tuning.check_resunit(config, on_gpu)
     num_classes = config.model.num_classes
@@ -206,16 +246,17 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     with paddle.static.program_guard(eval_main, eval_startup), paddle.utils.unique_name.guard():
         model, label, logits, _ = _forward(config, mixup=False, training=False)
         eval_fetches = _eval_head(logits, label, num_classes)
-    eval_program = eval_main.clone(for_test=True)
-    programs = Programs(
-        startup=eval_startup,
-        eval=eval_program,
-        model=model,
-        eval_fetches={
+    if pir:  # PIR's clone has no for_test: the model was built in eval mode
+        eval_program = eval_main
+    else:
+        eval_program = eval_main.clone(for_test=True)
+        eval_fetches = {
             name: eval_program.global_block().var(var.name) for name, var in eval_fetches.items()
-        },
+        }
+    programs = Programs(
+        startup=eval_startup, eval=eval_program, model=model, eval_fetches=eval_fetches
     )
-    if on_gpu:
+    if on_gpu and not pir:
         programs.eval_compiled = paddle.static.CompiledProgram(
             eval_program, build_strategy=gpu_tuning.build_strategy(config, training=False)
         )
@@ -223,7 +264,7 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
         return programs
 
     main, startup = paddle.static.Program(), paddle.static.Program()
-    main.random_seed = startup.random_seed = config.run.seed
+    ir.seed(main, startup, config.run.seed)
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
         model, label, logits, mixup_lambda = _forward(
             config, mixup=config.loss.mixup_alpha > 0, training=True, sync_bn=config.run.sync_bn
@@ -231,41 +272,25 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
         programs.train_fetches, programs.soft_target = _train_head(
             logits, label, num_classes, config.loss.label_smoothing, mixup_lambda
         )
-        set_weight_decay(main.all_parameters(), config.optimizer)
+        set_weight_decay(ir.parameters(main), config.optimizer)
         scheduler = StepwiseLR(config.lr, steps_per_epoch, config.run.epochs, global_batch)
         optimizer = build_optimizer(
             config.optimizer,
             scheduler,
             multi_precision=config.amp.enabled and config.amp.use_pure_fp16,
         )
-        if config.asp.enabled:
-            dense = model_entry(config.model.arch).dense_under_sparsity + config.asp.exclude
-            asp.set_excluded_layers(
-                main_program=main, param_names=excluded_parameters(model, dense)
+        dense = model_entry(config.model.arch).dense_under_sparsity + config.asp.exclude
+        kept_dense = excluded_parameters(model, dense) if config.asp.enabled else []
+        if pir:
+            pir_strategies.minimize(config, optimizer, programs.train_fetches["loss"], kept_dense)
+        else:
+            optimizer = _fleet_minimize(
+                config, optimizer, programs, main, startup, on_gpu, kept_dense
             )
-        distributed.init_fleet()
-        if on_gpu:
-            gpu_tuning.apply_cudnn_flags()
-        strategy = distributed_strategy(config, on_gpu)
-        optimizer = fleet.distributed_optimizer(optimizer, strategy=strategy)
-        # fleet prints its optimizer choice; CPU ranks talk through gloo
-        with (
-            paddle_chatter(bootstrap.verbose()),
-            distributed.collective_rewrite(main, startup),
-            gpu_tuning.passes_applied(on_gpu),
-        ):
-            optimizer.minimize(programs.train_fetches["loss"], startup)
-        if config.asp.enabled and not strategy.asp:
-            enforce_masks(main, startup)
-        check_strategies_applied(config, main)
-        if config.qat.enabled:
-            name_qat_variables(main)
-        if config.amp.fuse_resunit:
-            gpu_tuning.fuse_resunits(main, startup)
     programs.startup, programs.train, programs.model = startup, main, model
     programs.lr_scheduler, programs.optimizer = scheduler, optimizer
     programs.mixup_feed = feeds.MIXUP_LAMBDA if mixup_lambda is not None else None
-    if onednn_wanted(config):
+    if not pir and onednn_wanted(config):
         # Not the eval program: oneDNN's inference-mode convolutions cache their reordered
         # weights, and evaluation between epochs then saw stale ones (measured: 61 % top-1
         # where the same checkpoint evaluated plain gave 85 %).

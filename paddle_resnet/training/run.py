@@ -24,7 +24,7 @@ from paddle_resnet.data.folder import (
 )
 from paddle_resnet.models import model_entry
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import distributed
+from paddle_resnet.training import distributed, ir
 from paddle_resnet.training import programs as program_builder
 from paddle_resnet.training.loop import evaluate, mixup_weights, train_one_epoch, train_step
 from paddle_resnet.training.profiling import step_profiler
@@ -155,7 +155,7 @@ def run(config, report_stream=None, after_training=None):
     """Run ``config.run.run_scope``; returns the final metrics (rank 0's view).
     ``after_training(config)``: rank 0's last step of a training run (the export of
     train.py --inference-dir), its {metric: value} added to the summary."""
-    with distributed.launcher_stop_reported():
+    with distributed.launcher_stop_reported(), ir.selected(config):
         return _run(config, report_stream, after_training)
 
 

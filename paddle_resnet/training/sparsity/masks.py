@@ -1,19 +1,24 @@
 """ASP in a training run: which layers stay dense, pruning after the weights are loaded,
-a per-layer table, and verification that the pattern holds after every epoch."""
+a per-layer table, and verification that the pattern holds after every epoch.
+
+On both IRs the program holds a mask variable per prunable weight (legacy: made by
+Fleet's ASP; PIR: by ``pir_strategies.add_masks``); pruning computes the masks with the
+toolkit's own algorithms (``pattern.prune_mask``, equal to Paddle's ASP on the same
+weights) and writes mask and pruned weight into the scope."""
 
 import numpy as np
 import paddle
-from paddle.incubate import asp
-from paddle.incubate.asp.utils import MaskAlgo
 
 from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.training import ir
 from paddle_resnet.training.sparsity.pattern import (
     MASK_SUFFIX,
     SparsityViolation,
     density,
     is_2to4,
     is_pruning_mask,
+    prune_mask,
 )
 
 
@@ -48,19 +53,20 @@ def _mask(program, param_name):
     program of this process left in the scope is not this program's (a layer excluded
     here may have been pruned there)."""
     name = param_name + MASK_SUFFIX
-    return _scope_array(name) if program.global_block().has_var(name) else None
+    return _scope_array(name) if name in ir.persistable_names(program) else None
 
 
 def layer_table(programs):
     """One row per weight: name, layer, shape, status (pruned / excluded / dense) and density."""
     layer_of = {param.name: path for path, param in programs.model.named_parameters()}
     rows = []
-    for param in programs.train.all_parameters():
+    masked = ir.persistable_names(programs.train)
+    for param in ir.parameters(programs.train):
         if len(param.shape) < 2 or param.name.endswith(MASK_SUFFIX):
             continue
         if is_pruning_mask(_mask(programs.train, param.name)):
             status = "pruned"
-        elif not paddle_internals.asp_supports(programs.train, param.name):
+        elif param.name + MASK_SUFFIX not in masked:
             status = "excluded (kept dense by configuration)"
         else:
             status = "dense (too few input channels for 2:4)"
@@ -81,7 +87,7 @@ def enforce_masks(main, startup):
     Fleet cannot combine ASP with another meta-optimizer (QAT): a mask variable for
     every weight ASP supports (not excluded), multiplied into the weight after each
     update (Paddle's own ``ASPHelper`` steps, the ones ``asp.decorate`` runs)."""
-    params = [p for p in main.all_parameters() if p.trainable]
+    params = [p for p in ir.parameters(main) if p.trainable]
     paddle_internals.insert_asp_masks(main, startup, params)
 
 
@@ -90,7 +96,7 @@ def masks_from_weights(program, place):
     toolkit's files carry theirs): the weight's zeros become its mask, so training keeps
     the pattern the file has instead of computing a new one."""
     scope = paddle.static.global_scope()
-    for param in program.all_parameters():
+    for param in ir.parameters(program):
         mask = _mask(program, param.name)
         if mask is None or is_pruning_mask(mask):
             continue
@@ -102,13 +108,17 @@ def masks_from_weights(program, place):
 
 
 def prune(program, mask_algo, place):
-    """``asp.prune_model`` on ``place``, this process's device. Paddle's own call picks a
-    GPU whenever its build has CUDA and the program carries Fleet's sharding degree (8
-    by default, whether or not sharding is used): on the GPU build without a usable GPU
-    that ended the process (exit status 255, no message)."""
-    asp.ASPHelper.prune_model_by_program(
-        place, program, n=2, m=4, mask_algo=MaskAlgo[mask_algo.upper()], with_mask=True
-    )
+    """Each masked weight of ``program`` pruned to 2:4 by ``mask_algo``: its mask and the
+    masked weight written into the scope on ``place``, this process's device."""
+    scope = paddle.static.global_scope()
+    masked = ir.persistable_names(program)
+    for param in ir.parameters(program):
+        if param.name + MASK_SUFFIX not in masked:
+            continue
+        weight = _scope_array(param.name)
+        mask = prune_mask(weight, mask_algo)
+        scope.find_var(param.name + MASK_SUFFIX).get_tensor().set(mask, place)
+        scope.find_var(param.name).get_tensor().set(weight * mask, place)
 
 
 def prepare(programs, asp_config, report, resumed, place):
@@ -139,7 +149,7 @@ def prepare(programs, asp_config, report, resumed, place):
 def verify(programs, report, where):
     """Every masked weight still holds 2:4 with its zeros where its mask says; raise if not."""
     checked = 0
-    for param in programs.train.all_parameters():
+    for param in ir.parameters(programs.train):
         mask = _mask(programs.train, param.name)
         if not is_pruning_mask(mask):
             continue

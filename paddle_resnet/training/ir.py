@@ -1,0 +1,144 @@
+"""The IR seam: which of Paddle's two static graphs a run builds on, and the few
+questions about a built program whose answer differs between them.
+
+- legacy: Paddle's ProgramDesc IR, the one NVIDIA's workflow stands on (Fleet's
+  DistributedStrategy for AMP, ASP, QAT and data parallelism); the only one on 2.6.
+- pir: Paddle 3.x's new IR. Paddle has no PIR implementation of ASP, static QAT or the
+  Fleet meta-optimizers: on PIR the toolkit applies its own 2:4 masks
+  (``sparsity/masks.py``) and its own strategies (``pir_strategies.py``).
+
+The process starts on the legacy IR (``core/bootstrap.py`` sets
+``FLAGS_enable_pir_api=0`` before Paddle loads); a PIR run switches for its whole
+length with ``selected(config)`` (Paddle's ``IrGuard``: the flag, the Program classes
+and the dtypes change together), so one process can build and run either.
+"""
+
+import collections
+import contextlib
+
+import paddle
+
+from paddle_resnet.core import paddle_internals
+from paddle_resnet.core.errors import ConfigError
+
+# What each IR cannot do, as one line naming the IR that can.
+LEGACY_ONLY = {
+    "amp.enabled": "--amp",
+    "amp.fuse_resunit": "--fuse-resunit",
+    "qat.enabled": "--qat",
+    "run.sync_bn": "--sync-bn",
+    "run.cpu_onednn": "--cpu-onednn",
+}
+
+
+def is_pir(config):
+    return config.run.ir == "pir"
+
+
+def check(config):
+    """The options ``config.run.ir`` cannot run, refused in one line."""
+    if not is_pir(config):
+        return
+    if not paddle_internals.PADDLE3:
+        raise ConfigError(
+            f"--ir pir needs Paddle 3.x (this is Paddle {paddle.__version__}): "
+            "use --ir legacy, or install Paddle 3 (scripts/setup.sh with PADDLE_VERSION=3.3.1)"
+        )
+    for dotted, flag in LEGACY_ONLY.items():
+        section, name = dotted.split(".")
+        if getattr(getattr(config, section), name):
+            raise ConfigError(f"{flag} is built on the legacy IR only: use --ir legacy")
+
+
+def selected(config):
+    """The IR of ``config`` for the enclosed building and running."""
+    if is_pir(config):
+        return paddle_internals.pir_guard()
+    return contextlib.nullcontext()
+
+
+def op_types(program):
+    """{op type: count} of ``program``'s global block, legacy names on both IRs
+    (``pd_op.conv2d`` is counted as ``conv2d``)."""
+    if paddle_internals.is_pir_program(program):
+        names = (op.name().split(".", 1)[-1] for op in program.global_block().ops)
+    else:
+        names = (op.type for op in program.global_block().ops)
+    return collections.Counter(names)
+
+
+def parameters(program):
+    return program.global_block().all_parameters()
+
+
+def persistable_names(program):
+    return {v.name for v in program.list_vars() if v.persistable}
+
+
+def seed(main, startup, value):
+    """The seed of the parameter initialisers (and of random ops) of a program pair."""
+    main.random_seed = startup.random_seed = value
+
+
+# The inputs and outputs of the ops ``describe.py`` measures, by the legacy slot names;
+# PIR's operands and results come in this order.
+_SLOTS = {
+    "conv2d": (("Input", "Filter"), ("Output",)),
+    "depthwise_conv2d": (("Input", "Filter"), ("Output",)),
+    "matmul_v2": (("X", "Y"), ("Out",)),
+    "matmul": (("X", "Y"), ("Out",)),
+    "mul": (("X", "Y"), ("Out",)),
+}
+
+
+def op_shapes(program):
+    """(op type, input shapes, output shapes) of the convolutions and matmuls of
+    ``program``, on either IR."""
+    block = program.global_block()
+    pir = paddle_internals.is_pir_program(program)
+    for op in block.ops:
+        kind = op.name().split(".", 1)[-1] if pir else op.type
+        if kind not in _SLOTS:
+            continue
+        inputs, outputs = _SLOTS[kind]
+        if pir:
+            ins = [list(op.operand_source(i).shape) for i in range(len(inputs))]
+            outs = [list(op.result(i).shape) for i in range(len(outputs))]
+        else:
+            ins = [list(block.var(op.input(slot)[0]).shape) for slot in inputs]
+            outs = [list(block.var(op.output(slot)[0]).shape) for slot in outputs]
+        yield kind, ins, outs
+
+
+def feed_target(program, name):
+    """The input variable (legacy) or value (PIR) ``name`` of ``program``."""
+    if paddle_internals.is_pir_program(program):
+        for op in program.global_block().ops:
+            if op.name() == "pd_op.data" and op.attrs()["name"] == name:
+                return op.result(0)
+        raise KeyError(name)
+    return program.global_block().var(name)
+
+
+def fetch_target(program, fetched):
+    """What ``program`` computes for ``fetched`` (a legacy variable is looked up by name:
+    a cloned program has its own)."""
+    if paddle_internals.is_pir_program(program):
+        return fetched
+    return program.global_block().var(fetched.name)
+
+
+def masks_applied(program, suffix):
+    """Whether ``program`` multiplies weights by mask variables (names ending in
+    ``suffix``) after its updates: Fleet's ASP on the legacy IR, the toolkit's on PIR."""
+    if paddle_internals.is_pir_program(program):
+        return any(
+            op.name() == "pd_op.multiply"
+            and op.operand_source(1).persistable
+            and op.operand_source(1).name.endswith(suffix)
+            for op in program.global_block().ops
+        )
+    return any(
+        op.type == "elementwise_mul" and op.input("Y")[0].endswith(suffix)
+        for op in program.global_block().ops
+    )
