@@ -26,7 +26,6 @@ import time
 import numpy as np
 import paddle
 
-from paddle_resnet.commands import export_model
 from paddle_resnet.core import feeds
 from paddle_resnet.deploy import model_input
 from paddle_resnet.training import programs as program
@@ -37,6 +36,7 @@ from paddle_resnet.data.dali import open_split
 from paddle_resnet.core.metrics import latency_summary, time_steps
 from paddle_resnet.deploy.openvino_runtime import OpenVinoClassifier
 from paddle_resnet.core.optional import require
+from paddle_resnet.deploy import export as exporting
 
 
 def export_random_models(arch, size, workdir, calibration_root):
@@ -62,7 +62,7 @@ def export_random_models(arch, size, workdir, calibration_root):
         ),
     ):
         folders.append(os.path.join(workdir, name))
-        export_model.export(
+        exporting.export(
             build_config(
                 dict(
                     values,

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from paddle_resnet.commands import export_model
+
 from paddle_resnet.deploy import inference
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.core import feeds
@@ -36,6 +36,7 @@ from paddle_resnet.deploy import exported
 from paddle_resnet.core.config import PTQ_ALGOS, build_config
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.core.optional import require
+from paddle_resnet.deploy import export as exporting
 
 onnxruntime = require("onnxruntime", "scripts/compare_quantization.py")
 
@@ -129,7 +130,7 @@ def main():
                 **values,
             )
             start = time.perf_counter()
-            export_model.export(build_config(config))
+            exporting.export(build_config(config))
             held = pattern_held(config["inference.model_dir"])
             return config, time.perf_counter() - start, held
 

@@ -147,6 +147,22 @@ def test_gradients_are_averaged_across_ranks(tmp_path, amp):
         assert np.isfinite(rank0[name]).all()
 
 
+@pytest.mark.skipif(not PADDLE3, reason="PIR needs Paddle 3")
+def test_gradients_are_averaged_across_ranks_on_pir(tmp_path):
+    """On PIR, where Fleet's collective strategy cannot build, the toolkit's own gradient
+    all-reduce: both ranks equal one process on the whole batch."""
+    run = [sys.executable, TOY, str(tmp_path / "one"), "--pir"]
+    ok(subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=120))
+    ok(launch([TOY, str(tmp_path / "two"), "--pir"], tmp_path / "logs"))
+    one, rank0, rank1 = (
+        np.load(tmp_path / name) for name in ("one.0.npz", "two.0.npz", "two.1.npz")
+    )
+    assert "all_reduce_" in list(rank0["ops"]) and "all_reduce_" not in list(one["ops"])
+    for name in ("linear_0.w_0", "linear_0.b_0"):
+        np.testing.assert_array_equal(rank0[name], rank1[name])
+        np.testing.assert_allclose(rank0[name], one[name], rtol=1e-6, atol=1e-7)
+
+
 def test_two_ranks_train_with_agreeing_parameters_and_exact_evaluation(two_ranks):
     records = read_report(str(two_ranks / "report.json"))
     assert [r["type"] for r in records].count("PARAMETER") == 1  # rank 0 alone wrote it

@@ -13,11 +13,11 @@ import paddle
 import pytest
 
 from conftest import ROOT, flat, small_config
-from paddle_resnet.commands import export_model
 from paddle_resnet.core import devices, feeds
 from paddle_resnet.core.config import InferenceConfig, build_config
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
 from paddle_resnet.data.folder import scan_split
+from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported, model_input, predictor
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.loop import train_step
@@ -74,7 +74,7 @@ def test_dali_gpu_decoding_matches_cpu_decoding(imagenet_root):
 @pytest.fixture(scope="module")
 def model_dir(trained, tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_export")
-    export_model.export(
+    exporting.export(
         build_config(
             dict(
                 flat(trained),

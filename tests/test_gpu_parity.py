@@ -11,7 +11,7 @@ import paddle
 import pytest
 
 from conftest import ROOT, flat, once, small_config
-from paddle_resnet.commands import export_model, train
+from paddle_resnet.commands import train
 from paddle_resnet.core import affinity, devices, feeds
 from paddle_resnet.core.cli import build_parser, config_from_args
 from paddle_resnet.core.config import build_config
@@ -19,6 +19,7 @@ from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import DataSplit, make_loader
 from paddle_resnet.data.folder import scan_split
+from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported, inference, predictor
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import gpu_tuning, profiling
@@ -176,7 +177,7 @@ def test_export_at_the_end_equals_export_model(four_channel_run, tmp_path):
             },
         )
     )
-    export_model.export(again)
+    exporting.export(again)
     at_end, by_tool = str(config.inference.model_dir), str(tmp_path / "again")
     assert exported.read_info(at_end) == exported.read_info(by_tool)
     for name, value in exported.read_params(by_tool).items():

@@ -13,13 +13,14 @@ import pytest
 from paddle.inference import PrecisionType
 
 from conftest import flat
-from paddle_resnet.commands import export_model, inference
+from paddle_resnet.commands import inference
 from paddle_resnet.core import feeds
 from paddle_resnet.core.config import InferenceConfig, build_config
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
 from paddle_resnet.data.folder import scan_split
+from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported as exported_model
 from paddle_resnet.deploy import inference as inference_lib
 from paddle_resnet.deploy import model_input, predictor
@@ -40,7 +41,7 @@ def exported(trained, tmp_path_factory):
             },
         )
     )
-    report = export_model.export(config)
+    report = exporting.export(config)
     return config, report
 
 
@@ -67,7 +68,7 @@ def test_our_checkpoints_parameters_export_with_their_class_names(exported, tmp_
     checkpoint's (its meta.json), not the label numbers."""
     config, _ = exported
     weights = os.path.join(config.run.from_checkpoint, "3", "model.pdparams")
-    export_model.export(
+    exporting.export(
         build_config(
             dict(
                 flat(config),
@@ -376,7 +377,7 @@ def test_nhwc_export_equals_nchw(exported, tmp_path):
             },
         )
     )
-    report = export_model.export(nhwc)
+    report = exporting.export(nhwc)
     assert report["layout"] == "NHWC" and report["input_shape"] == [32, 32, 3]
     images = np.random.default_rng(0).standard_normal((4, 3, 32, 32)).astype("float32")
     expected = build(config)(images)
@@ -396,7 +397,7 @@ def test_failed_export_keeps_the_previous_one(exported, monkeypatch):
 
     monkeypatch.setattr(paddle.static, "save_inference_model", crash)
     with pytest.raises(KeyboardInterrupt):
-        export_model.export(config)
+        exporting.export(config)
     after = {
         name: open(os.path.join(model_dir, name), "rb").read() for name in os.listdir(model_dir)
     }
@@ -418,7 +419,7 @@ def test_onnx_export_equals_the_paddle_model(exported, tmp_path):
             },
         )
     )
-    report = export_model.export(onnx_config)
+    report = exporting.export(onnx_config)
     assert report["files"]["model.onnx"] > 40_000_000
     session = onnxruntime.InferenceSession(
         str(tmp_path / "model" / "model.onnx"), providers=["CPUExecutionProvider"]

@@ -9,11 +9,12 @@ import onnxruntime
 import pytest
 
 from conftest import flat, small_config
-from paddle_resnet.commands import export_model, train
+from paddle_resnet.commands import train
 from paddle_resnet.core import devices, feeds
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.data.dali import open_split
+from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported as exported_model
 from paddle_resnet.deploy import inference, model_input
 from paddle_resnet.training import qat as quantization
@@ -57,7 +58,7 @@ def models(learned, tmp_path_factory):
     on the demo model it kept top-1 within 0.1 point; KL lost 3.8)."""
     out = tmp_path_factory.mktemp("int8")
     fp32 = export_config(learned, out / "fp32")
-    export_model.export(fp32)
+    exporting.export(fp32)
     int8 = export_config(
         learned,
         out / "int8",
@@ -67,7 +68,7 @@ def models(learned, tmp_path_factory):
             "inference.onnx": True,
         },
     )
-    export_model.export(int8)
+    exporting.export(int8)
     return fp32, int8
 
 
@@ -139,7 +140,7 @@ def test_ptq_bad_inputs_are_one_line(trained, tmp_path):
         **{"inference.ptq_algo": "abs_max", "inference.calibration_images": 10_000},
     )
     with pytest.raises(ConfigError, match="the calibration data hold only 160"):
-        export_model.export(too_many)
+        exporting.export(too_many)
     assert not os.path.exists(tmp_path / "m")  # nothing half-written
 
 

@@ -12,11 +12,11 @@ import paddle
 import pytest
 
 from conftest import ROOT, flat, once
-from paddle_resnet.commands import export_model
 from paddle_resnet.core import devices, feeds
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.data.dali import open_split
+from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import inference, model_input, predictor, verify
 from paddle_resnet.training import programs as program
 
@@ -39,7 +39,7 @@ def export(trained, folder, **values):
             ),
         )
     )
-    return config, export_model.export(config)
+    return config, exporting.export(config)
 
 
 @pytest.fixture(scope="module")

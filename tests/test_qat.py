@@ -12,11 +12,12 @@ import pytest
 from paddle.distributed.fleet.meta_optimizers import ASPOptimizer, QATOptimizer
 
 from conftest import flat, once, small_config, train_in_fresh_process
-from paddle_resnet.commands import export_model, train
+from paddle_resnet.commands import train
 from paddle_resnet.core import devices
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import CheckpointError, ConfigError
 from paddle_resnet.core.report import read_report
+from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported, inference
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
@@ -135,7 +136,7 @@ def test_qat_export_runs_in_int8(qat_run, tmp_path):
             },
         )
     )
-    export_model.export(config)
+    exporting.export(config)
     info = exported.read_info(config.inference.model_dir)
     assert info["quantization"]["method"] == "qat"
     with open(os.path.join(config.inference.model_dir, "inference.pdmodel"), "rb") as handle:
@@ -148,7 +149,7 @@ def test_qat_export_runs_in_int8(qat_run, tmp_path):
         probs = classifier(np.zeros((2, 3, 32, 32), np.float32))
         np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-3)
     with pytest.raises(ConfigError, match="a --qat model has its scales"):
-        export_model.export(build_config(dict(flat(config), **{"inference.ptq_algo": "abs_max"})))
+        exporting.export(build_config(dict(flat(config), **{"inference.ptq_algo": "abs_max"})))
 
 
 def test_fleet_still_drops_qat_beside_asp():
@@ -190,7 +191,7 @@ def test_qat_models_are_evaluated_and_exported_only_as_qat_models(qat_run, train
         )
     )
     with pytest.raises(CheckpointError, match="give --qat"):
-        export_model.export(export)
+        exporting.export(export)
     assert not (tmp_path / "model").exists()
     dense = build_config(
         dict(

@@ -12,10 +12,10 @@ import pytest
 from paddle.distributed import fleet
 
 from conftest import ROOT, flat, once, train_in_fresh_process
-from paddle_resnet.commands import export_model
 from paddle_resnet.core import optional
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
@@ -167,7 +167,7 @@ def test_the_int8_exports_hold_the_pattern(sparse_qat, tmp_path):
             },
         )
     )
-    export_model.export(config)
+    exporting.export(config)
     info = exported.read_info(config.inference.model_dir)
     assert len(info["sparse_2to4"]) == 19 and info["quantization"]["method"] == "qat"
     export = checker(config.inference.model_dir)

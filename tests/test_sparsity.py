@@ -10,10 +10,11 @@ import pytest
 from paddle.incubate import asp
 
 from conftest import flat, once, small_config
-from paddle_resnet.commands import export_model, train
+from paddle_resnet.commands import train
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import CheckpointError, ConfigError
 from paddle_resnet.core.report import read_report
+from paddle_resnet.deploy import export as exporting
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.sparsity import pattern as sparsity
@@ -139,7 +140,7 @@ def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, t
             },
         )
     )
-    report = export_model.export(config)
+    report = exporting.export(config)
     assert len(report["sparse_2to4"]) == 18
     result = check(model_dir)
     assert result.returncode == 0, result.stderr

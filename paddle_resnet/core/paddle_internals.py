@@ -10,11 +10,15 @@ is an environment variable: ``bootstrap.py`` sets it before Paddle loads.)
 import contextlib
 
 import paddle
+from paddle import _C_ops
 from paddle.base import core
 from paddle.base.data_feeder import convert_dtype
 from paddle.distributed import fleet
 from paddle.distributed.fleet.meta_optimizers.common import CollectiveHelper
 from paddle.incubate import asp
+from paddle.quantization import QuantConfig
+from paddle.quantization.quanters import FakeQuanterWithAbsMaxObserver
+from paddle.quantization.quanters.abs_max import FakeQuanterWithAbsMaxObserverLayer
 from paddle.static.amp.decorator import OptimizerWithMixedPrecision
 from paddle.static.quantization import quanter
 
@@ -73,6 +77,39 @@ def pir_guard():
 
 def is_pir_program(program):
     return PADDLE3 and isinstance(program, paddle.pir.Program)
+
+
+def apply_optimize(optimizer, loss, params_grads):
+    """The second half of ``optimizer.minimize`` over given gradients, on PIR. The public
+    ``apply_gradients`` fails there on 3.3.1 (its learning-rate variable is created with
+    a str dtype: "full: argument (position 3) must be one of paddle::DataType")."""
+    return optimizer._apply_optimize(loss, None, params_grads)
+
+
+def pir_qat_config(moving_rate=0.9, bits=8):
+    """``paddle.quantization``'s QuantConfig for QAT on PIR: moving-average abs-max fake
+    quantization of activations and weights, with the evaluation path repaired. Paddle
+    3.3.1's own quanter builds an eval-mode PIR program that fails at run time ("Tensor
+    not initialized yet": its kernel leaves OutScale unset in test mode, then the layer
+    copies it into the scale); in eval mode this one quantizes with the trained scale and
+    copies nothing."""
+    factory = _EvalSafeAbsMaxQuanter(moving_rate=moving_rate, bit_length=bits)
+    return QuantConfig(activation=factory, weight=factory)
+
+
+class _EvalSafeAbsMaxQuanterLayer(FakeQuanterWithAbsMaxObserverLayer):
+    def pir_forward(self, input):
+        if self.training:
+            return super().pir_forward(input)
+        out, _, _, _ = _C_ops.fake_quantize_dequantize_moving_average_abs_max(
+            input, self._scale, None, None, self._moving_rate, self._bit_length, True, 1
+        )
+        return out
+
+
+class _EvalSafeAbsMaxQuanter(FakeQuanterWithAbsMaxObserver):
+    def _get_class(self):
+        return _EvalSafeAbsMaxQuanterLayer
 
 
 # ---------------------------------------------------------------- static programs

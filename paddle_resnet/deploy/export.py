@@ -57,6 +57,7 @@ def export(config):
             "--ptq-algo is Paddle's static post-training quantization, built on the legacy "
             "IR only: export with --ir legacy"
         )
+    ir.check(config, exporting=True)
     with ir.selected(config):
         return _export(config)
 
@@ -76,15 +77,16 @@ def _export(config):
     programs = program_builder.build_programs(config, training=False)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)
-    if config.qat.enabled:
+    legacy_qat = config.qat.enabled and not ir.is_pir(config)
+    if legacy_qat:  # PIR: the model was quantized as it was built
         quantize_eval_program(programs.eval, paddle.CPUPlace())
     state, _ = program_state(state, meta, programs.model, config, source)
     ckpt.load_pretrained(programs.eval, state, source, config.model.arch)
     sparse = sparse_parameters(state)
     info = exported.describe(config, program_builder.input_shape(config), sparse)
-    if config.qat.enabled:
+    if legacy_qat:
         info["quantization"] = QAT_RECORD
-    model = freeze_qat(programs.eval, paddle.CPUPlace()) if config.qat.enabled else programs.eval
+    model = freeze_qat(programs.eval, paddle.CPUPlace()) if legacy_qat else programs.eval
     out_dir = config.inference.directory
     with staged_directory(out_dir) as staging:  # an earlier export survives a crash
         exported.write(

@@ -202,7 +202,9 @@ def all_reduce_program(name, shape, dtype):
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
         values = paddle.static.data(name, shape, dtype)
-        if paddle_internals.PADDLE3:
+        if paddle_internals.is_pir_program(main):
+            paddle.distributed.all_reduce(values)
+        elif paddle_internals.PADDLE3:
             # paddle.distributed.all_reduce rejects legacy static variables on 3.x.
             main.global_block().append_op(
                 type="all_reduce",
@@ -212,7 +214,7 @@ def all_reduce_program(name, shape, dtype):
             )
         else:
             paddle.distributed.all_reduce(values)
-    if uses_gloo():
+    if uses_gloo() and not paddle_internals.is_pir_program(main):
         paddle_internals.remove_ops(main, STREAM_SYNC_OPS)
     return main, values
 

@@ -5,7 +5,8 @@ questions about a built program whose answer differs between them.
   DistributedStrategy for AMP, ASP, QAT and data parallelism); the only one on 2.6.
 - pir: Paddle 3.x's new IR. Paddle has no PIR implementation of ASP, static QAT or the
   Fleet meta-optimizers: on PIR the toolkit applies its own 2:4 masks
-  (``sparsity/masks.py``) and its own strategies (``pir_strategies.py``).
+  (``pir_strategies.py``, ``sparsity/masks.py``) and quantizes the model with
+  ``paddle.quantization`` before building (``programs._forward``).
 
 The process starts on the legacy IR (``core/bootstrap.py`` sets
 ``FLAGS_enable_pir_api=0`` before Paddle loads); a PIR run switches for its whole
@@ -25,7 +26,6 @@ from paddle_resnet.core.errors import ConfigError
 LEGACY_ONLY = {
     "amp.enabled": "--amp",
     "amp.fuse_resunit": "--fuse-resunit",
-    "qat.enabled": "--qat",
     "run.sync_bn": "--sync-bn",
     "run.cpu_onednn": "--cpu-onednn",
 }
@@ -35,14 +35,21 @@ def is_pir(config):
     return config.run.ir == "pir"
 
 
-def check(config):
-    """The options ``config.run.ir`` cannot run, refused in one line."""
+def check(config, exporting=False):
+    """The options ``config.run.ir`` cannot run, refused in one line (``exporting``: for
+    export_model.py)."""
     if not is_pir(config):
         return
     if not paddle_internals.PADDLE3:
         raise ConfigError(
             f"--ir pir needs Paddle 3.x (this is Paddle {paddle.__version__}): "
             "use --ir legacy, or install Paddle 3 (scripts/setup.sh with PADDLE_VERSION=3.3.1)"
+        )
+    if config.qat.enabled and (exporting or config.inference.model_dir):
+        raise ConfigError(
+            "--qat --ir pir trains and evaluates, but Paddle Inference 3.3.1 cannot run the "
+            'exported fake-quantize ops ("Tensor holds no memory"): export QAT models from '
+            "--ir legacy"
         )
     for dotted, flag in LEGACY_ONLY.items():
         section, name = dotted.split(".")
@@ -57,14 +64,17 @@ def selected(config):
     return contextlib.nullcontext()
 
 
-def op_types(program):
-    """{op type: count} of ``program``'s global block, legacy names on both IRs
-    (``pd_op.conv2d`` is counted as ``conv2d``)."""
+def op_sequence(program):
+    """The op types of ``program``'s global block in order, without PIR's dialect prefix
+    (``pd_op.conv2d`` is ``conv2d``)."""
     if paddle_internals.is_pir_program(program):
-        names = (op.name().split(".", 1)[-1] for op in program.global_block().ops)
-    else:
-        names = (op.type for op in program.global_block().ops)
-    return collections.Counter(names)
+        return [op.name().split(".", 1)[-1] for op in program.global_block().ops]
+    return [op.type for op in program.global_block().ops]
+
+
+def op_types(program):
+    """{op type: count} of ``program``'s global block (``op_sequence``)."""
+    return collections.Counter(op_sequence(program))
 
 
 def parameters(program):

@@ -5,10 +5,15 @@ has no PIR implementation of ASP or of Fleet's static strategies.
   (``sparsity/masks.prune``), multiplied into the weight in the program after every
   optimizer step, so the pattern holds through training without a trip through the
   host; masks are saved and restored with the checkpoint like any persistable.
+- data parallelism: each gradient summed over the ranks (``all_reduce`` over the ring
+  ``distributed.init_fleet`` made: gloo on CPUs, NCCL on GPUs) and divided by their
+  number between the backward pass and the update; every rank then takes the same step,
+  the one a single process takes on the whole global batch.
 """
 
 import paddle
 
+from paddle_resnet.core import paddle_internals
 from paddle_resnet.training import ir
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
@@ -42,6 +47,14 @@ def minimize(config, optimizer, loss, kept_dense):
     """The optimizer step of the program being built (inside its ``program_guard``),
     with the strategies ``config`` asks for."""
     program = paddle.static.default_main_program()
-    optimizer.minimize(loss)
+    ranks = paddle.distributed.get_world_size()
+    if ranks > 1:
+        params_grads = [(p, g) for p, g in optimizer.backward(loss) if g is not None]
+        for _, grad in params_grads:
+            paddle.distributed.all_reduce(grad)
+            paddle.assign(grad / ranks, output=grad)
+        paddle_internals.apply_optimize(optimizer, loss, params_grads)
+    else:
+        optimizer.minimize(loss)
     if config.asp.enabled:
         add_masks(program, prunable_weights(program, kept_dense))

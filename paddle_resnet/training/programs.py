@@ -14,6 +14,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle.distributed import fleet
 from paddle.incubate import asp
+from paddle.quantization import QAT
 
 from paddle_resnet.core import bootstrap, devices, feeds, paddle_internals
 from paddle_resnet.core.bootstrap import paddle_chatter
@@ -141,6 +142,8 @@ def _forward(config, mixup, training, sync_bn=False):
         image = paddle.cast(image, "float32")
     label = paddle.static.data(feeds.LABEL, [None, 1], "int64")
     model = build_model(config.model)
+    if config.qat.enabled and ir.is_pir(config):  # legacy: Fleet's QAT pass, after building
+        model = QAT(paddle_internals.pir_qat_config()).quantize(model, inplace=True)
     if not training and ir.is_pir(config):
         model.eval()  # batch norm on its running statistics (legacy: clone(for_test=True))
     if sync_bn:

@@ -190,7 +190,7 @@ def _run(config, report_stream, after_training):
     exe.run(programs.startup)
     if training and config.amp.enabled and config.amp.use_pure_fp16:
         program_builder.init_pure_fp16(programs, place)
-    if config.qat.enabled:
+    if config.qat.enabled and not ir.is_pir(config):  # PIR: quantized as it was built
         # Before any weights are loaded, so a QAT checkpoint's scales find their variables.
         quantize_eval_program(programs.eval, place)
 
