@@ -182,6 +182,7 @@ def test_program_py_describes_the_programs_without_running_them(capsys, tmp_path
     assert described["eval"]["parameters"] == 25_557_032
     assert 4.08e9 < described["eval"]["macs_per_image"] < 4.11e9
     assert described["eval"]["ops_by_type"]["conv2d"] == 53
+    capsys.readouterr()
     argv = ["--config", "resnet18_demo", "--asp", "--print-program", "eval"]
     assert program_command.main(argv) == 0
     out = capsys.readouterr().out

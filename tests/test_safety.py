@@ -19,6 +19,7 @@ from paddle_resnet.core import devices
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import CheckpointError, ConfigError, DataError
 from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import run as training_run
 
 
 def quiet():
@@ -328,7 +329,7 @@ def test_the_report_is_closed_when_a_step_raises(fmnist_root, tmp_path, monkeypa
     report: its file handle and VisualDL's writer, with what was logged on disk."""
     opened = []
 
-    class WatchedReport(train.Report):
+    class WatchedReport(training_run.Report):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             opened.append(self)
@@ -336,8 +337,8 @@ def test_the_report_is_closed_when_a_step_raises(fmnist_root, tmp_path, monkeypa
     def broken_epoch(*args, **kwargs):
         raise RuntimeError("a step failed")
 
-    monkeypatch.setattr(train, "Report", WatchedReport)
-    monkeypatch.setattr(train, "train_one_epoch", broken_epoch)
+    monkeypatch.setattr(training_run, "Report", WatchedReport)
+    monkeypatch.setattr(training_run, "train_one_epoch", broken_epoch)
     config = small_config(fmnist_root, tmp_path / "out", **{"run.epochs": 1})
     with pytest.raises(RuntimeError, match="a step failed"):
         train.run(config, report_stream=open(os.devnull, "w"))

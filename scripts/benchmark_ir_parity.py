@@ -1,0 +1,181 @@
+"""The two IRs side by side on Paddle 3.x: the same seed, data and model, built on the
+legacy IR and on PIR (``--ir``), in one run.
+
+    .venv-paddle3/bin/python scripts/benchmark_ir_parity.py \\
+        --image-root demo_data/fashion_mnist_demo --output benchmarks/ir_parity_resnet18_demo.json
+
+1. Per-step losses of ``--steps`` training steps from the same initialisation and the
+   same batches (DALI, seeded), fp32 and with 2:4 sparsity (pruned at step 0), both on
+   Paddle's plain CPU kernels (PIR trains on no others) and the legacy IR also with its
+   default oneDNN convolutions; each variant in a fresh process.
+2. Training and evaluation img/s of each, and their ratio PIR / legacy.
+3. With ``--demo-epochs N``: the demo recipe (configs/resnet18_demo.yaml) trained N
+   epochs on each IR; top-1 of each.
+"""
+
+import paddle_resnet  # noqa: I001  (first: sets the process environment before Paddle loads)
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import paddle
+
+from paddle_resnet.commands import train
+from paddle_resnet.core import paddle_internals
+from paddle_resnet.core.config import build_config, read_recipe, resolve_config_path
+from paddle_resnet.core.report import read_report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VARIANTS = {
+    "legacy plain": {"run.ir": "legacy", "run.cpu_onednn": False},
+    "legacy oneDNN": {"run.ir": "legacy", "run.cpu_onednn": True},
+    "pir": {"run.ir": "pir"},
+}
+
+
+def recipe(args, output_dir, **values):
+    base = read_recipe(resolve_config_path("resnet18_demo"))
+    base.update(
+        {
+            "data.image_root": args.image_root,
+            "run.output_dir": output_dir,
+            "run.print_interval": 1,
+            "data.num_threads": 2,
+        }
+    )
+    base.update(values)
+    return build_config(base)
+
+
+def steps_run(args, name, sparse, scratch):
+    """One variant's losses over ``args.steps`` steps and its train / eval img/s, in a
+    fresh process (this script again, with --one)."""
+    out = tempfile.mkdtemp(dir=scratch)
+    command = [sys.executable, __file__, "--one", name, "--image-root", args.image_root]
+    command += ["--steps", str(args.steps), "--scratch", out] + (["--sparse"] if sparse else [])
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode:
+        sys.exit(f"{name}: {result.stderr.strip().splitlines()[-1]}")
+    with open(os.path.join(out, "result.json")) as handle:
+        return json.load(handle)
+
+
+def one(args):
+    """The --one child: a train_only run of ``--steps`` steps, then an eval_only pass."""
+    values = dict(VARIANTS[args.one], **{"run.epochs": 1, "run.run_scope": "train_only"})
+    if args.sparse:
+        values.update({"asp.enabled": True, "asp.prune_model": True})
+    config = recipe(args, os.path.join(args.scratch, "train"), **values)
+    # a whole epoch is 547 steps of 64: cut it by the training images the run may see
+    config = build_config(
+        dict(flat(config), **{"data.image_root": steps_tree(args, config.data.batch_size)})
+    )
+    metrics = train.run(config, report_stream=open(os.devnull, "w"))
+    losses = [r["data"]["loss"] for r in read_report(config.report_file) if r["type"] == "LOG"]
+    evaluated = recipe(
+        args,
+        os.path.join(args.scratch, "eval"),
+        **dict(
+            VARIANTS[args.one],
+            **{
+                "run.run_scope": "eval_only",
+                "run.from_checkpoint": os.path.join(args.scratch, "train", "resnet18", "1"),
+            },
+        ),
+    )
+    val = train.run(evaluated, report_stream=open(os.devnull, "w"))
+    result = {
+        "losses": losses,
+        "train_ips": metrics["run.train.images"] / metrics["run.train.seconds"],
+        "eval_ips": val["val.images"] / val["val.seconds"],
+    }
+    with open(os.path.join(args.scratch, "result.json"), "w") as handle:
+        json.dump(result, handle)
+
+
+def flat(config):
+    return {f"{s}.{k}": v for s, e in config.to_dict().items() for k, v in e.items()}
+
+
+def steps_tree(args, batch):
+    """A tree of the first ``steps * batch`` training images (by class, linked) and all
+    validation images, so that one epoch is ``--steps`` steps."""
+    root = os.path.join(args.scratch, "tree")
+    classes = sorted(os.listdir(os.path.join(args.image_root, "train")))
+    per_class = -(-args.steps * batch // len(classes))
+    for cls in classes:
+        os.makedirs(os.path.join(root, "train", cls))
+        for name in sorted(os.listdir(os.path.join(args.image_root, "train", cls)))[:per_class]:
+            os.symlink(
+                os.path.join(args.image_root, "train", cls, name),
+                os.path.join(root, "train", cls, name),
+            )
+    os.symlink(os.path.join(args.image_root, "val"), os.path.join(root, "val"))
+    return root
+
+
+def demo(args, name, scratch):
+    config = recipe(args, tempfile.mkdtemp(dir=scratch), **VARIANTS[name])
+    config = build_config(dict(flat(config), **{"run.epochs": args.demo_epochs}))
+    metrics = train.run(config, report_stream=open(os.devnull, "w"))
+    return {
+        "top1": metrics["val.top1"],
+        "train_ips": metrics["run.train.images"] / metrics["run.train.seconds"],
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--image-root", required=True)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--demo-epochs", type=int, default=0)
+    parser.add_argument("--output")
+    parser.add_argument("--one", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
+    parser.add_argument("--sparse", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        return one(args)
+    if not paddle_internals.PADDLE3:
+        sys.exit("the two IRs exist on Paddle 3.x only: run this with .venv-paddle3")
+    result = {"paddle": paddle.__version__, "steps": args.steps, "fp32": {}, "asp": {}}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in VARIANTS:
+            result["fp32"][name] = steps_run(args, name, False, scratch)
+            print(name, "fp32", {k: v for k, v in result["fp32"][name].items() if k != "losses"})
+        for name in ("legacy plain", "pir"):
+            result["asp"][name] = steps_run(args, name, True, scratch)
+            print(name, "asp", {k: v for k, v in result["asp"][name].items() if k != "losses"})
+        for kind in ("fp32", "asp"):
+            legacy, pir = result[kind]["legacy plain"], result[kind]["pir"]
+            result[kind]["largest_loss_difference"] = max(
+                abs(a - b) for a, b in zip(legacy["losses"], pir["losses"])
+            )
+        fp32 = result["fp32"]
+        result["ratios"] = {
+            "train_ips pir / legacy plain": fp32["pir"]["train_ips"]
+            / fp32["legacy plain"]["train_ips"],
+            "train_ips pir / legacy oneDNN": fp32["pir"]["train_ips"]
+            / fp32["legacy oneDNN"]["train_ips"],
+            "eval_ips pir / legacy plain": fp32["pir"]["eval_ips"]
+            / fp32["legacy plain"]["eval_ips"],
+        }
+        if args.demo_epochs:
+            result["demo"] = {name: demo(args, name, scratch) for name in ("legacy oneDNN", "pir")}
+    print(json.dumps({k: v for k, v in result.items() if k in ("ratios", "demo")}, indent=1))
+    print(
+        "largest loss difference:",
+        result["fp32"]["largest_loss_difference"],
+        result["asp"]["largest_loss_difference"],
+    )
+    if args.output:
+        with open(args.output, "w") as handle:
+            json.dump(result, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""The toolkit on Paddle's new IR (PIR, ``--ir pir``): the same model, data, checkpoints
+and reports as the legacy IR, with the toolkit's own 2:4 masks, QAT and gradient
+all-reduce where Paddle offers none on PIR. Runs on Paddle 3.x (the 3.3.1 track); on
+2.6 only the refusal."""
+
+import os
+
+import numpy as np
+import paddle
+import pytest
+from paddle.incubate import asp
+
+from conftest import PADDLE3, flat, small_config
+from paddle_resnet.commands import inference, program, train
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.core.report import read_report
+from paddle_resnet.deploy import export as exporting
+from paddle_resnet.deploy import exported, sparsity_report
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import ir, programs
+from paddle_resnet.training.loop import train_step
+from paddle_resnet.training.sparsity import pattern
+
+pir_only = pytest.mark.skipif(not PADDLE3, reason="PIR needs Paddle 3")
+
+
+@pytest.mark.parametrize("algo", sorted(pattern.MASK_ALGOS))
+@pytest.mark.parametrize("shape", [(64, 32, 3, 3), (32, 24, 1, 1), (512, 10), (8, 3, 7, 7)])
+def test_own_masks_equal_paddle_asp(algo, shape):
+    """The toolkit's mask algorithms give Paddle ASP's masks on the same weights (ties,
+    zeros and padding included), so a model pruned on either IR looks alike."""
+    rng = np.random.default_rng(sum(shape))
+    weight = rng.standard_normal(shape).astype("float32")
+    weight[rng.random(shape) < 0.1] = 0.0
+    ours = pattern.prune_mask(weight, algo)
+    if (weight.shape[1] if weight.ndim == 4 else weight.shape[0]) < 4:
+        assert (ours == 1).all()  # too few input channels: kept dense, as ASP does
+        return
+    theirs = asp.create_mask(weight.T, func_name=asp.MaskAlgo[algo.upper()], n=2, m=4).T
+    np.testing.assert_array_equal(ours, theirs)
+    assert pattern.is_2to4(weight * ours)
+
+
+@pytest.mark.skipif(PADDLE3, reason="refusal on Paddle 2.6")
+def test_pir_is_refused_on_paddle_2():
+    with pytest.raises(ConfigError, match="--ir pir needs Paddle 3.x"):
+        ir.check(build_config({"run.ir": "pir"}))
+
+
+@pir_only
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"run.sync_bn": True}, "--sync-bn is built on the legacy IR only"),
+        ({"run.cpu_onednn": True}, "--cpu-onednn is built on the legacy IR only"),
+        ({"qat.enabled": True, "inference.model_dir": "x"}, "export QAT models from --ir legacy"),
+    ],
+)
+def test_what_pir_cannot_do_is_refused_naming_the_ir_that_can(values, message):
+    with pytest.raises(ConfigError, match=message):
+        ir.check(build_config(dict(values, **{"run.ir": "pir"})))
+
+
+@pir_only
+def test_both_irs_take_the_same_steps_from_the_same_seed():
+    """Same model code, seed and batch: the PIR program's losses follow the legacy
+    program's (float sums in another order aside), and both name their parameters
+    alike, so checkpoints move between them."""
+    rng = np.random.default_rng(0)
+    feed = {
+        "data": rng.random((8, 3, 32, 32)).astype("float32"),
+        "label": rng.integers(0, 10, (8, 1)).astype("int64"),
+    }
+    losses, names = {}, {}
+    for name in ("legacy", "pir"):
+        config = build_config(
+            {
+                "model.arch": "resnet18",
+                "model.num_classes": 10,
+                "data.crop_size": 32,
+                "lr.warmup_epochs": 0.0,
+                "run.ir": name,
+                "run.cpu_onednn": False if name == "legacy" else None,
+            }
+        )
+        with ir.selected(config), paddle.static.scope_guard(paddle.static.Scope()):
+            built = programs.build_programs(config, steps_per_epoch=10, global_batch=8)
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            exe.run(built.startup)
+            losses[name] = [train_step(exe, built, feed)["loss"] for _ in range(4)]
+            names[name] = ir.persistable_names(built.train)
+    assert names["legacy"] == names["pir"]
+    np.testing.assert_allclose(losses["pir"], losses["legacy"], rtol=1e-4)
+    assert losses["pir"][-1] < losses["pir"][0]
+
+
+@pir_only
+def test_pir_prunes_trains_exports_json_and_serves(fmnist_root, tmp_path, capsys):
+    """2:4 on PIR end to end: pruned by the toolkit, the pattern held by the in-program
+    masks through training, saved with the checkpoint, exported as inference.json with
+    its weights 2:4, and served by Paddle Inference at the accuracy training measured."""
+    config = small_config(
+        fmnist_root,
+        tmp_path / "out",
+        **{
+            "run.ir": "pir",
+            "run.epochs": 1,
+            "asp.enabled": True,
+            "asp.prune_model": True,
+            "inference.model_dir": str(tmp_path / "model"),
+        },
+    )
+    metrics = train.run(config, report_stream=open(os.devnull, "w"))
+    records = read_report(config.report_file)
+    layers = next(r for r in records if r["type"] == "PARAMETER" and "layers" in r["data"])
+    pruned = [row for row in layers["data"]["layers"] if row["status"] == "pruned"]
+    assert len(pruned) == 19  # every conv but the first (3 input channels); fc kept dense
+    model_dir = str(tmp_path / "model")
+    assert os.path.isfile(os.path.join(model_dir, exported.PIR_MODEL_FILE))
+    assert not os.path.exists(os.path.join(model_dir, exported.MODEL_FILE))
+    assert sparsity_report.report(model_dir) == []
+    saved = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(tmp_path / "out"), "resnet18", 1))[1]
+    assert len(pattern.sparse_parameters(saved)) == 19
+    argv = ["--inference-dir", model_dir, "--mode", "accuracy", "--image-root", fmnist_root]
+    capsys.readouterr()
+    assert inference.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"top1 {metrics['val.top1']:.5g}" in out
+
+
+@pir_only
+def test_a_legacy_checkpoint_resumes_on_pir_as_on_legacy_and_exports(trained, tmp_path):
+    """Checkpoints move between the IRs where the parameters match: the legacy
+    checkpoint's next epoch on PIR ends where the same epoch on the legacy IR does, and
+    the result exports from PIR."""
+    metrics = {}
+    for name in ("legacy", "pir"):
+        resumed = build_config(
+            dict(
+                flat(trained),
+                **{
+                    "run.ir": name,
+                    "run.epochs": 4,
+                    "run.cpu_onednn": False if name == "legacy" else None,
+                    "run.output_dir": str(tmp_path / name),
+                    "run.from_checkpoint": ckpt.checkpoint_dir(
+                        trained.run.output_dir, "resnet18", 3
+                    ),
+                },
+            )
+        )
+        metrics[name] = train.run(resumed, report_stream=open(os.devnull, "w"))
+    assert metrics["pir"]["val.top1"] == metrics["legacy"]["val.top1"]
+    np.testing.assert_allclose(metrics["pir"]["val.loss"], metrics["legacy"]["val.loss"], rtol=1e-3)
+    export = build_config(
+        dict(
+            flat(resumed),
+            **{
+                "run.from_checkpoint": ckpt.checkpoint_dir(str(tmp_path / "pir"), "resnet18", 4),
+                "inference.model_dir": str(tmp_path / "model"),
+            },
+        )
+    )
+    assert exporting.export(export)["files"]["inference.json"] > 0
+
+
+@pir_only
+def test_program_py_shows_the_pir_programs(capsys):
+    argv = ["--config", "resnet18_demo", "--ir", "pir", "--asp", "--qat"]
+    assert program.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "strategies applied: ASP, QAT" in out
+    assert "fake_quantize_dequantize_moving_average_abs_max" in out
