@@ -13,8 +13,6 @@ legacy IR and on PIR (``--ir``), in one run.
    epochs on each IR; top-1 of each.
 """
 
-import paddle_resnet  # noqa: I001  (first: sets the process environment before Paddle loads)
-
 import argparse
 import json
 import os
@@ -104,17 +102,17 @@ def flat(config):
 def steps_tree(args, batch):
     """A tree of the first ``steps * batch`` training images (by class, linked) and all
     validation images, so that one epoch is ``--steps`` steps."""
-    root = os.path.join(args.scratch, "tree")
-    classes = sorted(os.listdir(os.path.join(args.image_root, "train")))
+    root, source = os.path.join(args.scratch, "tree"), os.path.abspath(args.image_root)
+    classes = sorted(os.listdir(os.path.join(source, "train")))
     per_class = -(-args.steps * batch // len(classes))
     for cls in classes:
         os.makedirs(os.path.join(root, "train", cls))
-        for name in sorted(os.listdir(os.path.join(args.image_root, "train", cls)))[:per_class]:
+        for name in sorted(os.listdir(os.path.join(source, "train", cls)))[:per_class]:
             os.symlink(
-                os.path.join(args.image_root, "train", cls, name),
+                os.path.join(source, "train", cls, name),
                 os.path.join(root, "train", cls, name),
             )
-    os.symlink(os.path.join(args.image_root, "val"), os.path.join(root, "val"))
+    os.symlink(os.path.join(source, "val"), os.path.join(root, "val"))
     return root
 
 

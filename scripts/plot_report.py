@@ -14,10 +14,10 @@ from paddle_resnet.core.report import read_report
 
 def last_run(records):
     """The records of the last run that validated (runs append to one report, each
-    starting with its PARAMETER record); the last run if none did."""
+    starting with its RUN record); the last run if none did."""
     runs, current = [], []
     for record in records:
-        if record["type"] == "PARAMETER" and record["step"] == "PARAMETER" and current:
+        if record["type"] == "RUN" and current:
             runs.append(current)
             current = []
         current.append(record)

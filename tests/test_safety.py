@@ -344,4 +344,4 @@ def test_the_report_is_closed_when_a_step_raises(fmnist_root, tmp_path, monkeypa
         train.run(config, report_stream=open(os.devnull, "w"))
     assert len(opened) == 1 and opened[0]._handle is None
     with open(config.report_file) as handle:
-        assert '"PARAMETER"' in handle.readline()
+        assert '"RUN"' in handle.readline() and '"PARAMETER"' in handle.readline()

@@ -189,3 +189,45 @@ def staged_directory(directory):
         else:
             os.replace(staging, directory)
         _fsync_dir(parent)
+
+
+RUN_LOCK = ".run.lock"
+
+
+@contextlib.contextmanager
+def held_by_this_run(lock_path, what):
+    """Hold ``lock_path`` (an exclusive ``flock``, its content "<host> pid <pid>") while
+    the block runs: one run per folder. A second process is refused in one line naming
+    the holder. The kernel (or the network file system's lock manager) releases the
+    lock when its process dies, wherever it ran, so a dead run's lock is simply taken
+    over; the file stays (removing it would let two processes lock two files)."""
+    os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
+    descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        with open(lock_path) as handle:
+            holder = handle.read().strip() or "another process"
+        os.close(descriptor)
+        raise UserError(
+            f"{what} is in use by a run on {holder} (it holds {lock_path} until it "
+            "ends): wait for it, or choose another folder"
+        ) from None
+    try:
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, f"{socket.gethostname()} pid {os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def run_lock(folder, what):
+    """``held_by_this_run`` for a run's output folder."""
+    return held_by_this_run(os.path.join(folder, RUN_LOCK), what)
+
+
+def export_lock(directory, what):
+    """``held_by_this_run`` for a folder that is replaced as a whole (an export): the
+    lock is its hidden sibling."""
+    parent, name = os.path.split(os.path.abspath(directory))
+    return held_by_this_run(os.path.join(parent, f".{name}.export.lock"), what)

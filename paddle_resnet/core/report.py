@@ -9,6 +9,7 @@ as NVIDIA's DLLogger writes them, so its plotting and parsing tools apply.
 
 import json
 import os
+import socket
 import sys
 import time
 
@@ -36,8 +37,9 @@ def _fits_a_bar(stream):
 
 
 class Report:
-    """Appends to the JSON-lines file (a new run never erases an old one's lines);
-    only rank 0 writes and prints."""
+    """Appends to the JSON-lines file (a new run never erases an old one's lines), each
+    run's lines beginning with a RUN record (when, host, process, command line); only
+    rank 0 writes and prints."""
 
     def __init__(self, path, enabled=True, stream=sys.stdout, visualdl_dir=None):
         self.path = path
@@ -55,6 +57,12 @@ class Report:
         if enabled and path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._handle = open(path, "a")
+        self.log(
+            "RUN",
+            {"host": socket.gethostname(), "pid": os.getpid(), "argv": sys.argv},
+            kind="RUN",
+            console=False,
+        )
 
     def log(self, step, data, kind="LOG", console=True):
         record = {

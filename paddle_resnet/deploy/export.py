@@ -10,7 +10,7 @@ import os
 import paddle
 
 from paddle_resnet.core import devices, feeds
-from paddle_resnet.core.atomic import staged_directory
+from paddle_resnet.core.atomic import export_lock, staged_directory
 from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.optional import require
@@ -58,7 +58,8 @@ def export(config):
             "IR only: export with --ir legacy"
         )
     ir.check(config, exporting=True)
-    with ir.selected(config):
+    directory = config.inference.directory
+    with export_lock(directory, f"--inference-dir {directory}"), ir.selected(config):
         return _export(config)
 
 

@@ -46,15 +46,25 @@ def train_one_epoch(
     mixup_alpha=0.0,
     seed=0,
     profiler=NoProfiler(),
+    skip=0,
+    stop=None,
 ):
-    """One pass of ``loader`` through the train program; returns the epoch's averages.
-    ``profiler`` (profiling.step_profiler) wraps each step."""
+    """One pass of ``loader`` through the train program; returns the epoch's averages,
+    with ``train.steps`` done. ``profiler`` (profiling.step_profiler) wraps each step.
+    The first ``skip`` batches are read but not trained on (a mid-epoch resume: the data
+    and MixUp streams advance as they did); the pass ends early once
+    ``stop.requested`` (``stopping.StopRequests``), after the step in flight."""
     weights = mixup_weights(mixup_alpha, seed, epoch)
     meter, timing = Meter(), Meter()
     total = len(loader)
     bar = report.progress(total, f"epoch {epoch}")
     epoch_start = tic = time.perf_counter()
+    done_steps = 0
     for step, feed in enumerate(loader):
+        if step < skip:
+            next(weights)
+            bar.update()
+            continue
         fed = time.perf_counter()
         with profiler.step((epoch - 1) * total + step):
             values = train_step(exe, programs, feed, next(weights))
@@ -73,6 +83,9 @@ def train_one_epoch(
                 console=not report.interactive,
             )
         tic = time.perf_counter()
+        done_steps = step + 1
+        if stop is not None and stop.requested:
+            break
     bar.close()
     elapsed = time.perf_counter() - epoch_start
     summary = {f"train.{k}": v for k, v in meter.averages().items() if k != "lr"}
@@ -80,23 +93,28 @@ def train_one_epoch(
     summary["train.ips"] = meter.count * world_size / elapsed
     summary["train.images"] = meter.count * world_size
     summary["train.seconds"] = elapsed
+    summary["train.steps"] = done_steps
     return summary
 
 
-def evaluate(exe, programs, loader, epoch, report, all_reduce=None):
-    """Exact top-1 / top-k / loss over every image of ``loader``.
+def evaluate(exe, programs, loader, epoch, report, all_reduce=None, predictor=None):
+    """Exact top-1 / top-k / loss over every image of ``loader``, by ``predictor``
+    (``eval_predictor.EvalPredictor``) or else the executor.
 
     Counts are summed on the host (the loader cuts the padded last batch), then
     across ranks with ``all_reduce`` when there are several.
     """
     fetch_list = [programs.eval_fetches["topk"], programs.eval_fetches["loss"]]
+    run = predictor or (
+        lambda feed: exe.run(
+            programs.eval_compiled or programs.eval, feed=feed, fetch_list=fetch_list
+        )
+    )
     totals = np.zeros(4)
     start = time.perf_counter()
     bar = report.progress(len(loader), f"validation {epoch}")
     for feed in loader:
-        top_classes, losses = exe.run(
-            programs.eval_compiled or programs.eval, feed=feed, fetch_list=fetch_list
-        )
+        top_classes, losses = run(feed)
         totals += eval_counts(top_classes, losses, np.array(feed[feeds.LABEL]))
         watchdog.beat()
         bar.update()

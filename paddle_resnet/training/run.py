@@ -3,6 +3,7 @@ data, build the programs, load the start weights (resume, pretrained or none), t
 train epochs (save, validate), evaluate only, or measure throughput; the report and the
 summary table. ``run(config, after_training)`` is what the train command calls."""
 
+import contextlib
 import itertools
 import os
 import sys
@@ -12,8 +13,10 @@ from typing import Any, Callable, Optional
 import paddle
 
 from paddle_resnet.core import affinity, devices
-from paddle_resnet.core.atomic import check_writable_folder
+from paddle_resnet.core.atomic import check_writable_folder, run_lock
+from paddle_resnet.core.bootstrap import threads_per_process
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
+from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.core.metrics import latency_summary, time_steps
 from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import make_loader, open_split, train_steps
@@ -24,7 +27,7 @@ from paddle_resnet.data.folder import (
 )
 from paddle_resnet.models import model_entry
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import distributed, ir
+from paddle_resnet.training import distributed, eval_predictor, ir, stopping
 from paddle_resnet.training import programs as program_builder
 from paddle_resnet.training.loop import evaluate, mixup_weights, train_one_epoch, train_step
 from paddle_resnet.training.profiling import step_profiler
@@ -75,10 +78,18 @@ def load_start_weights(
         return 0
     if resuming:
         ckpt.restore_state(programs.train, state)
+        steps_done = meta.get("step_in_epoch", 0)
+        if steps_done and meta.get("world_size", 1) != world_size:
+            raise CheckpointError(
+                f"{run_cfg.from_checkpoint}: saved in the middle of an epoch by "
+                f"{meta.get('world_size', 1)} rank(s); it resumes on as many (each rank's "
+                "share of the epoch would differ)"
+            )
         # The LR schedule runs over epochs: continue at the same epoch, whatever the
         # number of steps an epoch now has (it changes with the world size).
-        programs.lr_scheduler.step(meta["epoch"] * steps_per_epoch)
-        report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}")
+        programs.lr_scheduler.step(meta["epoch"] * steps_per_epoch + steps_done)
+        within = f", step {steps_done} of epoch {meta['epoch'] + 1}" if steps_done else ""
+        report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}{within}")
         saved_epochs = meta["config"]["run"]["epochs"]
         if saved_epochs != config.run.epochs:
             report.print(
@@ -160,12 +171,23 @@ def run(config, report_stream=None, after_training=None):
 
 
 def _run(config, report_stream, after_training):
+    run_cfg = config.run
+    if run_cfg.run_scope != "eval_only":
+        devices.check_training_options(config)
+    rank, world_size = distributed.init_fleet()
+    # One run per output folder, from before its checks to its last line (rank 0's
+    # lock; the other ranks follow rank 0 or end with it).
+    folder = f"--output-dir {run_cfg.output_dir}"
+    if rank == 0:
+        check_writable_folder(run_cfg.output_dir, "--output-dir")
+    with run_lock(run_cfg.output_dir, folder) if rank == 0 else contextlib.nullcontext():
+        return _run_in_folder(config, report_stream, after_training, rank, world_size)
+
+
+def _run_in_folder(config, report_stream, after_training, rank, world_size):
     run_cfg, data_cfg = config.run, config.data
     training = run_cfg.run_scope != "eval_only"
     evaluating = run_cfg.run_scope != "train_only" and not run_cfg.benchmark
-    if training:
-        devices.check_training_options(config)
-    rank, world_size = distributed.init_fleet()
     place, device_id = devices.device()
     if run_cfg.cpu_affinity and device_id is not None:
         affinity.pin_to_gpu(device_id)
@@ -177,9 +199,6 @@ def _run(config, report_stream, after_training):
         check_quantization(
             meta, state, config, run_cfg.from_checkpoint or run_cfg.from_pretrained_params
         )
-    if rank == 0:
-        check_writable_folder(run_cfg.output_dir, "--output-dir")
-
     steps_per_epoch = (
         train_steps(len(train_split), data_cfg.batch_size, world_size) if training else None
     )
@@ -240,16 +259,28 @@ def _run_with_report(
         state,
         resuming,
     )
+    resumed_steps = meta.get("step_in_epoch", 0) if resuming else 0
     if config.asp.enabled and training:
         sparse_masks.prepare(
-            programs, config.asp, report, resumed=start_epoch > 0, place=session.place
+            programs,
+            config.asp,
+            report,
+            resumed=start_epoch > 0 or resumed_steps > 0,
+            place=session.place,
         )
     if session.rank == 0:
         write_class_index(os.path.join(run_cfg.output_dir, CLASSES_FILE), classes)
 
+    fast = eval_predictor.usable(config, session.device_id is not None)
+
     def run_eval(epoch):
         loader = session.loader(val_split, training=False)
-        return evaluate(session.exe, programs, loader, epoch, report, session.all_reduce)
+        predictor = (
+            eval_predictor.EvalPredictor(programs, session.exe, threads_per_process())
+            if fast
+            else None
+        )
+        return evaluate(session.exe, programs, loader, epoch, report, session.all_reduce, predictor)
 
     metrics = {}
     with distributed.peers_watched(
@@ -258,8 +289,10 @@ def _run_with_report(
         os.path.join(run_cfg.output_dir, config.model.arch),
         run_cfg.collective_timeout,
     ):
-        if not training or (config.asp.prune_model and evaluating):
-            # Evaluation only; or pruning's immediate cost, before retraining recovers it.
+        if not training:
+            metrics.update(run_eval(evaluated_epoch(config, meta, report)))
+        elif config.asp.prune_model and evaluating:
+            # pruning's immediate cost, before retraining recovers it
             metrics.update(run_eval(start_epoch))
         if training and run_cfg.benchmark:
             metrics.update(benchmark(session, train_split))
@@ -268,7 +301,7 @@ def _run_with_report(
                 session,
                 train_split,
                 classes,
-                start_epoch,
+                (start_epoch, resumed_steps),
                 steps_per_epoch,
                 run_eval if evaluating else None,
             )
@@ -279,65 +312,113 @@ def _run_with_report(
     return metrics
 
 
-def train_epochs(session, train_split, classes, start_epoch, steps_per_epoch, run_eval):
-    """Epochs ``start_epoch + 1 .. run.epochs``: train, check that the ranks agree,
-    verify sparsity, save, validate."""
+def evaluated_epoch(config, meta, report):
+    """eval_only: which weights are evaluated, said on the console and in the report;
+    returns the epoch they were saved after (0 for other weights)."""
+    source = config.run.from_checkpoint or config.run.from_pretrained_params
+    epoch = meta["epoch"] if meta else 0
+    where = f"checkpoint {source} (epoch {epoch})" if meta else source or "the initial weights"
+    report.print(f"evaluating {where}")
+    report.log("EVALUATED", {"weights": source, "epoch": epoch}, kind="PARAMETER", console=False)
+    return epoch
+
+
+def train_epochs(session, train_split, classes, start, steps_per_epoch, run_eval):
+    """From ``start`` (epochs done, steps done in the next) to ``run.epochs``: train,
+    check that the ranks agree, verify sparsity, save, validate. A single process stops
+    on Ctrl-C / SIGTERM after its step in flight, saved (``stopping.py``)."""
     config, programs, report = session.config, session.programs, session.report
     run_cfg, rank, world_size = config.run, session.rank, session.world_size
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
     profiler = step_profiler(run_cfg)
-    for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
-        metrics = train_one_epoch(
-            session.exe,
-            programs,
-            session.loader(train_split, training=True, epoch=epoch - 1),
-            epoch,
-            report,
-            run_cfg.print_interval,
-            world_size,
-            config.loss.mixup_alpha,
-            config.data.seed,
-            profiler,
-        )
-        last = epoch == run_cfg.epochs
-        if session.all_reduce:
-            checksum = distributed.check_ranks_agree(
-                programs.train, session.all_reduce, f"after epoch {epoch}"
+    start_epoch, skip = start
+    requests = stopping.StopRequests() if world_size == 1 else contextlib.nullcontext()
+    with requests as stop:
+        for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
+            metrics = train_one_epoch(
+                session.exe,
+                programs,
+                session.loader(train_split, training=True, epoch=epoch - 1),
+                epoch,
+                report,
+                run_cfg.print_interval,
+                world_size,
+                config.loss.mixup_alpha,
+                config.data.seed,
+                profiler,
+                skip=skip if epoch == start_epoch + 1 else 0,
+                stop=stop,
             )
-            report.log(
-                [epoch],
-                {"parameter_checksum": checksum, "world_size": world_size},
-                kind="RANKS",
-                console=False,
-            )
-        if config.asp.enabled:
-            sparse_masks.verify(programs, report, where=f"epoch {epoch}")
-        # Saved before validating, so that a broken validation image never costs the epoch.
-        if rank == 0 and (epoch % run_cfg.save_interval == 0 or last):
-            directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
-            ckpt.save_checkpoint(
-                programs.train,
-                directory,
-                {
-                    "epoch": epoch,
-                    "global_step": epoch * steps_per_epoch,
-                    "world_size": world_size,
-                    "arch": config.model.arch,
-                    "classes": list(classes),
-                    "config": config.to_dict(),
-                },
-                prefix=run_cfg.model_prefix,
-            )
-            report.print(f"saved {directory}")
-        if run_eval and (epoch % run_cfg.eval_interval == 0 or last):
-            metrics.update(run_eval(epoch))
-            if metrics["val.top1"] > history.get("val.best_top1", -1.0):
-                history.update({"val.best_top1": metrics["val.top1"], "val.best_epoch": epoch})
-        report.log([epoch], metrics, kind="EPOCH", console=False)
-        history["train.seconds"] += metrics["train.seconds"]
-        history["train.images"] += metrics["train.images"]
+            if stop is not None and stop.requested:
+                _save_stopped(
+                    session, classes, epoch, metrics["train.steps"], steps_per_epoch, stop
+                )
+            last = epoch == run_cfg.epochs
+            if session.all_reduce:
+                checksum = distributed.check_ranks_agree(
+                    programs.train, session.all_reduce, f"after epoch {epoch}"
+                )
+                report.log(
+                    [epoch],
+                    {"parameter_checksum": checksum, "world_size": world_size},
+                    kind="RANKS",
+                    console=False,
+                )
+            if config.asp.enabled:
+                sparse_masks.verify(programs, report, where=f"epoch {epoch}")
+            # Saved before validating, so that a broken validation image never costs the epoch.
+            if rank == 0 and (epoch % run_cfg.save_interval == 0 or last):
+                directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
+                _save(session, classes, directory, epoch, 0, steps_per_epoch)
+            if run_eval and (epoch % run_cfg.eval_interval == 0 or last):
+                metrics.update(run_eval(epoch))
+                if metrics["val.top1"] > history.get("val.best_top1", -1.0):
+                    history.update({"val.best_top1": metrics["val.top1"], "val.best_epoch": epoch})
+            report.log([epoch], metrics, kind="EPOCH", console=False)
+            history["train.seconds"] += metrics["train.seconds"]
+            history["train.images"] += metrics["train.images"]
     profiler.close()  # a window that outlasted the training
     return dict(metrics, **{f"run.{key}": value for key, value in history.items()})
+
+
+def _save(session, classes, directory, epochs_done, steps_done, steps_per_epoch):
+    """A checkpoint after ``epochs_done`` epochs and ``steps_done`` steps of the next."""
+    config = session.config
+    ckpt.save_checkpoint(
+        session.programs.train,
+        directory,
+        {
+            "epoch": epochs_done,
+            "step_in_epoch": steps_done,
+            "global_step": epochs_done * steps_per_epoch + steps_done,
+            "world_size": session.world_size,
+            "arch": config.model.arch,
+            "classes": list(classes),
+            "config": config.to_dict(),
+        },
+        prefix=config.run.model_prefix,
+    )
+    session.report.print(f"saved {directory}")
+
+
+def _save_stopped(session, classes, epoch, steps_done, steps_per_epoch, stop):
+    """The checkpoint of a run stopped by a signal in ``epoch`` after ``steps_done``
+    steps (``<arch>/<epoch>-step<k>``), its one line, and the exit."""
+    config, report = session.config, session.report
+    name = f"{epoch}-step{steps_done}" if steps_done < steps_per_epoch else str(epoch)
+    directory = os.path.join(config.run.output_dir, config.model.arch, name)
+    epochs_done, within = (epoch - 1, steps_done) if steps_done < steps_per_epoch else (epoch, 0)
+    _save(session, classes, directory, epochs_done, within, steps_per_epoch)
+    where = f"in epoch {epoch} after step {steps_done} of {steps_per_epoch}"
+    line, code = stopping.stopped(stop.signal_number, where, directory)
+    report.log(
+        [epoch, steps_done],
+        {"signal": stop.signal_number, "checkpoint": directory},
+        kind="STOPPED",
+        console=False,
+    )
+    report.print(line)
+    raise SystemExit(code)
 
 
 def benchmark(session, train_split):
