@@ -26,6 +26,7 @@ from paddle_resnet.commands import train
 from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.config import build_config, read_recipe, resolve_config_path
 from paddle_resnet.core.report import read_report
+from paddle_resnet.data.folder import linked_subset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = {
@@ -100,20 +101,8 @@ def flat(config):
 
 
 def steps_tree(args, batch):
-    """A tree of the first ``steps * batch`` training images (by class, linked) and all
-    validation images, so that one epoch is ``--steps`` steps."""
-    root, source = os.path.join(args.scratch, "tree"), os.path.abspath(args.image_root)
-    classes = sorted(os.listdir(os.path.join(source, "train")))
-    per_class = -(-args.steps * batch // len(classes))
-    for cls in classes:
-        os.makedirs(os.path.join(root, "train", cls))
-        for name in sorted(os.listdir(os.path.join(source, "train", cls)))[:per_class]:
-            os.symlink(
-                os.path.join(source, "train", cls, name),
-                os.path.join(root, "train", cls, name),
-            )
-    os.symlink(os.path.join(source, "val"), os.path.join(root, "val"))
-    return root
+    """The image tree whose epoch is ``--steps`` steps (and all validation images)."""
+    return linked_subset(args.image_root, os.path.join(args.scratch, "tree"), args.steps * batch)
 
 
 def demo(args, name, scratch):

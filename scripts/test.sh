@@ -6,7 +6,8 @@
 #      whose behaviour can differ on that build (marker gpu_wheel) and the GPU programs
 #      built and checked as data (cuda_build); skipped where .venv already is the GPU
 #      build, and with SKIP_GPU_WHEEL=1;
-#   3. Paddle 3.3.1 in its legacy static IR, in .venv-paddle3 (SKIP_PADDLE3=1 skips it).
+#   3. Paddle 3.3.1 in .venv-paddle3, its legacy static IR and PIR (--ir pir; SKIP_PADDLE3=1
+#      skips it).
 # The environments of tracks 2 and 3 are set up in the background while track 1 runs.
 # Extra arguments go to every pytest run; the exit status is non-zero if any failed.
 #
@@ -53,7 +54,7 @@ if [ "$gpu_wheel_track" = 1 ]; then
   .venv-gpu/bin/python -m pytest tests -m "gpu_wheel or cuda_build" "$@" || status=$?
 fi
 if [ "$paddle3_track" = 1 ]; then
-  echo "== track 3: the suite on Paddle 3.3.1 (legacy static IR)"
+  echo "== track 3: the suite on Paddle 3.3.1 (legacy IR and PIR)"
   .venv-paddle3/bin/python -m pytest tests "$@" || status=$?
 fi
 exit "$status"

@@ -5,12 +5,14 @@ each finding means for the toolkit's options.
     python -m paddle_resnet.core.doctor --require gpu,trt    # exit 1 unless both are here
     python -m paddle_resnet.core.doctor --json               # the same findings as JSON
 
-Requirements (``--require``): gpu, trt, nccl, dali-gpu, bf16, int8, onnx. Exit status 0
+Requirements (``--require``): gpu, trt, nccl, dali-gpu, bf16, int8, onnx, legacy, pir
+(the IRs whose programs build on this Paddle). Exit status 0
 when every one is met, 1 when one is not (a line each names it and why), 2 for a
 requirement name it does not know.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -183,9 +185,79 @@ def package_findings():
     )
 
 
+# The Paddle APIs the toolkit's program builders call (training/programs.py, the
+# models, pir_strategies.py), each as a tiny static graph over an image batch ``x`` and
+# its labels ``y``: a Paddle that moves one of them out of reach of an IR (APIs moved to
+# C++ bindings take no legacy variable) is named before a long job starts.
+GRAPH_APIS = {
+    "paddle.static.data": lambda x, y: x,
+    "paddle.nn.Conv2D": lambda x, y: paddle.nn.Conv2D(3, 4, 3, padding=1)(x),
+    "paddle.nn.BatchNorm2D": lambda x, y: paddle.nn.BatchNorm2D(3)(x),
+    "paddle.nn.ReLU": lambda x, y: paddle.nn.ReLU()(x),
+    "paddle.nn.MaxPool2D": lambda x, y: paddle.nn.MaxPool2D(2)(x),
+    "paddle.nn.AdaptiveAvgPool2D": lambda x, y: paddle.nn.AdaptiveAvgPool2D(1)(x),
+    "paddle.flatten": lambda x, y: paddle.flatten(x, 1),
+    "paddle.nn.Linear": lambda x, y: paddle.nn.Linear(48, 4)(paddle.flatten(x, 1)),
+    "paddle.cast": lambda x, y: paddle.cast(x, "float32"),
+    "paddle.flip": lambda x, y: paddle.flip(x, [0]),
+    "paddle.reshape": lambda x, y: paddle.reshape(x, [-1, 48]),
+    "paddle.nn.functional.one_hot": lambda x, y: paddle.nn.functional.one_hot(y, 4),
+    "paddle.nn.functional.label_smooth": lambda x, y: paddle.nn.functional.label_smooth(
+        paddle.reshape(paddle.nn.functional.one_hot(y, 4), [-1, 4]), epsilon=0.1
+    ),
+    "paddle.nn.functional.cross_entropy": lambda x, y: paddle.nn.functional.cross_entropy(
+        paddle.reshape(x, [-1, 48])[:, :4], y
+    ),
+    "paddle.nn.functional.softmax": lambda x, y: paddle.nn.functional.softmax(x),
+    "paddle.topk": lambda x, y: paddle.topk(paddle.reshape(x, [-1, 48]), k=2)[1],
+    "paddle.mean": lambda x, y: paddle.mean(x),
+    "paddle.metric.accuracy": lambda x, y: paddle.metric.accuracy(
+        input=paddle.reshape(x, [-1, 48]), label=y, k=1
+    ),
+    "paddle.assign": lambda x, y: paddle.assign(x * 2.0, output=x),
+}
+# The newest Paddle on which every one of them built, per IR (this project's CI).
+LAST_KNOWN_GOOD = {"legacy": "3.3.1", "pir": "3.3.1"}
+
+
+def graph_api_failures(ir):
+    """{API: its error} of the GRAPH_APIS that do not build on ``ir`` ("legacy", "pir")."""
+    failures = {}
+    guard = paddle_internals.pir_guard() if ir == "pir" else contextlib.nullcontext()
+    with guard:
+        paddle.enable_static()
+        for name, build in GRAPH_APIS.items():
+            main, startup = paddle.static.Program(), paddle.static.Program()
+            try:
+                with paddle.static.program_guard(main, startup):
+                    x = paddle.static.data("x", [None, 3, 4, 4], "float32")
+                    y = paddle.static.data("y", [None, 1], "int64")
+                    build(x, y)
+            except Exception as err:  # any refusal names the API
+                failures[name] = str(err).strip().splitlines()[-1][:160]
+    return failures
+
+
+def graph_findings():
+    for ir in ("legacy", "pir") if paddle_internals.PADDLE3 else ("legacy",):
+        failures = graph_api_failures(ir)
+        if failures:
+            name, error = next(iter(failures.items()))
+            found = f"{len(failures)} of {len(GRAPH_APIS)} APIs fail, first {name}: {error}"
+            meaning = (
+                f"--ir {ir} cannot build the toolkit's programs on this Paddle "
+                f"(last known good: {LAST_KNOWN_GOOD[ir]})"
+            )
+        else:
+            found = f"the {len(GRAPH_APIS)} Paddle APIs the builders use build"
+            meaning = f"--ir {ir} programs can be built"
+        yield Finding(f"static graph ({ir} IR)", found, meaning, provides=ir, met=not failures)
+
+
 def findings(cpuinfo="/proc/cpuinfo"):
     return [
         *paddle_findings(),
+        *graph_findings(),
         *gpu_findings(),
         *tensorrt_findings(),
         *dali_findings(),
@@ -194,7 +266,7 @@ def findings(cpuinfo="/proc/cpuinfo"):
     ]
 
 
-REQUIREMENTS = ("gpu", "trt", "nccl", "dali-gpu", "bf16", "int8", "onnx")
+REQUIREMENTS = ("gpu", "trt", "nccl", "dali-gpu", "bf16", "int8", "onnx", "legacy", "pir")
 
 
 def unmet(found, required):

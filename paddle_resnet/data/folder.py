@@ -140,3 +140,21 @@ def unreadable_images(files):
                 image.load()
         except Exception:  # Pillow raises many types for broken files
             yield path
+
+
+def linked_subset(image_root, destination, train_images):
+    """An image tree at ``destination`` holding the first ``train_images`` training images
+    of ``image_root`` (spread over its classes, as symbolic links) and all of its
+    validation images: a short epoch of the same data, for benchmarks."""
+    source = os.path.abspath(image_root)
+    classes = sorted(os.listdir(os.path.join(source, "train")))
+    per_class = -(-train_images // len(classes))
+    for name in classes:
+        os.makedirs(os.path.join(destination, "train", name))
+        for image in sorted(os.listdir(os.path.join(source, "train", name)))[:per_class]:
+            os.symlink(
+                os.path.join(source, "train", name, image),
+                os.path.join(destination, "train", name, image),
+            )
+    os.symlink(os.path.join(source, "val"), os.path.join(destination, "val"))
+    return destination

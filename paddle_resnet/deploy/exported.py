@@ -183,6 +183,13 @@ def write_onnx(model_dir):
     """model.onnx beside the Paddle model in ``model_dir`` (quantized models keep their
     quantize/dequantize pairs as ONNX QDQ nodes); returns its path."""
     paddle2onnx = require("paddle2onnx", "--onnx")
+    major = int(paddle2onnx.__version__.split(".")[0])
+    if is_pir_export(model_dir) and major < 2:
+        raise UserError(
+            f"{model_dir}: model.onnx from a PIR export (inference.json) needs paddle2onnx "
+            f"2.x on Paddle 3; this environment has {paddle2onnx.__version__}, which reads "
+            "inference.pdmodel only (export with --ir legacy)"
+        )
     path = os.path.join(model_dir, ONNX_FILE)
     with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
         paddle2onnx.export(*model_paths(model_dir), save_file=path, opset_version=13, verbose=False)

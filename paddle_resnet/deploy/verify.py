@@ -47,6 +47,8 @@ def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
     for backend in backends.BACKENDS.values():
         if backend.device != "cpu" or not backend.available():
             continue
+        if backend.name == "openvino" and exported.is_pir_export(model_dir):
+            continue  # OpenVINO reads a PIR export through an ONNX conversion only
         if backend.model_precision:
             if not os.path.exists(os.path.join(model_dir, exported.ONNX_FILE)):
                 continue
