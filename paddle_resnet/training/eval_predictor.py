@@ -6,14 +6,18 @@ same program with its graph passes and oneDNN (about 3,500 img/s). Before each
 evaluation the program and the current weights are serialized in memory
 (``paddle.static.serialize_program`` / ``serialize_persistables``) and handed to a
 predictor (``Config.set_model_buffer``): no files, the weights of that moment, under a
-second to build. Legacy IR, fp32, CPU only; elsewhere the executor evaluates.
+second to build. On PIR, which has no in-memory serialization, the same through a
+temporary ``save_inference_model``. fp32 on the CPU; elsewhere the executor evaluates.
 """
+
+import os
+import tempfile
 
 import numpy as np
 import paddle
 import paddle.inference as paddle_infer
 
-from paddle_resnet.core import bootstrap, feeds
+from paddle_resnet.core import bootstrap, feeds, paddle_internals
 from paddle_resnet.core.bootstrap import native_chatter
 from paddle_resnet.training import ir
 
@@ -26,19 +30,36 @@ def usable(config, on_gpu):
     )
 
 
+def _config(program, inputs, outputs, exe, prefix):
+    """The predictor's Config of ``program`` and the scope's weights: in memory (legacy
+    IR), or through files at ``prefix`` (PIR, read when the predictor is created)."""
+    if paddle_internals.is_pir_program(program):
+        paddle.static.save_inference_model(prefix, inputs, outputs, exe, program=program)
+        return paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
+    model = paddle.static.serialize_program(inputs, outputs, program=program)
+    params = paddle.static.serialize_persistables(inputs, outputs, exe, program=program)
+    config = paddle_infer.Config()
+    config.set_model_buffer(model, len(model), params, len(params))
+    return config
+
+
 class EvalPredictor:
     """``predictor(feed) -> (top-k classes, per-image losses)`` of the eval program with
     the scope's current weights."""
 
     def __init__(self, programs, exe, threads):
         program = programs.eval
-        block = program.global_block()
-        inputs = [block.var(feeds.IMAGE), block.var(feeds.LABEL)]
+        inputs = [ir.feed_target(program, name) for name in (feeds.IMAGE, feeds.LABEL)]
         outputs = [programs.eval_fetches["topk"], programs.eval_fetches["loss"]]
-        model = paddle.static.serialize_program(inputs, outputs, program=program)
-        params = paddle.static.serialize_persistables(inputs, outputs, exe, program=program)
-        config = paddle_infer.Config()
-        config.set_model_buffer(model, len(model), params, len(params))
+        with tempfile.TemporaryDirectory() as folder:
+            config = _config(program, inputs, outputs, exe, os.path.join(folder, "eval"))
+            self._create(config, threads)
+        self.inputs = [self.predictor.get_input_handle(n) for n in (feeds.IMAGE, feeds.LABEL)]
+        self.outputs = [
+            self.predictor.get_output_handle(n) for n in self.predictor.get_output_names()
+        ]
+
+    def _create(self, config, threads):
         config.disable_gpu()
         config.set_cpu_math_library_num_threads(threads)
         config.switch_ir_optim(True)
@@ -46,10 +67,6 @@ class EvalPredictor:
         config.disable_glog_info()
         with native_chatter(bootstrap.verbose()):
             self.predictor = paddle_infer.create_predictor(config)
-        self.inputs = [self.predictor.get_input_handle(v.name) for v in inputs]
-        self.outputs = [
-            self.predictor.get_output_handle(n) for n in self.predictor.get_output_names()
-        ]
 
     def __call__(self, feed):
         for handle, name in zip(self.inputs, (feeds.IMAGE, feeds.LABEL)):
