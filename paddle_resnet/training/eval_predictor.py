@@ -23,11 +23,9 @@ from paddle_resnet.training import ir
 
 
 def usable(config, on_gpu):
-    """Where the in-memory predictor evaluates: the CPU, the legacy IR, fp32 (a QAT eval
-    program's fake quantizers are Fleet's training form, not an inference model)."""
-    return (
-        not on_gpu and not ir.is_pir(config) and not config.qat.enabled and not config.amp.enabled
-    )
+    """Where the predictor evaluates: the CPU, fp32 (a QAT eval program's fake quantizers
+    are a training form, not an inference model)."""
+    return not on_gpu and not config.qat.enabled and not config.amp.enabled
 
 
 def _config(program, inputs, outputs, exe, prefix):
