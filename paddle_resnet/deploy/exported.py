@@ -165,6 +165,18 @@ def read_params(model_dir):
         }
 
 
+def checked_batch(images, input_shape):
+    """``images`` as the contiguous float32 batch a backend takes, or a UserError when
+    their shape is not the model's ``input_shape`` (without the batch)."""
+    images = np.ascontiguousarray(images, dtype=np.float32)
+    if images.ndim != 4 or tuple(images.shape[1:]) != tuple(input_shape):
+        raise UserError(
+            f"input of shape {tuple(images.shape)} does not fit the model, "
+            f"which takes [batch, {', '.join(map(str, input_shape))}]"
+        )
+    return images
+
+
 def preprocessing(data_config, info):
     """``data_config`` with the validation preprocessing the model was exported with."""
     pre = info["preprocess"]

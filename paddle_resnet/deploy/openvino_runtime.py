@@ -119,12 +119,7 @@ class OpenVinoClassifier:
         return count
 
     def __call__(self, images):
-        images = np.ascontiguousarray(images, dtype=np.float32)
-        if images.ndim != 4 or tuple(images.shape[1:]) != self.input_shape:
-            raise UserError(
-                f"input of shape {tuple(images.shape)} does not fit the model, "
-                f"which takes [batch, {', '.join(map(str, self.input_shape))}]"
-            )
+        images = exported.checked_batch(images, self.input_shape)
         if self.queue is None or len(images) < self.streams:
             result = self.request.infer({0: images})
             return np.array(next(iter(result.values())))

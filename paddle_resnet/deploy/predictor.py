@@ -10,7 +10,6 @@ import os
 from dataclasses import dataclass
 from typing import List, Tuple
 
-import numpy as np
 import paddle.inference as paddle_infer
 from paddle.inference import PrecisionType
 
@@ -144,12 +143,7 @@ class Classifier:
         self.input_shape = tuple(input_shape)
 
     def __call__(self, images):
-        images = np.ascontiguousarray(images, dtype=np.float32)
-        if images.ndim != 4 or tuple(images.shape[1:]) != self.input_shape:
-            raise UserError(
-                f"input of shape {tuple(images.shape)} does not fit the model, "
-                f"which takes [batch, {', '.join(map(str, self.input_shape))}]"
-            )
+        images = exported.checked_batch(images, self.input_shape)
         self.input.reshape(list(images.shape))
         self.input.copy_from_cpu(images)
         self.predictor.run()
