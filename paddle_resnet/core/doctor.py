@@ -12,7 +12,6 @@ requirement name it does not know.
 """
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -223,7 +222,7 @@ LAST_KNOWN_GOOD = {"legacy": "3.3.1", "pir": "3.3.1"}
 def graph_api_failures(ir):
     """{API: its error} of the GRAPH_APIS that do not build on ``ir`` ("legacy", "pir")."""
     failures = {}
-    guard = paddle_internals.pir_guard() if ir == "pir" else contextlib.nullcontext()
+    guard = paddle_internals.static_ir(ir == "pir")
     with guard:
         paddle.enable_static()
         for name, build in GRAPH_APIS.items():

@@ -69,10 +69,33 @@ def numpy_dtype(variable_dtype):
 # ---------------------------------------------------------------- the two IRs
 
 
-def pir_guard():
-    """Build and run on PIR inside (Paddle 3.x; ``paddle.pir_utils`` is not in the
-    documented API, and 2.6 has none)."""
-    return paddle.pir_utils.IrGuard()
+@contextlib.contextmanager
+def static_ir(pir):
+    """Build and run on PIR (``pir``) or on the legacy IR inside, and restore the IR the
+    process was on (Paddle 3.x; 2.6 has the legacy IR only). Paddle's own guards
+    (``paddle.pir_utils.IrGuard``, not in its documented API) decide from the
+    ``FLAGS_enable_pir_api`` flag, which was seen to say PIR in a process on the legacy
+    IR, and then switch nothing; here the switch is always made, and the state, not the
+    flag, restored."""
+    if not PADDLE3:
+        yield
+        return
+    was_pir = paddle.base.framework.global_var._use_pir_api_
+    flag = paddle.get_flags("FLAGS_enable_pir_api")["FLAGS_enable_pir_api"]
+    _switch_ir(pir)
+    try:
+        yield
+    finally:
+        _switch_ir(was_pir)
+        paddle.set_flags({"FLAGS_enable_pir_api": flag})
+
+
+def _switch_ir(pir):
+    paddle.set_flags({"FLAGS_enable_pir_api": pir})
+    if pir:
+        paddle.pir_utils._switch_to_pir_()
+    else:
+        paddle.pir_utils._switch_to_old_ir_()
 
 
 def is_pir_program(program):

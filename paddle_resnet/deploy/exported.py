@@ -151,7 +151,7 @@ def read_params(model_dir):
     paddle.enable_static()  # load_inference_model works in static mode only
     exe = paddle.static.Executor(paddle.CPUPlace())
     scope = paddle.static.Scope()
-    ir = paddle_internals.pir_guard() if is_pir_export(model_dir) else contextlib.nullcontext()
+    ir = paddle_internals.static_ir(is_pir_export(model_dir))
     with ir, paddle.static.scope_guard(scope):
         program, _, _ = paddle.static.load_inference_model(os.path.join(model_dir, _PREFIX), exe)
         if is_pir_export(model_dir):  # a PIR program's other values have no names

@@ -10,12 +10,11 @@ questions about a built program whose answer differs between them.
 
 The process starts on the legacy IR (``core/bootstrap.py`` sets
 ``FLAGS_enable_pir_api=0`` before Paddle loads); a PIR run switches for its whole
-length with ``selected(config)`` (Paddle's ``IrGuard``: the flag, the Program classes
-and the dtypes change together), so one process can build and run either.
+length with ``selected(config)`` (``paddle_internals.static_ir``: the flag, the Program
+classes and the dtypes change together), so one process can build and run either.
 """
 
 import collections
-import contextlib
 
 import paddle
 
@@ -59,9 +58,7 @@ def check(config, exporting=False):
 
 def selected(config):
     """The IR of ``config`` for the enclosed building and running."""
-    if is_pir(config):
-        return paddle_internals.pir_guard()
-    return contextlib.nullcontext()
+    return paddle_internals.static_ir(is_pir(config))
 
 
 def op_sequence(program):
