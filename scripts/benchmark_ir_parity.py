@@ -13,6 +13,8 @@ legacy IR and on PIR (``--ir``), in one run.
    epochs on each IR; top-1 of each.
 """
 
+import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+
 import argparse
 import json
 import os

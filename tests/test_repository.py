@@ -343,3 +343,16 @@ def test_graph_builders_call_no_api_paddle_moved_to_cpp():
             ):
                 found.append(f"{relative}:{node.lineno} {ast.unparse(node.func)}")
     assert not found, found
+
+
+def test_scripts_set_the_environment_before_paddle_loads():
+    """docs/architecture.md, the import rule: a script imports the package (whose
+    ``__init__`` prepares the environment) before Paddle (without it Paddle 3.x starts
+    on PIR, with its chatter and one math thread)."""
+    late = []
+    for path in glob.glob(os.path.join(ROOT, "scripts", "**", "*.py"), recursive=True):
+        roots = [n.split(".")[0] for n in top_level_imports(path)]
+        first = next((r for r in roots if r in ("paddle", "paddle_resnet")), None)
+        if first == "paddle":
+            late.append(os.path.relpath(path, ROOT))
+    assert not late, late
