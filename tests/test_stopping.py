@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FAST_TRAIN, ROOT, flat, once
 from paddle_resnet.commands import train
-from paddle_resnet.core import atomic
+from paddle_resnet.core import atomic, optional
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.report import read_report
@@ -178,3 +178,15 @@ def test_eval_only_names_its_checkpoint_and_matches_the_executor(
     slow = train.run(build_config(values))
     assert fast["val.top1"] == slow["val.top1"]
     np.testing.assert_allclose(fast["val.loss"], slow["val.loss"], rtol=1e-4)
+
+
+def test_an_optional_package_that_does_not_import_is_one_line(tmp_path, monkeypatch):
+    """An installed optional package whose own import fails (e.g. onnxruntime.quantization
+    without ml_dtypes) is named with the install command, not a traceback."""
+    broken = tmp_path / "onnxruntime"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("import a_dependency_that_is_missing\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
+    with pytest.raises(UserError, match="installed but does not import .*requirements-tools.txt"):
+        optional.require("onnxruntime", "the ONNX peer")

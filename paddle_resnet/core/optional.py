@@ -37,4 +37,10 @@ def require(module, purpose):
             f"{purpose} needs the optional package {PACKAGES[package]}: "
             "pip install -r requirements-tools.txt"
         )
-    return importlib.import_module(module)
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:  # installed but broken: a missing dependency of its own
+        raise UserError(
+            f"{purpose} needs {module}, which is installed but does not import ({err}): "
+            "pip install -r requirements-tools.txt"
+        ) from None
