@@ -14,7 +14,7 @@ import pytest
 from paddle.base import core
 
 from conftest import ROOT, once
-from paddle_resnet.core import devices
+from paddle_resnet.core import devices, paddle_internals
 
 pytestmark = pytest.mark.gpu_wheel
 
@@ -168,5 +168,7 @@ def test_doctor_exit_status_follows_the_requirements():
     assert unknown.returncode == 2
     assert unknown.stderr.strip() == (
         "error: --require: unknown requirement 'tpu'; known: gpu, "
-        "trt, nccl, dali-gpu, bf16, int8, onnx"
+        "trt, nccl, dali-gpu, bf16, int8, onnx, legacy, pir"
     )
+    irs = doctor("--require", "legacy,pir")  # the IRs whose programs build here
+    assert irs.returncode == (0 if paddle_internals.PADDLE3 else 1)

@@ -18,7 +18,7 @@ from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import eval_predictor, stopping
+from paddle_resnet.training import eval_predictor
 
 # Signals and locks do not depend on the Paddle version: run once, on 2.6.2.
 pytestmark = once
@@ -106,14 +106,25 @@ def test_sigterm_saves_at_the_step_and_the_resume_is_exact(fmnist_root, tmp_path
 
 
 def test_the_first_signal_asks_to_stop_and_a_second_ends_at_once():
-    """A first SIGINT or SIGTERM is a request (the run finishes its step and saves); from
-    then on both have their default action, so a second ends the process at once."""
-    with stopping.StopRequests() as stop:
-        os.kill(os.getpid(), signal.SIGINT)
-        assert stop.requested and stop.signal_number == signal.SIGINT
-        assert signal.getsignal(signal.SIGINT) == signal.SIG_DFL
-        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-    assert signal.getsignal(signal.SIGINT) == signal.default_int_handler
+    """A first SIGINT is a request (the run finishes its step and saves); from then on
+    SIGINT and SIGTERM have their default action, so a second ends the process at once,
+    without a traceback. A real process signals itself."""
+    code = (
+        "import os, signal, time\n"
+        "from paddle_resnet.training import stopping\n"
+        "with stopping.StopRequests() as stop:\n"
+        "    os.kill(os.getpid(), signal.SIGINT); time.sleep(0.5)\n"
+        "    print(stop.signal_number, signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,"
+        " flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
+        "    print('still running')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == -signal.SIGINT, result.stderr[-2000:]
+    assert result.stdout.split() == [str(int(signal.SIGINT)), "True"]
+    assert "Traceback" not in result.stderr
 
 
 def test_a_second_run_into_one_output_folder_is_refused_naming_the_first(
