@@ -21,10 +21,11 @@ from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 def prunable_weights(program, kept_dense):
     """The weights ASP would prune: convolution and fully connected weights that the
     model entry and ``--asp-exclude`` do not keep dense."""
+    dense = set(kept_dense)
     return [
         p
         for p in ir.parameters(program)
-        if p.trainable and len(p.shape) in (2, 4) and p.name not in set(kept_dense)
+        if p.trainable and len(p.shape) in (2, 4) and p.name not in dense
     ]
 
 

@@ -48,25 +48,29 @@ def _scope_array(name):
     return None if variable is None else np.array(variable.get_tensor())
 
 
-def _mask(program, param_name):
-    """The ASP mask of ``param_name`` in ``program``, or None: a mask that an earlier
-    program of this process left in the scope is not this program's (a layer excluded
-    here may have been pruned there)."""
-    name = param_name + MASK_SUFFIX
-    return _scope_array(name) if name in ir.persistable_names(program) else None
+def _masked(program):
+    """{name: parameter} of the weights of ``program`` that have a mask variable in it
+    (a mask that an earlier program of this process left in the scope is not this
+    program's: a layer excluded here may have been pruned there)."""
+    names = ir.persistable_names(program)
+    return {p.name: p for p in ir.parameters(program) if p.name + MASK_SUFFIX in names}
+
+
+def _mask(param_name):
+    return _scope_array(param_name + MASK_SUFFIX)
 
 
 def layer_table(programs):
     """One row per weight: name, layer, shape, status (pruned / excluded / dense) and density."""
     layer_of = {param.name: path for path, param in programs.model.named_parameters()}
     rows = []
-    masked = ir.persistable_names(programs.train)
+    masked = _masked(programs.train)
     for param in ir.parameters(programs.train):
         if len(param.shape) < 2 or param.name.endswith(MASK_SUFFIX):
             continue
-        if is_pruning_mask(_mask(programs.train, param.name)):
+        if param.name in masked and is_pruning_mask(_mask(param.name)):
             status = "pruned"
-        elif param.name + MASK_SUFFIX not in masked:
+        elif param.name not in masked:
             status = "excluded (kept dense by configuration)"
         else:
             status = "dense (too few input channels for 2:4)"
@@ -96,9 +100,9 @@ def masks_from_weights(program, place):
     toolkit's files carry theirs): the weight's zeros become its mask, so training keeps
     the pattern the file has instead of computing a new one."""
     scope = paddle.static.global_scope()
-    for param in ir.parameters(program):
-        mask = _mask(program, param.name)
-        if mask is None or is_pruning_mask(mask):
+    for param in _masked(program).values():
+        mask = _mask(param.name)
+        if is_pruning_mask(mask):
             continue
         weight = _scope_array(param.name)
         if is_2to4(weight):
@@ -111,10 +115,7 @@ def prune(program, mask_algo, place):
     """Each masked weight of ``program`` pruned to 2:4 by ``mask_algo``: its mask and the
     masked weight written into the scope on ``place``, this process's device."""
     scope = paddle.static.global_scope()
-    masked = ir.persistable_names(program)
-    for param in ir.parameters(program):
-        if param.name + MASK_SUFFIX not in masked:
-            continue
+    for param in _masked(program).values():
         weight = _scope_array(param.name)
         mask = prune_mask(weight, mask_algo)
         scope.find_var(param.name + MASK_SUFFIX).get_tensor().set(mask, place)
@@ -149,8 +150,8 @@ def prepare(programs, asp_config, report, resumed, place):
 def verify(programs, report, where):
     """Every masked weight still holds 2:4 with its zeros where its mask says; raise if not."""
     checked = 0
-    for param in ir.parameters(programs.train):
-        mask = _mask(programs.train, param.name)
+    for param in _masked(programs.train).values():
+        mask = _mask(param.name)
         if not is_pruning_mask(mask):
             continue
         weight = _scope_array(param.name)
