@@ -73,7 +73,7 @@ def one(args):
     config = recipe(args, os.path.join(args.scratch, "train"), **values)
     # a whole epoch is 547 steps of 64: cut it by the training images the run may see
     config = build_config(
-        dict(flat(config), **{"data.image_root": steps_tree(args, config.data.batch_size)})
+        dict(config.flat(), **{"data.image_root": steps_tree(args, config.data.batch_size)})
     )
     metrics = train.run(config, report_stream=open(os.devnull, "w"))
     losses = [r["data"]["loss"] for r in read_report(config.report_file) if r["type"] == "LOG"]
@@ -98,10 +98,6 @@ def one(args):
         json.dump(result, handle)
 
 
-def flat(config):
-    return {f"{s}.{k}": v for s, e in config.to_dict().items() for k, v in e.items()}
-
-
 def steps_tree(args, batch):
     """The image tree whose epoch is ``--steps`` steps (and all validation images)."""
     return linked_subset(args.image_root, os.path.join(args.scratch, "tree"), args.steps * batch)
@@ -109,7 +105,7 @@ def steps_tree(args, batch):
 
 def demo(args, name, scratch):
     config = recipe(args, tempfile.mkdtemp(dir=scratch), **VARIANTS[name])
-    config = build_config(dict(flat(config), **{"run.epochs": args.demo_epochs}))
+    config = build_config(dict(config.flat(), **{"run.epochs": args.demo_epochs}))
     metrics = train.run(config, report_stream=open(os.devnull, "w"))
     return {
         "top1": metrics["val.top1"],

@@ -141,4 +141,4 @@ def train_in_fresh_process(config):
 
 def flat(config):
     """A Config as the {"section.key": value} mapping build_config takes."""
-    return {f"{s}.{k}": v for s, entries in config.to_dict().items() for k, v in entries.items()}
+    return config.flat()

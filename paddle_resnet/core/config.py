@@ -684,6 +684,10 @@ class Config:
     def to_dict(self):
         return dataclasses.asdict(self)
 
+    def flat(self):
+        """The {"section.key": value} mapping ``build_config`` takes: a Config to vary."""
+        return {f"{s}.{k}": v for s, entries in self.to_dict().items() for k, v in entries.items()}
+
     @property
     def report_file(self):
         return self.run.report_file or os.path.join(self.run.output_dir, "report.json")
