@@ -452,3 +452,87 @@ def test_a_refused_two_rank_resume_is_one_line_in_every_rank_log(two_ranks, fmni
     # every rank either refused the run itself or was stopped by the launcher, saying so
     logs = "".join((tmp_path / "logs" / f"workerlog.{r}").read_text() for r in (0, 1))
     assert "belongs to another run: lr.base: 0.4 -> 0.8" in logs
+
+
+def signalled_job(fmnist_root, tmp_path, signum, to_launcher, *flags):
+    """A 2-rank job; once rank 0 has logged epoch 1 step 1, ``signum`` goes to the
+    launcher (as Kubernetes sends it) or to rank 1 alone. Returns (launcher's exit code,
+    each rank's log, the stop line's (epoch, step) on each rank)."""
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    command = [
+        sys.executable,
+        "-m",
+        "paddle.distributed.launch",
+        "--nproc_per_node",
+        "2",
+        "--log_dir",
+        str(logs),
+        *train_args(fmnist_root, out, "--print-interval", "1", *flags),
+    ]
+    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    rank0 = logs / "workerlog.0"
+    deadline = time.time() + 180
+    while time.time() < deadline and job.poll() is None:
+        if rank0.exists() and "epoch 1 step 1:" in rank0.read_text():
+            break
+        time.sleep(0.05)
+    if to_launcher:
+        job.send_signal(signum)
+    else:
+        ranks = subprocess.run(
+            ["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True
+        ).stdout.split()
+        for pid in ranks:
+            if "PADDLE_TRAINER_ID=1\0" in open(f"/proc/{pid}/environ").read():
+                os.kill(int(pid), signum)
+    try:
+        job.communicate(timeout=180)
+    finally:
+        job.kill()
+    texts = [(logs / f"workerlog.{rank}").read_text() for rank in (0, 1)]
+    name = signal.Signals(signum).name
+    stops = []
+    for text in texts:
+        assert "Traceback" not in text and "Termination signal" not in text, text[-3000:]
+        line = [line for line in text.splitlines() if f"stopped by {name} in epoch " in line]
+        assert len(line) == 1, text[-3000:]
+        words = line[0].split(f"stopped by {name} in epoch ")[1].split()
+        stops.append((int(words[0]), int(words[3]), line[0]))
+    return job.returncode, texts, stops
+
+
+@once
+def test_sigterm_to_the_launcher_stops_both_ranks_at_one_step_and_the_resume_is_exact(
+    two_ranks, fmnist_root, tmp_path
+):
+    """What Kubernetes does to a pod: SIGTERM to the launcher, which passes it on to each
+    rank in turn. Both ranks stop after the same step, rank 0 saves there, and resuming
+    with the printed command ends with the weights of the job never stopped."""
+    code, _, stops = signalled_job(fmnist_root, tmp_path, signal.SIGTERM, True, "--epochs", "2")
+    assert code != 0
+    assert stops[0][:2] == stops[1][:2], stops
+    resume = stops[0][2].split("resume with: ")[1]
+    assert resume.startswith("python -m paddle.distributed.launch --nproc_per_node 2 train.py ")
+    saved = resume.split()[-1]
+    meta, _ = ckpt.read_checkpoint(saved)
+    epoch, step = stops[0][:2]
+    assert (meta["epoch"], meta["step_in_epoch"]) in ((epoch - 1, step), (epoch, 0))
+    assert meta["world_size"] == 2
+    assert stops[1][2].startswith(f"rank 1: stopped by SIGTERM in epoch {epoch} after step {step}")
+    args = resume.split(" train.py ")[1].split()
+    ok(launch(["train.py", *args], tmp_path / "logs_resumed"))
+    assert_same_weights(weights(tmp_path / "job", 2), weights(two_ranks, 2))
+
+
+@once
+def test_sigint_to_one_rank_stops_every_rank_at_the_same_step(fmnist_root, tmp_path):
+    """A signal that reached one rank only (a user's kill, a node's own agent): the ranks
+    agree after the next step, rank 0 saves, and every rank exits with its line."""
+    code, texts, stops = signalled_job(
+        fmnist_root, tmp_path, signal.SIGINT, False, "--epochs", "50"
+    )
+    assert code != 0
+    assert stops[0][:2] == stops[1][:2], stops
+    saved = stops[0][2].split("resume with: ")[1].split()[-1]
+    meta, _ = ckpt.read_checkpoint(saved)
+    assert meta["global_step"] == (stops[0][0] - 1) * 5 + stops[0][1]

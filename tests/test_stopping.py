@@ -18,7 +18,7 @@ from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import eval_predictor
+from paddle_resnet.training import eval_predictor, stopping
 
 # Signals and locks do not depend on the Paddle version: run once, on 2.6.2.
 pytestmark = once
@@ -105,26 +105,41 @@ def test_sigterm_saves_at_the_step_and_the_resume_is_exact(fmnist_root, tmp_path
     assert len(runs) == 2  # each run's lines begin with its RUN record
 
 
-def test_the_first_signal_asks_to_stop_and_a_second_ends_at_once():
-    """A first SIGINT is a request (the run finishes its step and saves); from then on
-    SIGINT and SIGTERM have their default action, so a second ends the process at once,
-    without a traceback. A real process signals itself."""
+def test_the_first_signal_asks_to_stop_its_repeats_are_one_request_a_later_one_ends_it():
+    """A first SIGINT is a request (the run finishes its step and saves); signals within
+    REPEATS_SECONDS of it are the same request (the launcher's burst of SIGTERMs, Ctrl-C
+    reaching launcher and ranks); a later one ends the process at once, with the default
+    action and without a traceback. A real process signals itself."""
     code = (
         "import os, signal, time\n"
         "from paddle_resnet.training import stopping\n"
         "with stopping.StopRequests() as stop:\n"
-        "    os.kill(os.getpid(), signal.SIGINT); time.sleep(0.5)\n"
-        "    print(stop.signal_number, signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,"
-        " flush=True)\n"
-        "    os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
+        "    os.kill(os.getpid(), signal.SIGINT); time.sleep(0.2)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM); time.sleep(0.2)\n"
+        "    print(stop.received, stop.should_stop(), stop.signal_number, flush=True)\n"
+        "    time.sleep(stopping.REPEATS_SECONDS)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM); time.sleep(5)\n"
         "    print('still running')\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
-    assert result.returncode == -signal.SIGINT, result.stderr[-2000:]
-    assert result.stdout.split() == [str(int(signal.SIGINT)), "True"]
+    assert result.returncode == -signal.SIGTERM, result.stderr[-2000:]
+    assert result.stdout.split() == [str(int(signal.SIGINT)), "True", str(int(signal.SIGINT))]
     assert "Traceback" not in result.stderr
+
+
+def test_the_resume_command_of_a_launched_rank_starts_the_launcher():
+    argv = ["train.py", "--epochs", "2", "--from-checkpoint", "old"]
+    assert stopping.resume_command("out/resnet18/1-step3", argv, {}) == (
+        "python train.py --epochs 2 --from-checkpoint out/resnet18/1-step3"
+    )
+    launched = {"PADDLE_TRAINERS_NUM": "8", "PADDLE_LOCAL_SIZE": "4", "PADDLE_NNODES": "2"}
+    launched["PADDLE_MASTER"] = "10.0.0.1:8090"
+    assert stopping.resume_command("d", argv, launched) == (
+        "python -m paddle.distributed.launch --nnodes 2 --master 10.0.0.1:8090 "
+        "--nproc_per_node 4 train.py --epochs 2 --from-checkpoint d"
+    )
 
 
 def test_a_second_run_into_one_output_folder_is_refused_naming_the_first(

@@ -53,7 +53,8 @@ def train_one_epoch(
     with ``train.steps`` done. ``profiler`` (profiling.step_profiler) wraps each step.
     The first ``skip`` batches are read but not trained on (a mid-epoch resume: the data
     and MixUp streams advance as they did); the pass ends early once
-    ``stop.requested`` (``stopping.StopRequests``), after the step in flight."""
+    ``stop.should_stop()`` (``stopping.StopRequests``: every rank at the same step),
+    after the step in flight."""
     weights = mixup_weights(mixup_alpha, seed, epoch)
     meter, timing = Meter(), Meter()
     total = len(loader)
@@ -84,7 +85,7 @@ def train_one_epoch(
             )
         tic = time.perf_counter()
         done_steps = step + 1
-        if stop is not None and stop.requested:
+        if stop is not None and stop.should_stop():
             break
     bar.close()
     elapsed = time.perf_counter() - epoch_start

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+import numpy as np
 import paddle
 
 from paddle_resnet.core import affinity, devices
@@ -325,15 +326,15 @@ def evaluated_epoch(config, meta, report):
 
 def train_epochs(session, train_split, classes, start, steps_per_epoch, run_eval):
     """From ``start`` (epochs done, steps done in the next) to ``run.epochs``: train,
-    check that the ranks agree, verify sparsity, save, validate. A single process stops
-    on Ctrl-C / SIGTERM after its step in flight, saved (``stopping.py``)."""
+    check that the ranks agree, verify sparsity, save, validate. Ctrl-C / SIGTERM stop
+    the run after the step in flight (every rank after the same step), saved
+    (``stopping.py``)."""
     config, programs, report = session.config, session.programs, session.report
     run_cfg, rank, world_size = config.run, session.rank, session.world_size
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
     profiler = step_profiler(run_cfg)
     start_epoch, skip = start
-    requests = stopping.StopRequests() if world_size == 1 else contextlib.nullcontext()
-    with requests as stop:
+    with stopping.StopRequests(session.all_reduce) as stop:
         for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
             metrics = train_one_epoch(
                 session.exe,
@@ -349,7 +350,7 @@ def train_epochs(session, train_split, classes, start, steps_per_epoch, run_eval
                 skip=skip if epoch == start_epoch + 1 else 0,
                 stop=stop,
             )
-            if stop is not None and stop.requested:
+            if stop.signal_number is not None:
                 _save_stopped(
                     session, classes, epoch, metrics["train.steps"], steps_per_epoch, stop
                 )
@@ -403,12 +404,16 @@ def _save(session, classes, directory, epochs_done, steps_done, steps_per_epoch)
 
 def _save_stopped(session, classes, epoch, steps_done, steps_per_epoch, stop):
     """The checkpoint of a run stopped by a signal in ``epoch`` after ``steps_done``
-    steps (``<arch>/<epoch>-step<k>``), its one line, and the exit."""
-    config, report = session.config, session.report
+    steps (``<arch>/<epoch>-step<k>``, by rank 0; the other ranks wait for it), each
+    rank's one line, and the exit."""
+    config, report, rank = session.config, session.report, session.rank
     name = f"{epoch}-step{steps_done}" if steps_done < steps_per_epoch else str(epoch)
     directory = os.path.join(config.run.output_dir, config.model.arch, name)
     epochs_done, within = (epoch - 1, steps_done) if steps_done < steps_per_epoch else (epoch, 0)
-    _save(session, classes, directory, epochs_done, within, steps_per_epoch)
+    if rank == 0:
+        _save(session, classes, directory, epochs_done, within, steps_per_epoch)
+    if session.all_reduce:  # no rank ends the job before the checkpoint is complete
+        session.all_reduce(np.zeros(4))
     where = f"in epoch {epoch} after step {steps_done} of {steps_per_epoch}"
     line, code = stopping.stopped(stop.signal_number, where, directory)
     report.log(
@@ -417,7 +422,10 @@ def _save_stopped(session, classes, epoch, steps_done, steps_per_epoch, stop):
         kind="STOPPED",
         console=False,
     )
-    report.print(line)
+    if rank == 0:
+        report.print(line)
+    else:  # this rank's log (the launcher's --log_dir) says it too
+        print(f"rank {rank}: {line}", flush=True)
     raise SystemExit(code)
 
 

@@ -1,29 +1,45 @@
 """Ctrl-C and SIGTERM during training (what Slurm, Kubernetes and preemptible clouds send
 before SIGKILL): the step in flight finishes, a checkpoint is written at that step, one
 line says what was saved and how to resume, and the process exits 130 (SIGINT) or 143
-(SIGTERM). A second signal ends the process at once (the default action: no traceback,
+(SIGTERM). A later signal ends the process at once (the default action: no traceback,
 no Paddle dump); the checkpoints already written are complete, as ever.
+
+With several ranks every rank stops after the same step: after each step the ranks sum
+who was asked (``StopRequests.should_stop``, one small all-reduce), so a signal that
+reached one rank, or reached them during different steps, stops them all at the next
+common step; rank 0 saves and the others wait for its checkpoint before they exit.
+
+Signals that arrive within ``REPEATS_SECONDS`` of the first are the same request:
+``paddle.distributed.launch`` passes a SIGINT or SIGTERM on to each rank as up to three
+SIGTERMs 0.2 s apart, and Ctrl-C in a terminal reaches the launcher and every rank.
 
 The grace period is one training step plus the checkpoint write (ResNet-50 on one
 A100: about 0.3 s and 0.5 s; on 2 CPU cores at 224 px about 5 s and 1 s): schedulers
-give 30 s (Kubernetes' default) or more. With several ranks the launcher's own stop
-applies (``distributed.launcher_stop_reported``): each rank would have to agree on the
-step, which this does not do yet.
+give 30 s (Kubernetes' default) or more, and the launcher itself waits 30 s before it
+kills the ranks.
 """
 
+import os
 import shlex
 import signal
 import sys
+import time
+
+import numpy as np
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+REPEATS_SECONDS = 1.0
 
 
 class StopRequests:
     """While entered (main thread), SIGINT and SIGTERM ask the training to stop after its
-    current step: ``signal_number`` is then set."""
+    current step. ``all_reduce`` (``distributed.all_reduce_sum``) with several ranks."""
 
-    def __init__(self):
-        self.signal_number = None
+    def __init__(self, all_reduce=None):
+        self.all_reduce = all_reduce
+        self.received = None  # this process's first signal
+        self.received_at = None
+        self.signal_number = None  # the signal the run stops for, the same on every rank
         self._previous = {}
 
     def __enter__(self):
@@ -32,20 +48,50 @@ class StopRequests:
         return self
 
     def __exit__(self, *exc_info):
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
+        if self.signal_number is None:  # stopping: a later signal still ends it at once
+            for number, handler in self._previous.items():
+                signal.signal(number, handler)
 
     def _request(self, number, frame):
-        self.signal_number = number
-        for other in EXIT_CODES:  # a second signal: the default action, at once
-            signal.signal(other, signal.SIG_DFL)
+        now = time.monotonic()
+        if self.received is None:
+            self.received, self.received_at = number, now
+        elif now - self.received_at > REPEATS_SECONDS:
+            for other in EXIT_CODES:
+                signal.signal(other, signal.SIG_DFL)
+            os.kill(os.getpid(), number)
 
-    @property
-    def requested(self):
+    def should_stop(self):
+        """After each step, on every rank: whether the run stops here (some rank was
+        asked); then ``signal_number`` is the one most ranks received."""
+        if self.all_reduce is None:
+            self.signal_number = self.received
+        else:
+            asked = [self.received is not None]
+            asked += [self.received == number for number in EXIT_CODES] + [0]
+            counts = self.all_reduce(np.array(asked, dtype=np.float64))
+            if counts[0]:
+                sigints, sigterms = counts[1:3]
+                self.signal_number = signal.SIGINT if sigints > sigterms else signal.SIGTERM
         return self.signal_number is not None
 
 
-def resume_command(directory, argv=None):
+def launcher_command(environ=os.environ):
+    """The start of the command that launched this rank: ``python -m
+    paddle.distributed.launch`` with its node and process counts, or ``python``."""
+    local = environ.get("PADDLE_LOCAL_SIZE")
+    if not local or int(environ.get("PADDLE_TRAINERS_NUM", "1")) <= 1:
+        return ["python"]
+    command = ["python", "-m", "paddle.distributed.launch"]
+    nodes = environ.get("PADDLE_NNODES", "1")
+    if nodes != "1":
+        command += ["--nnodes", nodes]
+        if environ.get("PADDLE_MASTER"):
+            command += ["--master", environ["PADDLE_MASTER"]]
+    return command + ["--nproc_per_node", local]
+
+
+def resume_command(directory, argv=None, environ=os.environ):
     """This run's command line with ``--from-checkpoint directory`` (replacing one given)."""
     argv = list(sys.argv if argv is None else argv)
     kept, skip = [], False
@@ -58,7 +104,7 @@ def resume_command(directory, argv=None):
             continue
         if not arg.startswith("--from-checkpoint="):
             kept.append(arg)
-    return shlex.join(["python", argv[0], *kept, "--from-checkpoint", directory])
+    return shlex.join([*launcher_command(environ), argv[0], *kept, "--from-checkpoint", directory])
 
 
 def stopped(number, where, directory):
