@@ -10,9 +10,9 @@ import pytest
 
 from conftest import flat, small_config
 from paddle_resnet.commands import train
-from paddle_resnet.core import devices, feeds
+from paddle_resnet.core import devices, feeds, optional
 from paddle_resnet.core.config import build_config
-from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported as exported_model
@@ -65,7 +65,7 @@ def models(learned, tmp_path_factory):
         **{
             "inference.ptq_algo": "hist",
             "inference.calibration_images": 64,
-            "inference.onnx": True,
+            "inference.onnx": optional.has_int8_onnx,
         },
     )
     exporting.export(int8)
@@ -125,6 +125,22 @@ def test_int8_refuses_a_model_without_scales(models):
         probabilities(fp32, "int8")
 
 
+@pytest.mark.skipif(
+    optional.has_int8_onnx or not optional.has_paddle2onnx, reason="paddle2onnx 2.x only"
+)
+def test_int8_onnx_with_paddle2onnx_2_is_refused_before_any_work(learned, tmp_path):
+    """paddle2onnx 2.x (Paddle 3) converts Paddle's quantize ops as float8 only and
+    aborts the whole process on an int8 model: refused first, in one line."""
+    config = export_config(
+        learned,
+        tmp_path / "int8",
+        **{"inference.ptq_algo": "hist", "inference.calibration_images": 8, "inference.onnx": True},
+    )
+    with pytest.raises(UserError, match=r"an int8 model to ONNX .* needs paddle2onnx 1.2.11"):
+        exporting.export(config)
+    assert not os.path.exists(tmp_path / "int8")
+
+
 def test_ptq_bad_inputs_are_one_line(trained, tmp_path):
     with pytest.raises(ConfigError, match="ptq_algo.*must be one of KL, hist, mse, avg, abs_max"):
         export_config(trained, tmp_path / "m", **{"inference.ptq_algo": "best"})
@@ -158,6 +174,7 @@ def test_export_report_carries_the_quantization(models):
         assert json.load(handle)["quantization"]["algo"] == "hist"
 
 
+@pytest.mark.skipif(not optional.has_int8_onnx, reason="paddle2onnx 2.x converts no int8 model")
 def test_the_quantized_onnx_model_agrees_with_fp32(models):
     """--onnx on a PTQ model: onnxruntime runs its QDQ graph on the 130 validation
     images, and its top-1 agrees with the fp32 Paddle model as often as oneDNN int8's

@@ -162,7 +162,7 @@ def test_the_int8_exports_hold_the_pattern(sparse_qat, tmp_path):
             **{
                 "run.from_checkpoint": os.path.join(sparse_qat.run.output_dir, "resnet18"),
                 "inference.model_dir": str(tmp_path / "model"),
-                "inference.onnx": optional.has_paddle2onnx,
+                "inference.onnx": optional.has_int8_onnx,
                 "inference.export_log_path": str(tmp_path / "export.json"),
             },
         )
@@ -173,7 +173,7 @@ def test_the_int8_exports_hold_the_pattern(sparse_qat, tmp_path):
     export = checker(config.inference.model_dir)
     assert export.returncode == 0, export.stdout + export.stderr
     tables = export.stdout.count("19 weights marked sparse, 0 violate 2:4, 0 missing")
-    assert tables == (2 if optional.has_paddle2onnx else 1), export.stdout
+    assert tables == (2 if optional.has_int8_onnx else 1), export.stdout
     paddle_table = export.stdout.split(exported.ONNX_FILE)[0]
     assert paddle_table.count("int8 (QAT-trained scale)") == 21  # every conv and the fc
     # paddle2onnx 1.2.11 (onnxruntime backend) keeps quantize/dequantize pairs for a few

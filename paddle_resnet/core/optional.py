@@ -3,6 +3,7 @@ import) are not needed to train. ``has_<name>`` says whether one is installed, w
 importing it; ``require`` imports it or stops with a one-line error naming the install."""
 
 import importlib
+import importlib.metadata
 import importlib.util
 
 from paddle_resnet.core.errors import UserError
@@ -27,6 +28,12 @@ def _installed(module):
 has_onnxruntime = _installed("onnxruntime")
 has_paddle2onnx = _installed("paddle2onnx")
 has_openvino = _installed("openvino")
+# paddle2onnx 1.x (Paddle 2.6) reads no PIR inference.json; 2.x (Paddle 3) converts no
+# int8 model (deploy/exported.check_onnx_converter)
+paddle2onnx_major = (
+    int(importlib.metadata.version("paddle2onnx").split(".")[0]) if has_paddle2onnx else None
+)
+has_int8_onnx = paddle2onnx_major == 1
 
 
 def require(module, purpose):

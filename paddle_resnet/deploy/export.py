@@ -75,6 +75,12 @@ def _export(config):
         raise ConfigError("--ptq-algo quantizes an fp32 model; a --qat model has its scales")
     if config.inference.verify_images and not config.data.image_root:
         raise ConfigError("--verify-images needs --image-root: it runs real validation images")
+    if config.inference.onnx or config.inference.openvino:  # before the work, not after
+        exported.check_onnx_converter(
+            config.inference.directory,
+            config.qat.enabled or bool(config.inference.ptq_algo),
+            ir.is_pir(config),
+        )
     programs = program_builder.build_programs(config, training=False)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)

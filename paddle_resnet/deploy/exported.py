@@ -17,7 +17,7 @@ import os
 import numpy as np
 import paddle
 
-from paddle_resnet.core import bootstrap, feeds, paddle_internals
+from paddle_resnet.core import bootstrap, feeds, optional, paddle_internals
 from paddle_resnet.core.atomic import recover_staged, staged_directory
 from paddle_resnet.core.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index, write_class_index
@@ -191,17 +191,35 @@ def preprocessing(data_config, info):
     )  # the predictor's input is fp32
 
 
+def check_onnx_converter(model_dir, quantized, pir):
+    """UserError when the installed paddle2onnx cannot convert this model: 1.x reads no
+    PIR inference.json; 2.x (the one for Paddle 3) converts Paddle's int8
+    quantize/dequantize ops as float8 only (it aborts the process: "Only support e4m3 or
+    e5m2 now")."""
+    if not (quantized or pir):
+        return
+    version = require("paddle2onnx", "--onnx").__version__
+    if pir and optional.paddle2onnx_major < 2:
+        raise UserError(
+            f"{model_dir}: model.onnx from a PIR export (inference.json) needs paddle2onnx "
+            f"2.x on Paddle 3; this environment has {version}, which reads "
+            "inference.pdmodel only (export with --ir legacy)"
+        )
+    if quantized and not optional.has_int8_onnx:
+        raise UserError(
+            f"{model_dir}: an int8 model to ONNX (--onnx, OpenVINO int8) needs paddle2onnx "
+            f"1.2.11 (Paddle 2.6); paddle2onnx {version} converts Paddle's quantize ops as "
+            "float8 only: run int8 with --backend cpu, or export from Paddle 2.6"
+        )
+
+
 def write_onnx(model_dir):
     """model.onnx beside the Paddle model in ``model_dir`` (quantized models keep their
     quantize/dequantize pairs as ONNX QDQ nodes); returns its path."""
+    check_onnx_converter(
+        model_dir, bool(read_info(model_dir).get("quantization")), is_pir_export(model_dir)
+    )
     paddle2onnx = require("paddle2onnx", "--onnx")
-    major = int(paddle2onnx.__version__.split(".")[0])
-    if is_pir_export(model_dir) and major < 2:
-        raise UserError(
-            f"{model_dir}: model.onnx from a PIR export (inference.json) needs paddle2onnx "
-            f"2.x on Paddle 3; this environment has {paddle2onnx.__version__}, which reads "
-            "inference.pdmodel only (export with --ir legacy)"
-        )
     path = os.path.join(model_dir, ONNX_FILE)
     with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
         paddle2onnx.export(*model_paths(model_dir), save_file=path, opset_version=13, verbose=False)
