@@ -12,11 +12,12 @@ from paddle.incubate import asp
 
 from conftest import PADDLE3, flat, small_config
 from paddle_resnet.commands import inference, program, train
+from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.config import build_config
-from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.deploy import export as exporting
-from paddle_resnet.deploy import exported, sparsity_report
+from paddle_resnet.deploy import exported, predictor, sparsity_report
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import ir, programs
 from paddle_resnet.training.loop import train_step
@@ -176,3 +177,41 @@ def test_program_py_shows_the_pir_programs(capsys):
     out = capsys.readouterr().out
     assert "strategies applied: ASP, QAT" in out
     assert "fake_quantize_dequantize_moving_average_abs_max" in out
+
+
+@pir_only
+def test_a_model_paddle_3_onednn_cannot_run_falls_back_with_a_notice(tmp_path, capsys):
+    """Paddle #77340: on 3.3 oneDNN's PIR instructions reject a list-of-doubles attribute
+    (interpolate's scales) at the first run. fp32 falls back to the plain kernels with one
+    line, giving the plain kernels' output; int8 and bf16, which need oneDNN, are refused."""
+    paddle.enable_static()
+    with paddle_internals.static_ir(True):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            image = paddle.static.data("image", [-1, 3, 8, 8], "float32")
+            scaled = paddle.nn.functional.interpolate(image, scale_factor=[2.0, 2.0])
+            logits = paddle.flatten(paddle.nn.Conv2D(3, 2, 3)(scaled), 1)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        paddle.static.save_inference_model(
+            str(tmp_path / "inference"), [image], [logits], exe, program=main
+        )
+    images = np.random.RandomState(0).rand(2, 3, 8, 8).astype(np.float32)
+    fp32 = build_config({}).inference
+    calls = predictor.predictor_settings(fp32, "cpu", (3, 8, 8), 2, pir_export=True)
+    plain = [c for c in calls if c.method != "enable_mkldnn"] + [
+        predictor.ConfigCall("disable_mkldnn")
+    ]
+    expected = predictor.Classifier(str(tmp_path), plain, (3, 8, 8))(images)
+    capsys.readouterr()
+    np.testing.assert_allclose(
+        predictor.Classifier(str(tmp_path), calls, (3, 8, 8))(images), expected, atol=1e-6
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"warning: {tmp_path}: Paddle {paddle.__version__}'s oneDNN cannot run this model "
+        "(Paddle #77340): running Paddle's plain CPU kernels (slower)"
+    ]
+    bf16 = calls + [predictor.ConfigCall("enable_mkldnn_bfloat16")]
+    with pytest.raises(UserError, match=r"#77340\); run it in fp32 or with --backend openvino"):
+        predictor.Classifier(str(tmp_path), bf16, (3, 8, 8))(images)

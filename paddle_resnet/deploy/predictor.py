@@ -7,9 +7,11 @@ raises as soon as TensorRT is switched on).
 """
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import List, Tuple
 
+import paddle
 import paddle.inference as paddle_infer
 from paddle.inference import PrecisionType
 
@@ -119,16 +121,28 @@ def predictor_settings(
     return calls
 
 
+# Paddle 3.3's oneDNN instructions cannot convert some PIR attributes (Paddle #77340,
+# e.g. interpolate's list of scales), for .json and .pdmodel models alike (Paddle 3
+# runs both as PIR): the first run raises NotImplementedError naming this.
+ONEDNN_PIR_GAP = "ConvertPirAttribute2RuntimeAttribute"
+
+
 class Classifier:
     """A Paddle Inference predictor: float images in, class probabilities out.
 
     ``model_dir`` is assumed checked (``exported.check_dir``); ``input_shape`` excludes
-    the batch, as model.json records it.
+    the batch, as model.json records it. An fp32 model that oneDNN cannot run on Paddle
+    3.3 (``ONEDNN_PIR_GAP``) runs on Paddle's plain CPU kernels instead, with a notice.
     """
 
     def __init__(self, model_dir, calls, input_shape):
-        config = paddle_infer.Config(*exported.model_paths(model_dir))
-        for call in calls:
+        self.model_dir, self.calls = model_dir, list(calls)
+        self.input_shape = tuple(input_shape)
+        self._create()
+
+    def _create(self):
+        config = paddle_infer.Config(*exported.model_paths(self.model_dir))
+        for call in self.calls:
             call.apply(config)
         config.disable_glog_info()
         try:
@@ -136,15 +150,34 @@ class Classifier:
                 self.predictor = paddle_infer.create_predictor(config)
         except Exception as err:  # Paddle raises its own error types here
             raise UserError(
-                f"{model_dir}: cannot create a predictor ({str(err).strip().splitlines()[-1]})"
+                f"{self.model_dir}: cannot create a predictor ({str(err).strip().splitlines()[-1]})"
             ) from None
         self.input = self.predictor.get_input_handle(self.predictor.get_input_names()[0])
         self.output = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
-        self.input_shape = tuple(input_shape)
 
     def __call__(self, images):
         images = exported.checked_batch(images, self.input_shape)
         self.input.reshape(list(images.shape))
         self.input.copy_from_cpu(images)
-        self.predictor.run()
+        try:
+            self.predictor.run()
+        except NotImplementedError as err:
+            if ONEDNN_PIR_GAP not in str(err):
+                raise
+            self._without_onednn()
+            return self(images)
         return self.output.copy_to_cpu()
+
+    def _without_onednn(self):
+        """Rebuilt on Paddle's plain CPU kernels (fp32 only: bf16 and int8 are oneDNN's)."""
+        methods = {call.method for call in self.calls}
+        where = (
+            f"{self.model_dir}: Paddle {paddle.__version__}'s oneDNN "
+            "cannot run this model (Paddle #77340)"
+        )
+        if methods & {"enable_mkldnn_bfloat16", "enable_mkldnn_int8"}:
+            raise UserError(f"{where}; run it in fp32 or with --backend openvino")
+        self.calls = [c for c in self.calls if c.method != "enable_mkldnn"]
+        self.calls.append(_call("disable_mkldnn"))
+        print(f"warning: {where}: running Paddle's plain CPU kernels (slower)", file=sys.stderr)
+        self._create()
