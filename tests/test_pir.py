@@ -12,12 +12,12 @@ from paddle.incubate import asp
 
 from conftest import PADDLE3, flat, small_config
 from paddle_resnet.commands import inference, program, train
-from paddle_resnet.core import paddle_internals
+from paddle_resnet.core import feeds, paddle_internals
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.deploy import export as exporting
-from paddle_resnet.deploy import exported, predictor, sparsity_report
+from paddle_resnet.deploy import exported, pir_tensorrt, predictor, sparsity_report
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import ir, programs
 from paddle_resnet.training.loop import train_step
@@ -132,6 +132,10 @@ def test_pir_prunes_trains_exports_json_and_serves(fmnist_root, tmp_path, capsys
         assert inference.main([*argv, "--backend", backend]) == 0
         out = capsys.readouterr().out
         assert f"top1 {metrics['val.top1']:.5g}" in out, (backend, out)
+    if predictor.cpu_supports_bf16():  # oneDNN bf16 on the .json: within 2 of 130 images
+        assert inference.main([*argv, "--backend", "cpu", "--cpu-precision", "bf16"]) == 0
+        top1 = float(capsys.readouterr().out.split(" top1 ")[1].split()[0])
+        assert abs(top1 - metrics["val.top1"]) <= 2 / 130 + 1e-9, top1
 
 
 @pir_only
@@ -179,11 +183,8 @@ def test_program_py_shows_the_pir_programs(capsys):
     assert "fake_quantize_dequantize_moving_average_abs_max" in out
 
 
-@pir_only
-def test_a_model_paddle_3_onednn_cannot_run_falls_back_with_a_notice(tmp_path, capsys):
-    """Paddle #77340: on 3.3 oneDNN's PIR instructions reject a list-of-doubles attribute
-    (interpolate's scales) at the first run. fp32 falls back to the plain kernels with one
-    line, giving the plain kernels' output; int8 and bf16, which need oneDNN, are refused."""
+def toy_pir_export(folder):
+    """A PIR inference.json of a tiny model that upsamples by a list of scales."""
     paddle.enable_static()
     with paddle_internals.static_ir(True):
         main, startup = paddle.static.Program(), paddle.static.Program()
@@ -194,8 +195,16 @@ def test_a_model_paddle_3_onednn_cannot_run_falls_back_with_a_notice(tmp_path, c
         exe = paddle.static.Executor(paddle.CPUPlace())
         exe.run(startup)
         paddle.static.save_inference_model(
-            str(tmp_path / "inference"), [image], [logits], exe, program=main
+            str(folder / exported.PREFIX), [image], [logits], exe, program=main
         )
+
+
+@pir_only
+def test_a_model_paddle_3_onednn_cannot_run_falls_back_with_a_notice(tmp_path, capsys):
+    """Paddle #77340: on 3.3 oneDNN's PIR instructions reject a list-of-doubles attribute
+    (interpolate's scales) at the first run. fp32 falls back to the plain kernels with one
+    line, giving the plain kernels' output; int8 and bf16, which need oneDNN, are refused."""
+    toy_pir_export(tmp_path)
     images = np.random.RandomState(0).rand(2, 3, 8, 8).astype(np.float32)
     fp32 = build_config({}).inference
     calls = predictor.predictor_settings(fp32, "cpu", (3, 8, 8), 2, pir_export=True)
@@ -215,3 +224,52 @@ def test_a_model_paddle_3_onednn_cannot_run_falls_back_with_a_notice(tmp_path, c
     bf16 = calls + [predictor.ConfigCall("enable_mkldnn_bfloat16")]
     with pytest.raises(UserError, match=r"#77340\); run it in fp32 or with --backend openvino"):
         predictor.Classifier(str(tmp_path), bf16, (3, 8, 8))(images)
+
+
+def test_paddle_trt_for_a_pir_export_is_set_up_as_data():
+    """paddle.tensorrt's Input / TensorRTConfig arguments from the inference keys; what
+    PIR-TRT cannot do (calibrate; INT8 without the model's scales) refused in one line."""
+    fp16 = build_config(
+        {"inference.trt_precision": "FP16", "inference.trt_workspace_size": 2048}
+    ).inference
+    assert pir_tensorrt.conversion_settings(fp16, (3, 224, 224), 32, quantized=False) == {
+        "input": {
+            "name": feeds.IMAGE,
+            "min_input_shape": [1, 3, 224, 224],
+            "optim_input_shape": [32, 3, 224, 224],
+            "max_input_shape": [32, 3, 224, 224],
+        },
+        "precision_mode": "FP16",
+        "workspace_size": 2048 << 20,
+        "min_subgraph_size": 3,
+    }
+    assert [call.method for call in pir_tensorrt.predictor_calls(fp16)] == [
+        "switch_ir_optim",
+        "enable_use_gpu",
+    ]
+    int8 = build_config({"inference.trt_precision": "INT8"}).inference
+    settings = pir_tensorrt.conversion_settings(int8, (3, 224, 224), 8, quantized=True)
+    assert settings["precision_mode"] == "INT8"
+    with pytest.raises(ConfigError, match="INT8 on a PIR export needs the model's own scales"):
+        pir_tensorrt.conversion_settings(int8, (3, 224, 224), 8, quantized=False)
+    calibrated = build_config(
+        {"inference.trt_precision": "INT8", "inference.trt_use_calib_mode": True}
+    ).inference
+    with pytest.raises(ConfigError, match=r"PIR export \(inference.json\) has no calibrator"):
+        pir_tensorrt.conversion_settings(calibrated, (3, 224, 224), 8, quantized=True)
+
+
+@pir_only
+def test_paddle_trt_conversion_without_paddle_tensorrt_is_one_line(tmp_path):
+    """The conversion runs in its own process; where Paddle has no paddle.tensorrt (every
+    CPU wheel) it ends in one line, and no tensorrt/ folder is left."""
+    toy_pir_export(tmp_path)
+    inf = build_config({}).inference
+    with pytest.raises(UserError) as refused:
+        pir_tensorrt.converted_model(str(tmp_path), inf, (3, 8, 8), 4, quantized=False)
+    assert str(refused.value) == (
+        f"{tmp_path}: the TensorRT conversion failed (error: Paddle-TRT on a PIR export "
+        "needs Paddle 3 built with TensorRT (paddlepaddle-gpu 3.x): this Paddle has no "
+        "paddle.tensorrt)"
+    )
+    assert not os.path.exists(tmp_path / pir_tensorrt.CONVERTED_DIR)

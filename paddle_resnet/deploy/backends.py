@@ -13,7 +13,7 @@ from typing import Callable, Tuple
 
 from paddle_resnet.core import devices, optional
 from paddle_resnet.core.errors import ConfigError
-from paddle_resnet.deploy import exported, predictor
+from paddle_resnet.deploy import exported, pir_tensorrt, predictor
 from paddle_resnet.deploy.onnx_runtime import OnnxClassifier
 from paddle_resnet.deploy.openvino_runtime import OpenVinoClassifier
 
@@ -34,14 +34,21 @@ class Backend:
 
 def _paddle(name):
     def build(model_dir, inference_config, input_shape, max_batch, quantized):
-        calls = predictor.predictor_settings(
-            inference_config,
-            name,
-            input_shape,
-            max_batch,
-            quantized=quantized,
-            pir_export=exported.is_pir_export(model_dir),
-        )
+        pir_export = exported.is_pir_export(model_dir)
+        if name == "trt" and pir_export:  # the engines go into the program itself
+            model_dir = pir_tensorrt.converted_model(
+                model_dir, inference_config, input_shape, max_batch, quantized
+            )
+            calls = pir_tensorrt.predictor_calls(inference_config)
+        else:
+            calls = predictor.predictor_settings(
+                inference_config,
+                name,
+                input_shape,
+                max_batch,
+                quantized=quantized,
+                pir_export=pir_export,
+            )
         return predictor.Classifier(model_dir, calls, input_shape)
 
     return build

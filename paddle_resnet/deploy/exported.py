@@ -24,11 +24,11 @@ from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index, write
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.optional import require
 
-_PREFIX = "inference"
+PREFIX = "inference"
 # The program file, by the IR it was exported from: legacy, PIR.
-MODEL_FILE = _PREFIX + ".pdmodel"
-PIR_MODEL_FILE = _PREFIX + ".json"
-PARAMS_FILE = _PREFIX + ".pdiparams"
+MODEL_FILE = PREFIX + ".pdmodel"
+PIR_MODEL_FILE = PREFIX + ".json"
+PARAMS_FILE = PREFIX + ".pdiparams"
 INFO_FILE = "model.json"
 ONNX_FILE = "model.onnx"
 OPENVINO_DIR = "openvino"
@@ -61,7 +61,7 @@ def write(out_dir, exe, program, image, output, classes):
     """The model (``image`` in, ``output`` out) and classes.json into ``out_dir``; its
     model.json follows, once the export knows all of it (``write_info``)."""
     paddle.static.save_inference_model(
-        os.path.join(out_dir, _PREFIX), [image], [output], exe, program=program
+        os.path.join(out_dir, PREFIX), [image], [output], exe, program=program
     )
     write_class_index(os.path.join(out_dir, CLASSES_FILE), classes)
 
@@ -153,7 +153,7 @@ def read_params(model_dir):
     scope = paddle.static.Scope()
     ir = paddle_internals.static_ir(is_pir_export(model_dir))
     with ir, paddle.static.scope_guard(scope):
-        program, _, _ = paddle.static.load_inference_model(os.path.join(model_dir, _PREFIX), exe)
+        program, _, _ = paddle.static.load_inference_model(os.path.join(model_dir, PREFIX), exe)
         if is_pir_export(model_dir):  # a PIR program's other values have no names
             names = [p.name for p in program.global_block().all_parameters()]
         else:

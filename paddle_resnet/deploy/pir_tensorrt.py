@@ -1,0 +1,129 @@
+"""Paddle-TRT for a PIR export (inference.json).
+
+On Paddle 3 a PIR program reaches TensorRT through ``paddle.tensorrt.convert``: it
+lowers the program's subgraphs into ``tensorrt_engine`` ops and writes the converted
+model, which a plain GPU predictor runs (the legacy IR's route,
+``Config.enable_tensorrt_engine``, stays the one for inference.pdmodel). The conversion
+runs in a process of its own (``python -m paddle_resnet.deploy.pir_tensorrt``), on PIR
+for its whole length, and its result is kept in ``<dir>/tensorrt/`` beside the
+settings it was made with, converted again when they change.
+
+Against the legacy route, PIR-TRT here has no calibrator (INT8 comes from the model's
+own scales: an export with --ptq-algo or --qat) and, like it, no 2:4 sparse kernels
+(Paddle removed its sparsity switch, PR #53905). Not executed on this machine: PyPI has
+no Paddle 3 GPU wheel, and the CPU wheel has no ``paddle.tensorrt``; the settings are
+checked as data (tests/test_pir.py).
+"""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+from paddle_resnet.core import feeds, paddle_internals
+from paddle_resnet.core.atomic import staged_directory
+from paddle_resnet.core.errors import ConfigError, UserError
+from paddle_resnet.deploy import exported
+from paddle_resnet.deploy.predictor import ConfigCall, workspace_bytes
+
+CONVERTED_DIR = "tensorrt"
+SETTINGS_FILE = "settings.json"
+
+
+def conversion_settings(inference_config, input_shape, max_batch, quantized):
+    """What ``paddle.tensorrt``'s ``Input`` and ``TensorRTConfig`` are given, as data."""
+    inf = inference_config
+    if inf.trt_use_calib_mode:
+        raise ConfigError(
+            "--trt-use-calib-mode: Paddle-TRT on a PIR export (inference.json) has no "
+            "calibrator; export with --ptq-algo (its scales), or export with --ir legacy"
+        )
+    if inf.trt_precision == "INT8" and not quantized:
+        raise ConfigError(
+            "--trt-precision INT8 on a PIR export needs the model's own scales: "
+            "export it with --ptq-algo or --qat"
+        )
+    shape = list(input_shape)
+    return {
+        "input": {
+            "name": feeds.IMAGE,
+            "min_input_shape": [1, *shape],
+            "optim_input_shape": [max_batch, *shape],
+            "max_input_shape": [max_batch, *shape],
+        },
+        "precision_mode": inf.trt_precision,
+        "workspace_size": workspace_bytes(inf.trt_workspace_size),
+        "min_subgraph_size": inf.trt_min_subgraph_size,
+    }
+
+
+def predictor_calls(inference_config):
+    """The converted model runs on a plain GPU predictor: its engines are in the program."""
+    return [
+        ConfigCall("switch_ir_optim", (True,)),
+        ConfigCall("enable_use_gpu", (1024, inference_config.device_id)),
+    ]
+
+
+def converted_model(model_dir, inference_config, input_shape, max_batch, quantized):
+    """The folder of ``model_dir``'s TensorRT conversion for these settings, converted
+    now (in its own process) unless already there."""
+    settings = conversion_settings(inference_config, input_shape, max_batch, quantized)
+    folder = os.path.join(model_dir, CONVERTED_DIR)
+    try:
+        with open(os.path.join(folder, SETTINGS_FILE)) as handle:
+            if json.load(handle) == settings:
+                return folder
+    except (OSError, ValueError):
+        pass  # not converted yet, or unreadable: convert
+    with staged_directory(folder) as staging:
+        command = [sys.executable, "-m", __name__, model_dir, json.dumps(settings), staging]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
+            raise UserError(f"{model_dir}: the TensorRT conversion failed ({lines[-1]})")
+        with open(os.path.join(staging, SETTINGS_FILE), "w") as handle:
+            json.dump(settings, handle)
+    return folder
+
+
+def convert(model_dir, settings, out_dir):
+    """``paddle.tensorrt.convert`` on PIR; writes ``out_dir``/inference.json and .pdiparams."""
+    try:
+        tensorrt = importlib.import_module("paddle.tensorrt.export")
+    except ImportError:
+        raise UserError(
+            "Paddle-TRT on a PIR export needs Paddle 3 built with TensorRT "
+            "(paddlepaddle-gpu 3.x): this Paddle has no paddle.tensorrt"
+        ) from None
+    source = settings["input"]
+    image = tensorrt.Input(
+        min_input_shape=tuple(source["min_input_shape"]),
+        optim_input_shape=tuple(source["optim_input_shape"]),
+        max_input_shape=tuple(source["max_input_shape"]),
+        name=source["name"],
+    )
+    config = tensorrt.TensorRTConfig(
+        inputs=[image],
+        min_subgraph_size=settings["min_subgraph_size"],
+        save_model_dir=os.path.join(out_dir, exported.PREFIX),
+        precision_mode=tensorrt.PrecisionMode[settings["precision_mode"]],
+        workspace_size=settings["workspace_size"],
+    )
+    with paddle_internals.static_ir(True):
+        tensorrt.convert(os.path.join(model_dir, exported.PIR_MODEL_FILE), config)
+
+
+def main(argv=None):
+    model_dir, settings, out_dir = sys.argv[1:] if argv is None else argv
+    try:
+        convert(model_dir, json.loads(settings), out_dir)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
