@@ -19,7 +19,7 @@ from paddle_resnet.core.report import read_report
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported, pir_tensorrt, predictor, sparsity_report
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import ir, programs
+from paddle_resnet.training import ir, programs, qat
 from paddle_resnet.training.loop import train_step
 from paddle_resnet.training.sparsity import pattern
 
@@ -55,7 +55,6 @@ def test_pir_is_refused_on_paddle_2():
     [
         ({"run.sync_bn": True}, "--sync-bn is built on the legacy IR only"),
         ({"run.cpu_onednn": True}, "--cpu-onednn is built on the legacy IR only"),
-        ({"qat.enabled": True, "inference.model_dir": "x"}, "export QAT models from --ir legacy"),
     ],
 )
 def test_what_pir_cannot_do_is_refused_naming_the_ir_that_can(values, message):
@@ -273,3 +272,26 @@ def test_paddle_trt_conversion_without_paddle_tensorrt_is_one_line(tmp_path):
         "paddle.tensorrt)"
     )
     assert not os.path.exists(tmp_path / pir_tensorrt.CONVERTED_DIR)
+
+
+@pir_only
+def test_a_pir_qat_model_exports_and_serves_at_the_accuracy_training_measured(
+    fmnist_root, tmp_path, capsys
+):
+    """QAT on PIR exported with its fake-quantize ops and trained scales: Paddle
+    Inference 3.3.1 runs it (its constant folding, which fails on those ops, left out) at
+    the top-1 training measured; oneDNN int8, which has no PIR passes, refused."""
+    model_dir = str(tmp_path / "model")
+    config = small_config(
+        fmnist_root,
+        tmp_path / "out",
+        **{"run.ir": "pir", "run.epochs": 1, "qat.enabled": True, "inference.model_dir": model_dir},
+    )
+    metrics = train.run(config, report_stream=open(os.devnull, "w"))
+    assert exported.read_info(model_dir)["quantization"] == qat.PIR_QAT_RECORD
+    argv = ["--inference-dir", model_dir, "--mode", "accuracy", "--image-root", fmnist_root]
+    capsys.readouterr()
+    assert inference.main(argv) == 0
+    assert f"top1 {metrics['val.top1']:.5g}" in capsys.readouterr().out
+    assert inference.main([*argv, "--cpu-precision", "int8"]) == 2
+    assert "Paddle 3 has no oneDNN int8 passes for PIR programs" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import ir
 from paddle_resnet.training import programs as program_builder
 from paddle_resnet.training.qat import (
+    PIR_QAT_RECORD,
     QAT_RECORD,
     freeze_qat,
     quantize_eval_program,
@@ -57,7 +58,7 @@ def export(config):
             "--ptq-algo is Paddle's static post-training quantization, built on the legacy "
             "IR only: export with --ir legacy"
         )
-    ir.check(config, exporting=True)
+    ir.check(config)
     directory = config.inference.directory
     with export_lock(directory, f"--inference-dir {directory}"), ir.selected(config):
         return _export(config)
@@ -91,8 +92,8 @@ def _export(config):
     ckpt.load_pretrained(programs.eval, state, source, config.model.arch)
     sparse = sparse_parameters(state)
     info = exported.describe(config, program_builder.input_shape(config), sparse)
-    if legacy_qat:
-        info["quantization"] = QAT_RECORD
+    if config.qat.enabled:
+        info["quantization"] = QAT_RECORD if legacy_qat else PIR_QAT_RECORD
     model = freeze_qat(programs.eval, paddle.CPUPlace()) if legacy_qat else programs.eval
     out_dir = config.inference.directory
     with staged_directory(out_dir) as staging:  # an earlier export survives a crash

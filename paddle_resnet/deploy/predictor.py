@@ -71,6 +71,12 @@ def predictor_settings(
             "INT8 needs a model with quantization scales: export it with "
             "--ptq-algo (or, on TensorRT, calibrate with --trt-use-calib-mode)"
         )
+    if inf.cpu_precision == "int8" and pir_export:
+        raise ConfigError(
+            "--cpu-precision int8 on a PIR export (inference.json): Paddle 3 has no oneDNN "
+            "int8 passes for PIR programs; run it in fp32 (its quantization simulated), or "
+            "export with --ir legacy"
+        )
     if inf.cpu_precision == "int8" and not cpu_has_int8_dot_products():
         raise ConfigError(
             "--cpu-precision int8: this CPU has no int8 dot products "
@@ -79,6 +85,10 @@ def predictor_settings(
     calls: List[ConfigCall] = [_call("switch_ir_optim", True)]
     if not pir_export:  # Paddle 3.3.1's PIR predictor fails with it (pass_result_info.h:48)
         calls.append(_call("enable_memory_optim"))
+    elif quantized:
+        # Paddle 3.3.1's constant folding runs the fake-quantize ops of the weights and
+        # fails on their unset state outputs ("Tensor holds no memory"): they run as built.
+        calls.append(_call("delete_pass", "constant_folding_pass"))
     if backend == "cpu":
         calls.append(_call("disable_gpu"))
         threads = inf.cpu_threads or len(os.sched_getaffinity(0))

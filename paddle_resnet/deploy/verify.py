@@ -54,7 +54,9 @@ def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
                 continue
             precisions = ["int8" if quantized else "fp32"]
         else:
-            precisions = [p for p in machine_precisions(quantized) if p in backend.precisions]
+            # int8 kernels: oneDNN's passes, which PIR programs do not get
+            int8 = quantized and not exported.is_pir_export(model_dir)
+            precisions = [p for p in machine_precisions(int8) if p in backend.precisions]
         for precision in precisions:
             settings = dataclasses.replace(inference_config, cpu_precision="fp32")
             if not backend.model_precision:
@@ -85,6 +87,7 @@ def verify(model_dir, data_config, inference_config, count):
             "cpu",
             input_shape,
             max_batch,
+            quantized=bool(info.get("quantization")),
             pir_export=exported.is_pir_export(model_dir),
         ),
         input_shape,

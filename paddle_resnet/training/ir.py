@@ -34,21 +34,14 @@ def is_pir(config):
     return config.run.ir == "pir"
 
 
-def check(config, exporting=False):
-    """The options ``config.run.ir`` cannot run, refused in one line (``exporting``: for
-    export_model.py)."""
+def check(config):
+    """The options ``config.run.ir`` cannot run, refused in one line."""
     if not is_pir(config):
         return
     if not paddle_internals.PADDLE3:
         raise ConfigError(
             f"--ir pir needs Paddle 3.x (this is Paddle {paddle.__version__}): "
             "use --ir legacy, or install Paddle 3 (scripts/setup.sh with PADDLE_VERSION=3.3.1)"
-        )
-    if config.qat.enabled and (exporting or config.inference.model_dir):
-        raise ConfigError(
-            "--qat --ir pir trains and evaluates, but Paddle Inference 3.3.1 cannot run the "
-            'exported fake-quantize ops ("Tensor holds no memory"): export QAT models from '
-            "--ir legacy"
         )
     for dotted, flag in LEGACY_ONLY.items():
         section, name = dotted.split(".")

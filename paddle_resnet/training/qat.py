@@ -40,6 +40,14 @@ QAT_RECORD = {
     "activations": "int8, moving-average abs-max (trained)",
     "ops": QAT_PASS_CONFIG["quantize_op_types"],
 }
+# ... and from a PIR QAT checkpoint (paddle.quantization, paddle_internals.pir_qat_config)
+PIR_QAT_RECORD = {
+    "method": "qat",
+    "weights": "int8, abs-max per tensor (moving average, trained)",
+    "activations": "int8, moving-average abs-max (trained)",
+    "ops": ["conv2d", "matmul"],
+    "ir": "pir",
+}
 # The variables the quantization passes add and checkpoints keep (quantize_linear's
 # scales and zero points).
 QAT_SUFFIXES = ("@scale", "@zero_point")
