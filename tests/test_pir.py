@@ -276,16 +276,26 @@ def test_paddle_trt_conversion_without_paddle_tensorrt_is_one_line(tmp_path):
 
 @pir_only
 def test_a_pir_qat_model_exports_and_serves_at_the_accuracy_training_measured(
-    fmnist_root, tmp_path, capsys
+    trained, fmnist_root, tmp_path, capsys
 ):
-    """QAT on PIR exported with its fake-quantize ops and trained scales: Paddle
-    Inference 3.3.1 runs it (its constant folding, which fails on those ops, left out) at
-    the top-1 training measured; oneDNN int8, which has no PIR passes, refused."""
+    """QAT on PIR from fp32 weights (the legacy IR's: fresh quantizers), exported with
+    its fake-quantize ops and trained scales: Paddle Inference 3.3.1 runs it (its
+    constant folding, which fails on those ops, left out) at the top-1 training
+    measured; oneDNN int8, which has no PIR passes, refused."""
     model_dir = str(tmp_path / "model")
+    fp32 = os.path.join(
+        ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+    )
     config = small_config(
         fmnist_root,
         tmp_path / "out",
-        **{"run.ir": "pir", "run.epochs": 1, "qat.enabled": True, "inference.model_dir": model_dir},
+        **{
+            "run.ir": "pir",
+            "run.epochs": 1,
+            "qat.enabled": True,
+            "run.from_pretrained_params": fp32,
+            "inference.model_dir": model_dir,
+        },
     )
     metrics = train.run(config, report_stream=open(os.devnull, "w"))
     assert exported.read_info(model_dir)["quantization"] == qat.PIR_QAT_RECORD

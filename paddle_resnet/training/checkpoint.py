@@ -22,7 +22,7 @@ from paddle_resnet.core.atomic import recover_staged, staged_directory
 from paddle_resnet.core.config import run_differences
 from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.training import ir
-from paddle_resnet.training.qat import QAT_SUFFIXES
+from paddle_resnet.training.qat import QAT_SUFFIXES, is_qat_variable
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
 PREFIX = "model"
@@ -235,6 +235,9 @@ def load_pretrained(program, state, source, arch, may_skip=(), masks=False):
     "name (why)". ASP masks are copied with ``masks`` where the file has them; otherwise
     they are left alone (pruning sets them).
 
+    QAT's quantizer parameters on PIR are copied where the file has them, like masks
+    (an fp32 file starts QAT with fresh quantizers, as on the legacy IR).
+
     Only parameters named in ``may_skip`` (a new classifier) may be skipped: any other
     mismatch means ``source`` holds another architecture, a CheckpointError. Values are
     cast to the parameter's dtype (pure-fp16 checkpoints into fp32 programs).
@@ -245,6 +248,10 @@ def load_pretrained(program, state, source, arch, may_skip=(), masks=False):
             if masks and param.name in state:
                 chosen.append(param)
             continue  # otherwise ASP masks come from pruning
+        if is_qat_variable(param.name):
+            if param.name in state:
+                chosen.append(param)
+            continue
         if param.name not in state:
             reason = "not in the file"
         elif tuple(state[param.name].shape) != tuple(param.shape):

@@ -7,7 +7,7 @@ import math
 
 from paddle_resnet.training import ir
 from paddle_resnet.training.programs import applied_strategies
-from paddle_resnet.training.qat import QAT_SUFFIXES
+from paddle_resnet.training.qat import is_qat_variable
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
 CONVOLUTIONS = ("conv2d", "depthwise_conv2d")
@@ -33,7 +33,7 @@ def model_parameters(program):
     params = [
         p
         for p in ir.parameters(program)
-        if p.trainable and not p.name.endswith((MASK_SUFFIX,) + QAT_SUFFIXES)
+        if p.trainable and not p.name.endswith(MASK_SUFFIX) and not is_qat_variable(p.name)
     ]
     return sum(math.prod(p.shape) for p in params), len(params)
 

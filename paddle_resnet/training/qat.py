@@ -51,6 +51,15 @@ PIR_QAT_RECORD = {
 # The variables the quantization passes add and checkpoints keep (quantize_linear's
 # scales and zero points).
 QAT_SUFFIXES = ("@scale", "@zero_point")
+# ... and the parameters of paddle.quantization's quanters on PIR (scale, state, accum)
+PIR_QAT_PREFIX = "quant_dequant."
+
+
+def is_qat_variable(name):
+    """Whether ``name`` is a QAT scale or quantizer state (either IR), not a weight."""
+    return name.endswith(QAT_SUFFIXES) or name.startswith(PIR_QAT_PREFIX)
+
+
 # What Paddle's AMP appends to the name of a variable's fp16 copy.
 AMP_CAST_SUFFIX = ".cast_fp16"
 

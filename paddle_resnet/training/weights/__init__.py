@@ -15,7 +15,7 @@ import os
 from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.models import get_arch, model_entry
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training.qat import QAT_SUFFIXES
+from paddle_resnet.training.qat import is_qat_variable
 from paddle_resnet.training.weights.files import read_tensors
 from paddle_resnet.training.weights.naming import SOURCES
 
@@ -79,7 +79,7 @@ def check_quantization(meta, state, config, source):
     without. Otherwise a QAT model was scored as fp32 (0.8200 where its own evaluation
     gave 0.8233), or an fp32 model through untrained quantizers; both without a word."""
     trained_qat = _own_meta(meta, source).get("config", {}).get("qat", {}).get("enabled") or any(
-        name.endswith(QAT_SUFFIXES) for name in state
+        is_qat_variable(name) for name in state
     )
     if trained_qat and not config.qat.enabled:
         raise CheckpointError(
