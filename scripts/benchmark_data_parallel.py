@@ -1,5 +1,6 @@
 """Data parallelism on this machine's cores: 2 processes x 1 thread (gloo) against
-1 process x 2 threads, the same global batch, in the same run, and the all-reduce's
+1 process x 2 threads, the same global batch, in the same run, each with OpenMP's idle
+threads spinning (its default) and sleeping (``THREAD_WAITS``), and the all-reduce's
 share of a two-rank step.
 
     .venv/bin/python scripts/benchmark_data_parallel.py --config resnet18_demo \\
@@ -46,7 +47,19 @@ def trainable_parameters(arch):
     return count
 
 
-def run_variant(ranks, batch, args, scratch):
+# How idle OpenMP threads wait: spinning (the default) keeps one process's two threads
+# ready between ops; sleeping (what scripts/test.sh sets so that test processes do not
+# steal each other's cores) makes them wake up for every op.
+THREAD_WAITS = {
+    "threads spin (OpenMP default)": {},
+    "threads sleep (KMP_BLOCKTIME=0, OMP_WAIT_POLICY=PASSIVE)": {
+        "KMP_BLOCKTIME": "0",
+        "OMP_WAIT_POLICY": "PASSIVE",
+    },
+}
+
+
+def run_variant(ranks, batch, args, scratch, wait_env):
     """train.py --benchmark with ``ranks`` processes of ``batch`` images; its summary."""
     out = tempfile.mkdtemp(dir=scratch)
     train = [
@@ -69,7 +82,8 @@ def run_variant(ranks, batch, args, scratch):
         "--output-dir",
         out,
     ]
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in ("KMP_BLOCKTIME", "OMP_WAIT_POLICY")}
+    env.update(wait_env)
     env.pop("OMP_NUM_THREADS", None)  # the toolkit splits the cores over the ranks
     command = (
         [
@@ -89,6 +103,12 @@ def run_variant(ranks, batch, args, scratch):
     return next(
         r["data"] for r in read_report(os.path.join(out, "report.json")) if r["step"] == "BENCHMARK"
     )
+
+
+def cpu_model(cpuinfo="/proc/cpuinfo"):
+    with open(cpuinfo) as handle:
+        names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
+    return names[0] if names else "unknown"
 
 
 def allreduce_worker(size, repeats, output):
@@ -132,20 +152,33 @@ def main():
         "1 process x 2 threads": (1, args.global_batch),
         "2 processes x 1 thread": (2, args.global_batch // 2),
     }
-    runs = {name: [] for name in variants}
-    for repeat in range(args.repeats):
-        order = list(variants.items())
-        for name, (ranks, batch) in order if repeat % 2 == 0 else order[::-1]:
-            summary = run_variant(ranks, batch, args, scratch)
-            runs[name].append(summary)
-            print(
-                f"repeat {repeat + 1}: {name}: {summary['train.ips']:.1f} img/s, "
-                f"step p50 {summary['train.step_ms_p50']:.0f} ms",
-                flush=True,
-            )
-    ips = {name: statistics.median(s["train.ips"] for s in values) for name, values in runs.items()}
+    conditions = {}
+    for wait, wait_env in THREAD_WAITS.items():
+        runs = {name: [] for name in variants}
+        for repeat in range(args.repeats):
+            order = list(variants.items())
+            for name, (ranks, batch) in order if repeat % 2 == 0 else order[::-1]:
+                summary = run_variant(ranks, batch, args, scratch, wait_env)
+                runs[name].append(summary)
+                print(
+                    f"{wait}, repeat {repeat + 1}: {name}: {summary['train.ips']:.1f} img/s, "
+                    f"step p50 {summary['train.step_ms_p50']:.0f} ms",
+                    flush=True,
+                )
+        ips = {n: statistics.median(s["train.ips"] for s in values) for n, values in runs.items()}
+        conditions[wait] = {
+            "env": wait_env,
+            "runs": runs,
+            "median_ips": ips,
+            "ips_range": {
+                n: [min(s["train.ips"] for s in v), max(s["train.ips"] for s in v)]
+                for n, v in runs.items()
+            },
+            "ratio_2proc_over_1proc": ips["2 processes x 1 thread"] / ips["1 process x 2 threads"],
+        }
+    spinning = conditions[next(iter(THREAD_WAITS))]
     two_rank_step = statistics.median(
-        s["train.step_ms_p50"] for s in runs["2 processes x 1 thread"]
+        s["train.step_ms_p50"] for s in spinning["runs"]["2 processes x 1 thread"]
     )
     size = trainable_parameters(args.arch)
     timing = os.path.join(scratch, "allreduce.json")
@@ -174,19 +207,20 @@ def main():
         "arch": args.arch,
         "global_batch": args.global_batch,
         "cores": available_cores(),
+        "cpu": cpu_model(),
         "paddle": paddle.__version__,
-        "runs": runs,
-        "median_ips": ips,
-        "ratio_2proc_over_1proc": ips["2 processes x 1 thread"] / ips["1 process x 2 threads"],
+        "conditions": conditions,
         "allreduce_values": size,
         "allreduce_ms": allreduce_ms,
         "two_rank_step_ms_p50": two_rank_step,
         "allreduce_share_of_step": allreduce_ms / two_rank_step,
     }
+    for wait, condition in conditions.items():
+        print(f"{wait}: 2 processes / 1 process: {condition['ratio_2proc_over_1proc']:.2f}x")
     print(
-        f"2 processes / 1 process: {result['ratio_2proc_over_1proc']:.2f}x; all-reduce of "
-        f"{size:,} values {allreduce_ms:.0f} ms = {100 * result['allreduce_share_of_step']:.1f} % "
-        f"of a {two_rank_step:.0f} ms two-rank step"
+        f"all-reduce of {size:,} values {allreduce_ms:.0f} ms = "
+        f"{100 * result['allreduce_share_of_step']:.1f} % of a {two_rank_step:.0f} ms "
+        "two-rank step (threads spinning)"
     )
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as handle:

@@ -62,6 +62,74 @@ def test_what_pir_cannot_do_is_refused_naming_the_ir_that_can(values, message):
         ir.check(build_config(dict(values, **{"run.ir": "pir"})))
 
 
+def test_bf16_amp_on_the_legacy_ir_is_refused_naming_pir():
+    config = build_config({"amp.enabled": True, "amp.dtype": "bfloat16"})
+    with pytest.raises(
+        ConfigError, match="--amp-dtype bfloat16 is built on PIR only: use --ir pir"
+    ):
+        ir.check(config)
+
+
+@pir_only
+@pytest.mark.skipif(paddle.is_compiled_with_cuda(), reason="refusals of the CPU build")
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({}, "--amp with float16 on PIR needs the GPU build of Paddle"),
+        (
+            {"amp.dtype": "bfloat16", "amp.use_pure_fp16": True},
+            "--use-pure-fp16 with bfloat16 on PIR needs the GPU build",
+        ),
+        (
+            {"amp.dtype": "bfloat16", "amp.use_dynamic_loss_scaling": True},
+            "--use-dynamic-loss-scaling is for float16",
+        ),
+    ],
+)
+def test_amp_this_build_cannot_run_on_pir_is_one_line(values, message):
+    """PIR checks kernel dtypes as it builds: what would fail inside Paddle is refused first."""
+    with pytest.raises(ConfigError, match=message):
+        ir.check(build_config(dict(values, **{"run.ir": "pir", "amp.enabled": True})))
+
+
+@pir_only
+def test_bf16_amp_trains_on_pir_with_fp32_weights_and_fp32_evaluation():
+    """O1 bf16, the AMP a CPU can run on PIR: the train program computes in bf16, the
+    weights stay fp32 (checkpoints fit fp32 programs) and the eval program is fp32. A
+    static loss scale takes the very steps no scale takes: Paddle 3.3.1's PIR GradScaler
+    divides the gradients by a static scale it never multiplied the loss by, so the
+    toolkit scales the loss itself."""
+    rng = np.random.default_rng(0)
+    feed = {
+        "data": rng.random((8, 3, 32, 32)).astype("float32"),
+        "label": rng.integers(0, 10, (8, 1)).astype("int64"),
+    }
+    losses = {}
+    for scale in (1.0, 128.0):
+        config = build_config(
+            {
+                "model.arch": "resnet18",
+                "model.num_classes": 10,
+                "data.crop_size": 32,
+                "lr.warmup_epochs": 0.0,
+                "run.ir": "pir",
+                "amp.enabled": True,
+                "amp.dtype": "bfloat16",
+                "amp.scale_loss": scale,
+            }
+        )
+        with ir.selected(config), paddle.static.scope_guard(paddle.static.Scope()):
+            built = programs.build_programs(config, steps_per_epoch=10, global_batch=8)
+            assert programs.applied_strategies(built.train)["AMP"]
+            assert not ir.computes_in_low_precision(built.eval)
+            assert {str(p.dtype) for p in ir.parameters(built.train)} == {"paddle.float32"}
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            exe.run(built.startup)
+            losses[scale] = [train_step(exe, built, feed)["loss"] for _ in range(4)]
+    np.testing.assert_allclose(losses[128.0], losses[1.0], rtol=1e-6)
+    assert losses[1.0][-1] < losses[1.0][0]
+
+
 @pir_only
 def test_both_irs_take_the_same_steps_from_the_same_seed():
     """Same model code, seed and batch: the PIR program's losses follow the legacy

@@ -30,6 +30,7 @@ INFERENCE_MODES = ("accuracy", "benchmark", "predict")
 TRT_PRECISIONS = ("FP32", "FP16", "INT8")
 CPU_PRECISIONS = ("fp32", "bf16", "int8")
 PTQ_ALGOS = ("KL", "hist", "mse", "avg", "abs_max")
+AMP_DTYPES = ("float16", "bfloat16")
 DEFAULT_INFERENCE_DIR = "./inference"
 
 # The tools that read a key, declared on the key (``key(..., tools=...)``): each tool's
@@ -465,7 +466,18 @@ class LossConfig:
 @dataclass(frozen=True)
 class AmpConfig:
     enabled: bool = key(
-        False, "--amp", "automatic mixed precision (Fleet strategy.amp)", tools=TRAIN_EXPORT
+        False,
+        "--amp",
+        "automatic mixed precision (legacy IR: Fleet strategy.amp; PIR: paddle.amp)",
+        tools=TRAIN_EXPORT,
+    )
+    dtype: str = key(
+        "float16",
+        "--amp-dtype",
+        "the low precision of --amp: float16 (GPUs; loss scaling) or bfloat16 (PIR only; "
+        "CPUs with AVX512-BF16 or AMX, Ampere and newer GPUs; no loss scaling)",
+        choices=AMP_DTYPES,
+        tools=TRAIN_EXPORT,
     )
     scale_loss: float = key(1.0, "--scale-loss", "initial loss scaling", positive)
     use_dynamic_loss_scaling: bool = key(

@@ -57,10 +57,15 @@ def check_training_options(config):
     """The training options that need a GPU, refused in one line where there is none
     (on the GPU build the fp16 program would fail inside Paddle with a kernel error; on
     the CPU build it would silently train in fp32)."""
-    if config.amp.enabled:
+    if config.amp.enabled and config.amp.dtype == "float16":
         require_gpu(
             "--use-pure-fp16" if config.amp.use_pure_fp16 else "--amp",
             "fp16 kernels exist for CUDA only",
+        )
+    elif config.amp.enabled and config.amp.use_pure_fp16:  # bf16 O1 trains on CPUs
+        require_gpu(
+            "--use-pure-fp16 with --amp-dtype bfloat16",
+            "Paddle's CPU optimizer kernels take no bfloat16 weights",
         )
     if config.run.sync_bn:
         require_gpu(

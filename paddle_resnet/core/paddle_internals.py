@@ -102,13 +102,6 @@ def is_pir_program(program):
     return PADDLE3 and isinstance(program, paddle.pir.Program)
 
 
-def apply_optimize(optimizer, loss, params_grads):
-    """The second half of ``optimizer.minimize`` over given gradients, on PIR. The public
-    ``apply_gradients`` fails there on 3.3.1 (its learning-rate variable is created with
-    a str dtype: "full: argument (position 3) must be one of paddle::DataType")."""
-    return optimizer._apply_optimize(loss, None, params_grads)
-
-
 def pir_qat_config(moving_rate=0.9, bits=8):
     """``paddle.quantization``'s QuantConfig for QAT on PIR: moving-average abs-max fake
     quantization of activations and weights, with the evaluation path repaired. Paddle

@@ -23,9 +23,10 @@ from paddle_resnet.training import ir
 
 
 def usable(config, on_gpu):
-    """Where the predictor evaluates: the CPU, fp32 (a QAT eval program's fake quantizers
-    are a training form, not an inference model)."""
-    return not on_gpu and not config.qat.enabled and not config.amp.enabled
+    """Where the predictor evaluates: the CPU, an fp32 eval program (a QAT eval program's
+    fake quantizers are a training form, not an inference model; bf16 AMP's O1, the one
+    AMP a CPU trains, evaluates in fp32)."""
+    return not on_gpu and not config.qat.enabled and not config.amp.use_pure_fp16
 
 
 def _config(program, inputs, outputs, exe, prefix):

@@ -23,7 +23,6 @@ from paddle_resnet.core.errors import ConfigError
 
 # What each IR cannot do, as one line naming the IR that can.
 LEGACY_ONLY = {
-    "amp.enabled": "--amp",
     "amp.fuse_resunit": "--fuse-resunit",
     "run.sync_bn": "--sync-bn",
     "run.cpu_onednn": "--cpu-onednn",
@@ -36,7 +35,10 @@ def is_pir(config):
 
 def check(config):
     """The options ``config.run.ir`` cannot run, refused in one line."""
+    bf16 = config.amp.enabled and config.amp.dtype == "bfloat16"
     if not is_pir(config):
+        if bf16:  # Fleet's AMP is fp16; the legacy bf16 rewrite cannot train (onednn.py)
+            raise ConfigError("--amp-dtype bfloat16 is built on PIR only: use --ir pir")
         return
     if not paddle_internals.PADDLE3:
         raise ConfigError(
@@ -47,6 +49,21 @@ def check(config):
         section, name = dotted.split(".")
         if getattr(getattr(config, section), name):
             raise ConfigError(f"{flag} is built on the legacy IR only: use --ir legacy")
+    if bf16 and config.amp.use_dynamic_loss_scaling:
+        raise ConfigError("--use-dynamic-loss-scaling is for float16: bfloat16 has float32's range")
+    # PIR checks kernel dtypes while building: on the CPU build conv2d has no float16
+    # kernel, and momentum none for bfloat16 weights (O2 keeps the weights in bf16).
+    if config.amp.enabled and not paddle.is_compiled_with_cuda():
+        if not bf16:
+            raise ConfigError(
+                "--amp with float16 on PIR needs the GPU build of Paddle: on this CPU build "
+                "use --amp-dtype bfloat16"
+            )
+        if config.amp.use_pure_fp16:
+            raise ConfigError(
+                "--use-pure-fp16 with bfloat16 on PIR needs the GPU build of Paddle (its CPU "
+                "optimizer kernels take no bfloat16 weights): drop it for O1"
+            )
 
 
 def selected(config):
@@ -126,6 +143,17 @@ def fetch_target(program, fetched):
     if paddle_internals.is_pir_program(program):
         return fetched
     return program.global_block().var(fetched.name)
+
+
+def computes_in_low_precision(program):
+    """Whether values of ``program`` are float16 or bfloat16 (on PIR: what AMP's casts
+    produce; the dtype's spelling differs between the IRs)."""
+    if paddle_internals.is_pir_program(program):
+        casts = (op for op in program.global_block().ops if op.name() == "pd_op.cast")
+        dtypes = (op.result(0).dtype for op in casts)
+    else:
+        dtypes = (v.dtype for v in program.list_vars())
+    return any(str(dtype).lower().endswith(("float16", "bf16", "fp16")) for dtype in dtypes)
 
 
 def masks_applied(program, suffix):

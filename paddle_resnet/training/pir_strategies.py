@@ -5,15 +5,21 @@ has no PIR implementation of ASP or of Fleet's static strategies.
   (``sparsity/masks.prune``), multiplied into the weight in the program after every
   optimizer step, so the pattern holds through training without a trip through the
   host; masks are saved and restored with the checkpoint like any persistable.
+- mixed precision: Paddle's documented PIR AMP (``paddle.amp.decorate``, ``auto_cast``,
+  ``GradScaler``); O1 casts per op, O2 (``--use-pure-fp16``) keeps the weights in the
+  low precision with fp32 master copies in the optimizer. bf16 needs one repair: the
+  CPU batch-norm kernel takes no bf16 input (even with batch_norm on the black list,
+  auto_cast feeds it bf16), so each batch norm gets an fp32 copy of its input.
 - data parallelism: each gradient summed over the ranks (``all_reduce`` over the ring
   ``distributed.init_fleet`` made: gloo on CPUs, NCCL on GPUs) and divided by their
   number between the backward pass and the update; every rank then takes the same step,
   the one a single process takes on the whole global batch.
 """
 
+import contextlib
+
 import paddle
 
-from paddle_resnet.core import paddle_internals
 from paddle_resnet.training import ir
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
@@ -44,18 +50,94 @@ def add_masks(program, weights):
         paddle.assign(weight * mask, output=weight)
 
 
+def amp_level(amp_config):
+    return "O2" if amp_config.use_pure_fp16 else "O1"
+
+
+def _float32_input(layer, inputs):
+    return tuple(value.astype("float32") for value in inputs)
+
+
+def mixed_precision(model, optimizer, amp_config):
+    """``model`` and ``optimizer`` (None for an eval program) decorated for
+    ``amp_config``, before the forward pass is built; returns both."""
+    if amp_config.dtype == "bfloat16":
+        for layer in model.sublayers():
+            if isinstance(layer, paddle.nn.BatchNorm2D):
+                layer.register_forward_pre_hook(_float32_input)
+    level = amp_level(amp_config)
+    if optimizer is None:
+        # O1 leaves the weights alone; O2 casts them, in the eval program as in training
+        # (the two share the weights by name).
+        if level == "O2":
+            model = paddle.amp.decorate(models=model, level=level, dtype=amp_config.dtype)
+        return model, None
+    return paddle.amp.decorate(
+        models=model, optimizers=optimizer, level=level, dtype=amp_config.dtype
+    )
+
+
+def autocast(amp_config):
+    """Where the network is built: ops in the low precision by Paddle's lists."""
+    if not amp_config.enabled:
+        return contextlib.nullcontext()
+    return paddle.amp.auto_cast(level=amp_level(amp_config), dtype=amp_config.dtype)
+
+
+def _loss_scaler(amp_config):
+    """Paddle's GradScaler where loss scaling is asked for (fp16 needs it; bf16 has fp32's
+    range and NVIDIA's bf16 recipes scale by 1), or None."""
+    scaling = amp_config.use_dynamic_loss_scaling or amp_config.scale_loss != 1.0
+    if not amp_config.enabled or not scaling:
+        return None
+    return paddle.amp.GradScaler(
+        init_loss_scaling=amp_config.scale_loss,
+        use_dynamic_loss_scaling=amp_config.use_dynamic_loss_scaling,
+    )
+
+
+def _scaled(scaler, loss, amp_config):
+    """The loss times the scale. PIR's ``GradScaler.scale`` multiplies only under dynamic
+    scaling, while the update divides the gradients by the scale either way (Paddle
+    3.3.1): a static scale would shrink every step by it, so it is applied here."""
+    if amp_config.use_dynamic_loss_scaling:
+        return scaler.scale(loss)
+    return loss * amp_config.scale_loss
+
+
+@contextlib.contextmanager
+def _gradients_averaged_over_ranks(optimizer, ranks):
+    """Within: ``optimizer.minimize`` sums each gradient over the ranks and divides it by
+    their number between its backward pass and its update. Paddle's minimize (plain and
+    AMP-decorated) offers no hook there, so its ``backward`` is wrapped for the call."""
+    if ranks == 1:
+        yield
+        return
+    backward = optimizer.backward
+
+    def averaged(*args, **kwargs):
+        params_grads = [(p, g) for p, g in backward(*args, **kwargs) if g is not None]
+        for _, grad in params_grads:
+            paddle.distributed.all_reduce(grad)
+            paddle.assign(grad / ranks, output=grad)
+        return params_grads
+
+    optimizer.backward = averaged
+    try:
+        yield
+    finally:
+        del optimizer.backward
+
+
 def minimize(config, optimizer, loss, kept_dense):
     """The optimizer step of the program being built (inside its ``program_guard``),
     with the strategies ``config`` asks for."""
     program = paddle.static.default_main_program()
-    ranks = paddle.distributed.get_world_size()
-    if ranks > 1:
-        params_grads = [(p, g) for p, g in optimizer.backward(loss) if g is not None]
-        for _, grad in params_grads:
-            paddle.distributed.all_reduce(grad)
-            paddle.assign(grad / ranks, output=grad)
-        paddle_internals.apply_optimize(optimizer, loss, params_grads)
-    else:
-        optimizer.minimize(loss)
+    scaler = _loss_scaler(config.amp)
+    with _gradients_averaged_over_ranks(optimizer, paddle.distributed.get_world_size()):
+        if scaler is None:
+            optimizer.minimize(loss)
+        else:
+            scaler.minimize(optimizer, _scaled(scaler, loss, config.amp))
     if config.asp.enabled:
         add_masks(program, prunable_weights(program, kept_dense))

@@ -126,10 +126,12 @@ def _eval_head(logits, label, num_classes):
     }
 
 
-def _forward(config, mixup, training, sync_bn=False):
-    """Feeds, model and logits. With ``mixup`` the images are blended with the batch
-    reversed, by a weight fed as ``mixup_lambda`` (Zhang et al. 2018). With ``sync_bn``
-    the batch norms compute their statistics over all ranks (same parameter names)."""
+def _forward(config, mixup, training, sync_bn=False, optimizer=None, pir_amp=False):
+    """Feeds, model, logits, MixUp weight and optimizer. With ``mixup`` the images are
+    blended with the batch reversed, by a weight fed as ``mixup_lambda`` (Zhang et al.
+    2018). With ``sync_bn`` the batch norms compute their statistics over all ranks (same
+    parameter names). With ``pir_amp`` the model, and ``optimizer``, are decorated for
+    PIR's AMP before the forward pass; the logits leave it in fp32."""
     fp16_input = config.data.output_fp16
     image = paddle.static.data(
         feeds.IMAGE, [None] + input_shape(config), "float16" if fp16_input else "float32"
@@ -148,15 +150,21 @@ def _forward(config, mixup, training, sync_bn=False):
         model.eval()  # batch norm on its running statistics (legacy: clone(for_test=True))
     if sync_bn:
         model = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    if pir_amp:
+        model, optimizer = pir_strategies.mixed_precision(model, optimizer, config.amp)
     mixup_lambda = None
     if mixup:
         mixup_lambda = paddle.static.data(feeds.MIXUP_LAMBDA, [1], "float32")
         image = mixup_lambda * image + (1.0 - mixup_lambda) * paddle.flip(image, [0])
+    if pir_amp:
+        with pir_strategies.autocast(config.amp):
+            logits = model(image)
+        return model, label, paddle.cast(logits, "float32"), mixup_lambda, optimizer
     # Pure fp16 converts only the network (NVIDIA's fp16_guard): the loss, its one-hot
     # targets and the metrics stay fp32. Elsewhere the guard is a name scope, nothing more.
     with paddle.static.amp.fp16_guard() if config.amp.use_pure_fp16 else contextlib.nullcontext():
         logits = model(image)
-    return model, label, logits, mixup_lambda
+    return model, label, logits, mixup_lambda, optimizer
 
 
 def init_pure_fp16(programs, place):
@@ -171,14 +179,15 @@ def init_pure_fp16(programs, place):
 def applied_strategies(program, meta_optimizers=()):
     """The strategies whose ops are in the train ``program`` (what ran, not what was
     asked), on either IR: weight masks (ASP), quantizers (QAT), gradient all-reduce (data
-    parallelism); AMP by its loss-scaling ops, or by Fleet's list of the
-    ``meta_optimizers`` it applied (on the CPU build AMP with a static loss scale leaves
-    no op)."""
+    parallelism); AMP by its low-precision ops, its loss-scaling ops, or by Fleet's list
+    of the ``meta_optimizers`` it applied (on the CPU build Fleet's AMP with a static loss
+    scale leaves no op)."""
     types = set(ir.op_types(program))
     return {
         "AMP": (
             "AMPOptimizer" in meta_optimizers
             or bool({"check_finite_and_unscale", "update_loss_scaling"} & types)
+            or ir.computes_in_low_precision(program)
         ),
         "ASP": ir.masks_applied(program, MASK_SUFFIX),
         "QAT": bool(QUANTIZER_OPS & types),
@@ -247,7 +256,14 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     num_classes = config.model.num_classes
     eval_main, eval_startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(eval_main, eval_startup), paddle.utils.unique_name.guard():
-        model, label, logits, _ = _forward(config, mixup=False, training=False)
+        # In a training run under O2 the eval program reads the low-precision weights
+        # too; O1 evaluates in fp32 as the legacy IR does, and so do exports.
+        model, label, logits, _, _ = _forward(
+            config,
+            mixup=False,
+            training=False,
+            pir_amp=pir and training and config.amp.enabled and config.amp.use_pure_fp16,
+        )
         eval_fetches = _eval_head(logits, label, num_classes)
     if pir:  # PIR's clone has no for_test: the model was built in eval mode
         eval_program = eval_main
@@ -268,20 +284,26 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
 
     main, startup = paddle.static.Program(), paddle.static.Program()
     ir.seed(main, startup, config.run.seed)
+    # Before the model: PIR's AMP decorates the optimizer with the model.
+    scheduler = StepwiseLR(config.lr, steps_per_epoch, config.run.epochs, global_batch)
+    optimizer = build_optimizer(
+        config.optimizer,
+        scheduler,
+        multi_precision=config.amp.enabled and config.amp.use_pure_fp16,
+    )
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
-        model, label, logits, mixup_lambda = _forward(
-            config, mixup=config.loss.mixup_alpha > 0, training=True, sync_bn=config.run.sync_bn
+        model, label, logits, mixup_lambda, optimizer = _forward(
+            config,
+            mixup=config.loss.mixup_alpha > 0,
+            training=True,
+            sync_bn=config.run.sync_bn,
+            optimizer=optimizer,
+            pir_amp=pir and config.amp.enabled,
         )
         programs.train_fetches, programs.soft_target = _train_head(
             logits, label, num_classes, config.loss.label_smoothing, mixup_lambda
         )
         set_weight_decay(ir.parameters(main), config.optimizer)
-        scheduler = StepwiseLR(config.lr, steps_per_epoch, config.run.epochs, global_batch)
-        optimizer = build_optimizer(
-            config.optimizer,
-            scheduler,
-            multi_precision=config.amp.enabled and config.amp.use_pure_fp16,
-        )
         dense = model_entry(config.model.arch).dense_under_sparsity + config.asp.exclude
         kept_dense = excluded_parameters(model, dense) if config.asp.enabled else []
         if pir:

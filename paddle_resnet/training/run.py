@@ -208,7 +208,8 @@ def _run_in_folder(config, report_stream, after_training, rank, world_size):
     )
     exe = paddle.static.Executor(place)
     exe.run(programs.startup)
-    if training and config.amp.enabled and config.amp.use_pure_fp16:
+    # PIR's O2 made its weights low precision as it was built (paddle.amp.decorate).
+    if training and config.amp.enabled and config.amp.use_pure_fp16 and not ir.is_pir(config):
         program_builder.init_pure_fp16(programs, place)
     if config.qat.enabled and not ir.is_pir(config):  # PIR: quantized as it was built
         # Before any weights are loaded, so a QAT checkpoint's scales find their variables.
