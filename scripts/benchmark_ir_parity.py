@@ -5,9 +5,10 @@ legacy IR and on PIR (``--ir``), in one run.
         --image-root demo_data/fashion_mnist_demo --output benchmarks/ir_parity_resnet18_demo.json
 
 1. Per-step losses of ``--steps`` training steps from the same initialisation and the
-   same batches (DALI, seeded), fp32 and with 2:4 sparsity (pruned at step 0), both on
+   same batches (DALI, seeded), dense and with 2:4 sparsity (pruned at step 0), both on
    Paddle's plain CPU kernels (PIR trains on no others) and the legacy IR also with its
-   default oneDNN convolutions; each variant in a fresh process.
+   default oneDNN convolutions; dense also PIR with bf16 AMP; each variant in a fresh
+   process.
 2. Training and evaluation img/s of each, and their ratio PIR / legacy.
 3. With ``--demo-epochs N``: the demo recipe (configs/resnet18_demo.yaml) trained N
    epochs on each IR; top-1 of each.
@@ -35,6 +36,8 @@ VARIANTS = {
     "legacy plain": {"run.ir": "legacy", "run.cpu_onednn": False},
     "legacy oneDNN": {"run.ir": "legacy", "run.cpu_onednn": True},
     "pir": {"run.ir": "pir"},
+    # the one AMP a CPU can train on PIR (O1; fp16 and O2 need the GPU build)
+    "pir bf16 AMP": {"run.ir": "pir", "amp.enabled": True, "amp.dtype": "bfloat16"},
 }
 
 
@@ -113,6 +116,10 @@ def demo(args, name, scratch):
     }
 
 
+def largest_difference(run, other):
+    return max(abs(a - b) for a, b in zip(run["losses"], other["losses"]))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image-root", required=True)
@@ -127,34 +134,42 @@ def main():
         return one(args)
     if not paddle_internals.PADDLE3:
         sys.exit("the two IRs exist on Paddle 3.x only: run this with .venv-paddle3")
-    result = {"paddle": paddle.__version__, "steps": args.steps, "fp32": {}, "asp": {}}
+    result = {"paddle": paddle.__version__, "steps": args.steps, "dense": {}, "asp": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for name in VARIANTS:
-            result["fp32"][name] = steps_run(args, name, False, scratch)
-            print(name, "fp32", {k: v for k, v in result["fp32"][name].items() if k != "losses"})
+            result["dense"][name] = steps_run(args, name, False, scratch)
+            print(name, "dense", {k: v for k, v in result["dense"][name].items() if k != "losses"})
         for name in ("legacy plain", "pir"):
             result["asp"][name] = steps_run(args, name, True, scratch)
             print(name, "asp", {k: v for k, v in result["asp"][name].items() if k != "losses"})
-        for kind in ("fp32", "asp"):
-            legacy, pir = result[kind]["legacy plain"], result[kind]["pir"]
-            result[kind]["largest_loss_difference"] = max(
-                abs(a - b) for a, b in zip(legacy["losses"], pir["losses"])
+        for kind in ("dense", "asp"):
+            result[kind]["largest_loss_difference"] = largest_difference(
+                result[kind]["legacy plain"], result[kind]["pir"]
             )
-        fp32 = result["fp32"]
+        dense = result["dense"]
+        dense["largest_loss_difference bf16 AMP to fp32"] = largest_difference(
+            dense["pir"], dense["pir bf16 AMP"]
+        )
         result["ratios"] = {
-            "train_ips pir / legacy plain": fp32["pir"]["train_ips"]
-            / fp32["legacy plain"]["train_ips"],
-            "train_ips pir / legacy oneDNN": fp32["pir"]["train_ips"]
-            / fp32["legacy oneDNN"]["train_ips"],
-            "eval_ips pir / legacy plain": fp32["pir"]["eval_ips"]
-            / fp32["legacy plain"]["eval_ips"],
+            f"train_ips {a} / {b}": dense[a]["train_ips"] / dense[b]["train_ips"]
+            for a, b in (
+                ("pir", "legacy plain"),
+                ("pir", "legacy oneDNN"),
+                ("pir bf16 AMP", "pir"),
+                ("pir bf16 AMP", "legacy oneDNN"),
+            )
         }
+        result["ratios"]["eval_ips pir / legacy plain"] = (
+            dense["pir"]["eval_ips"] / dense["legacy plain"]["eval_ips"]
+        )
         if args.demo_epochs:
-            result["demo"] = {name: demo(args, name, scratch) for name in ("legacy oneDNN", "pir")}
+            result["demo"] = {
+                name: demo(args, name, scratch) for name in ("legacy oneDNN", "pir", "pir bf16 AMP")
+            }
     print(json.dumps({k: v for k, v in result.items() if k in ("ratios", "demo")}, indent=1))
     print(
         "largest loss difference:",
-        result["fp32"]["largest_loss_difference"],
+        result["dense"]["largest_loss_difference"],
         result["asp"]["largest_loss_difference"],
     )
     if args.output:
