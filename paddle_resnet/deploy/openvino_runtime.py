@@ -138,8 +138,10 @@ class OpenVinoClassifier:
         return (
             f"openvino {_openvino().__version__.split('-')[0]}: floating point in "
             f"{self.ran_precision()}, {self.int8_layers()} int8 convolution/matmul layers, "
-            f"{self.settings['PERFORMANCE_HINT'].lower()} hint on "
-            f"{self.settings['INFERENCE_NUM_THREADS']} threads, compiled per batch size"
+            f"{self.settings['PERFORMANCE_HINT'].lower()} hint, "
+            f"{self.compiled.get_property('NUM_STREAMS')} stream(s) of "
+            f"{self.compiled.get_property('INFERENCE_NUM_THREADS')} threads, "
+            "a static-shape model per batch size"
         )
 
     def int8_layers(self):
