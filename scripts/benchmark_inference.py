@@ -350,42 +350,39 @@ def medians(rounds, runtimes, batch_sizes):
     return results
 
 
-def speed_ratios(results, runtimes, batch_sizes):
-    """Per precision and batch size: the fastest toolkit backend against the fastest
-    peer, and each toolkit OpenVINO row against plain OpenVINO on the same file."""
-    ips = {(r["runtime"], r["batch_size"]): r["ips"] for r in results}
-    ratios = {}
+def compared_pairs(runtimes, ips, batch_size):
+    """(ratio name, toolkit runtime, outside runtime) at ``batch_size``: per precision the
+    fastest toolkit backend against the fastest peer, and each toolkit OpenVINO row
+    against plain OpenVINO on the same file."""
 
-    def ratio(key, ours, theirs, batch_size):
-        ratios[key] = {
-            "ratio": ips[ours, batch_size] / ips[theirs, batch_size],
-            "toolkit": ours,
-            "outside": theirs,
-        }
+    def fastest(role, precision):
+        names = [r.name for r in runtimes if r.role == role and r.precision == precision]
+        return max(names, key=lambda name: ips[name, batch_size])
 
-    for batch_size in batch_sizes:
-        for precision in PRECISIONS:
-
-            def fastest(role):
-                names = [r.name for r in runtimes if r.role == role and r.precision == precision]
-                return max(names, key=lambda name: ips[name, batch_size])
-
-            ratio(
-                f"best toolkit backend / fastest outside runtime, {precision}, batch {batch_size}",
-                fastest("toolkit"),
-                fastest("peer"),
-                batch_size,
+    for precision in PRECISIONS:
+        yield (
+            f"best toolkit backend / fastest outside runtime, {precision}, batch {batch_size}",
+            fastest("toolkit", precision),
+            fastest("peer", precision),
+        )
+    for runtime in runtimes:
+        if runtime.plain_twin:
+            yield (
+                f"toolkit openvino / plain openvino on the same file, {runtime.precision}, "
+                f"batch {batch_size}",
+                runtime.name,
+                runtime.plain_twin,
             )
-        for runtime in runtimes:
-            if runtime.plain_twin:
-                ratio(
-                    f"toolkit openvino / plain openvino on the same file, {runtime.precision}, "
-                    f"batch {batch_size}",
-                    runtime.name,
-                    runtime.plain_twin,
-                    batch_size,
-                )
-    return ratios
+
+
+def speed_ratios(results, runtimes, batch_sizes):
+    """The throughput ratio of each compared pair (``compared_pairs``), by its name."""
+    ips = {(r["runtime"], r["batch_size"]): r["ips"] for r in results}
+    return {
+        name: {"ratio": ips[ours, size] / ips[theirs, size], "toolkit": ours, "outside": theirs}
+        for size in batch_sizes
+        for name, ours, theirs in compared_pairs(runtimes, ips, size)
+    }
 
 
 def openvino_facts(runtime, trials):
