@@ -104,6 +104,8 @@ def export_random_models(arch, size, workdir, calibration_root):
                 "inference.ptq_algo": "abs_max",
                 "inference.calibration_images": CALIBRATION_IMAGES,
                 "data.image_root": calibration_root,
+                # model.onnx beside it: the file both OpenVINOs read
+                "inference.onnx": True,
             },
         ),
     ):
