@@ -35,6 +35,7 @@ OpenVINO against plain OpenVINO on the same file.
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -71,8 +72,8 @@ PRECISIONS = ("fp32", "bf16", "int8")
 # every int8 model (the export's PTQ, onnxruntime's, NNCF's) is calibrated on these many images
 CALIBRATION_IMAGES = 64
 NNCF_PRESET = "performance"  # symmetric int8 throughout: NNCF's choice for CNNs on CPU
-# plain OpenVINO's hint trial: untimed, then timed runs (median) of each hint
-TRIAL_WARMUP, TRIAL_STEPS = 1, 3
+# plain OpenVINO's hint trial: about this long for each hint (median of the runs)
+TRIAL_SECONDS = 1.0
 
 
 @dataclass
@@ -187,6 +188,14 @@ def nncf_int8(nncf, core, onnx_path, batches):
     )
 
 
+def steps_filling(seconds, run):
+    """How many calls of ``run`` take about ``seconds`` (at least 3), from one (untimed
+    from then on) call."""
+    start = time.perf_counter()
+    run()
+    return max(3, int(seconds / max(time.perf_counter() - start, 1e-3)))
+
+
 def fastest_hint_compile(core, model, image_shape, batch_size, settings, trials):
     """``model`` compiled for ``batch_size`` with whichever of the LATENCY and
     THROUGHPUT hints runs one batch faster in a short trial; the trial's median
@@ -197,8 +206,8 @@ def fastest_hint_compile(core, model, image_shape, batch_size, settings, trials)
         compiled = compile_for_batch(
             core, model, image_shape, batch_size, dict(settings, PERFORMANCE_HINT=hint)
         )
-        request = compiled.create_infer_request()
-        seconds = time_steps(lambda: request.infer({0: images}), TRIAL_WARMUP, TRIAL_STEPS)
+        infer = functools.partial(compiled.create_infer_request().infer, {0: images})
+        seconds = time_steps(infer, 0, steps_filling(TRIAL_SECONDS, infer))
         timed[hint] = (float(np.median(seconds)) * 1000, compiled)
     trials[batch_size] = {hint: round(ms, 2) for hint, (ms, _) in timed.items()}
     return min(timed.values(), key=lambda entry: entry[0])[1]
@@ -315,12 +324,9 @@ def timed_rounds(runtimes, batch_sizes, image_shape, args):
         for batch_size in batch_sizes:
             batch = rng.standard_normal((batch_size, *image_shape)).astype(np.float32)
             for runtime in runtimes:
-                first = time.perf_counter()
-                runtime.run(batch)
-                steps = args.steps or max(3, int(8 / max(time.perf_counter() - first, 1e-3)))
-                row = latency_summary(
-                    batch_size, time_steps(lambda: runtime.run(batch), args.warmup, steps)
-                )
+                run = functools.partial(runtime.run, batch)
+                steps = args.steps or steps_filling(8, run)
+                row = latency_summary(batch_size, time_steps(run, args.warmup, steps))
                 rounds.append(dict(row, runtime=runtime.name, steps=steps, repeat=repeat))
                 print(
                     f"round {repeat + 1} {runtime.name:32s} batch {batch_size:3d}: "
