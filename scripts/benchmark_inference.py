@@ -358,6 +358,15 @@ def medians(rounds, runtimes, batch_sizes):
     return results
 
 
+def print_medians(results):
+    print(f"\n{'runtime':32s} {'role':9s} {'batch':>5} {'img/s':>9} {'p50 ms':>8}")
+    for r in results:
+        print(
+            f"{r['runtime']:32s} {r['role']:9s} {r['batch_size']:5d} {r['ips']:9.1f} "
+            f"{r['latency_p50']:8.2f}"
+        )
+
+
 def compared_pairs(runtimes, ips, batch_size):
     """(ratio name, toolkit runtime, outside runtime) at ``batch_size``: per precision the
     fastest toolkit backend against the fastest peer, and each toolkit OpenVINO row
@@ -450,6 +459,7 @@ def main():
     warm(runtimes, args.batch_sizes, image_shape)
     rounds = timed_rounds(runtimes, args.batch_sizes, image_shape, args)
     results = medians(rounds, runtimes, args.batch_sizes)
+    print_medians(results)
     ratios = speed_ratios(results, runtimes, args.batch_sizes)
     for name, entry in ratios.items():
         print(f"{name}: {entry['ratio']:.2f}x ({entry['toolkit']} / {entry['outside']})")
