@@ -18,7 +18,10 @@ with oneDNN (``paddle <precision>``) and its OpenVINO backend (``toolkit openvin
   .pdmodel) at fp32 and bf16 (``INFERENCE_PRECISION_HINT``; onnxruntime has no CPU bf16);
 - OpenVINO's own int8: model.onnx read by OpenVINO and quantized by NNCF (preset
   performance), compiled by plain OpenVINO.
-Each int8 model is calibrated on the same 64 images. Plain OpenVINO compiles a
+Each int8 model is calibrated on the same 64 images, and runs its other layers in fp32.
+Without NNCF (scripts/setup_nncf.sh, found by --nncf-site) the benchmark stops at once
+in one line: an int8 ratio without OpenVINO's own int8 would compare against a weaker
+peer under the same name. Plain OpenVINO compiles a
 static-shape model for each batch size, with all cores' threads and whichever of the
 LATENCY and THROUGHPUT hints runs that batch faster in a short trial (the winner is
 recorded). Plain OpenVINO on the export's int8 model.onnx is also run: not a peer (the
@@ -133,8 +136,8 @@ def to_onnx(model_dir, path):
 
 
 def calibration_batches(model_dir, calibration_root):
-    """The export's PTQ calibration images (the first CALIBRATION_IMAGES of the train
-    split, preprocessed as the model takes them), in batches of 16."""
+    """The export's PTQ calibration images (CALIBRATION_IMAGES spread evenly over the
+    train split, preprocessed as the model takes them), in batches of 16."""
     config = build_config({"data.image_root": calibration_root, "data.batch_size": 16})
     split = open_split(config.data, "train").spread(CALIBRATION_IMAGES)
     batches = model_input.validation_batches(split, config.data, exported.read_info(model_dir))
