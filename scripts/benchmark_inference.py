@@ -1,27 +1,51 @@
-"""CPU inference benchmark: the toolkit's backends (Paddle Inference with oneDNN, and
-OpenVINO) at fp32, bf16 and int8, against onnxruntime (fp32, and int8 by its own static
-QDQ quantization).
+"""CPU inference benchmark: the toolkit's backends against outside runtimes, on the same
+model in the same run, at fp32, bf16 and int8.
 
     .venv/bin/pip install -r requirements-tools.txt
+    scripts/setup_nncf.sh     # NNCF beside the venv, in .nncf-site (see --nncf-site)
     .venv/bin/python scripts/benchmark_inference.py --arch resnet50 --batch-sizes 1,32
 
 One ResNet (randomly initialised: speed does not depend on the weights) is exported
 with export_model.py, once more quantized to int8 (--ptq-algo abs_max, calibrated on
-real images of --calibration-root), converted to ONNX with paddle2onnx, and all run on
-the same input in the same process. The OpenVINO rows are inference.py's own backend
-(its int8 runs the model's PTQ scales). Each of --repeats rounds runs every runtime once
-per batch size, interleaved, and the medians are reported, so a shared machine's drift
-falls on all alike. Prints a table and writes the figures and the ratios (each
-precision's fastest toolkit backend against the fastest runtime) to --output.
+64 real images of --calibration-root), converted to ONNX with paddle2onnx, and all run
+on the same input in the same process.
+
+The toolkit's backends, as inference.py runs them, are the contenders: Paddle Inference
+with oneDNN (``paddle <precision>``) and its OpenVINO backend (``toolkit openvino
+<precision>``, int8 on the export's PTQ scales). The peers are outside runtimes only:
+- onnxruntime on model.onnx: fp32, and int8 by its own static QDQ quantization;
+- plain OpenVINO on the same exported file (``openvino.Core().read_model`` of its
+  .pdmodel) at fp32 and bf16 (``INFERENCE_PRECISION_HINT``; onnxruntime has no CPU bf16);
+- OpenVINO's own int8: model.onnx read by OpenVINO and quantized by NNCF (preset
+  performance), compiled by plain OpenVINO.
+Each int8 model is calibrated on the same 64 images, and runs its other layers in fp32.
+Without NNCF (scripts/setup_nncf.sh, found by --nncf-site) the benchmark stops at once
+in one line: an int8 ratio without OpenVINO's own int8 would compare against a weaker
+peer under the same name. Plain OpenVINO compiles a
+static-shape model for each batch size, with all cores' threads and whichever of the
+LATENCY and THROUGHPUT hints runs that batch faster in a short trial (the winner is
+recorded). Plain OpenVINO on the export's int8 model.onnx is also run: not a peer (the
+scales are the toolkit's), but the same file as the toolkit's OpenVINO int8.
+
+Each of --repeats rounds runs every runtime once per batch size, interleaved, and the
+medians are reported, so a shared machine's drift falls on all alike. Prints a table and
+writes to --output the per-runtime figures, what OpenVINO ran (hint, streams, each
+layer's precision, the CPU's capabilities) and the ratios per precision and batch: the
+fastest toolkit backend against the fastest peer of that precision, and the toolkit's
+OpenVINO against plain OpenVINO on the same file.
 """
 
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import argparse
+import functools
 import json
 import os
+import sys
 import tempfile
 import time
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import numpy as np
 import paddle
@@ -32,11 +56,37 @@ from paddle_resnet.training import programs as program
 from paddle_resnet.deploy import exported, predictor
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import InferenceConfig, build_config
+from paddle_resnet.core.errors import UserError
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.core.metrics import latency_summary, time_steps
-from paddle_resnet.deploy.openvino_runtime import OpenVinoClassifier
+from paddle_resnet.deploy.openvino_runtime import (
+    HINTS,
+    OpenVinoClassifier,
+    PerBatchSize,
+    capabilities,
+    compile_for_batch,
+    layer_precisions,
+)
 from paddle_resnet.core.optional import require
 from paddle_resnet.deploy import export as exporting
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRECISIONS = ("fp32", "bf16", "int8")
+# every int8 model (the export's PTQ, onnxruntime's, NNCF's) is calibrated on these many images
+CALIBRATION_IMAGES = 64
+NNCF_PRESET = "performance"  # symmetric int8 throughout: NNCF's choice for CNNs on CPU
+# plain OpenVINO's hint trial: about this long for each hint (median of the runs)
+TRIAL_SECONDS = 1.0
+
+
+@dataclass
+class Runtime:
+    name: str
+    precision: str
+    role: str  # "toolkit" (a contender), "peer" (outside), "same file" (neither: see docstring)
+    run: Callable
+    per_batch: Optional[PerBatchSize] = None  # an OpenVINO runtime's compiled models
+    plain_twin: Optional[str] = None  # a toolkit OpenVINO row: plain OpenVINO on its file
 
 
 def export_random_models(arch, size, workdir, calibration_root):
@@ -56,8 +106,10 @@ def export_random_models(arch, size, workdir, calibration_root):
             "int8",
             {
                 "inference.ptq_algo": "abs_max",
-                "inference.calibration_images": 64,
+                "inference.calibration_images": CALIBRATION_IMAGES,
                 "data.image_root": calibration_root,
+                # model.onnx beside it: the file both OpenVINOs read
+                "inference.onnx": True,
             },
         ),
     ):
@@ -83,29 +135,35 @@ def to_onnx(model_dir, path):
     return path
 
 
-def onnx_runner(session):
+def calibration_batches(model_dir, calibration_root):
+    """The export's PTQ calibration images (CALIBRATION_IMAGES spread evenly over the
+    train split, preprocessed as the model takes them), in batches of 16."""
+    config = build_config({"data.image_root": calibration_root, "data.batch_size": 16})
+    split = open_split(config.data, "train").spread(CALIBRATION_IMAGES)
+    batches = model_input.validation_batches(split, config.data, exported.read_info(model_dir))
+    return [batch[feeds.IMAGE] for batch in batches]
+
+
+def onnx_runner(onnxruntime, path, threads):
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     return lambda x: session.run(None, {name: x})[0]
 
 
-def ort_static_int8(fp32_path, model_dir, workdir, calibration_root, count=64):
+def ort_static_int8(fp32_path, batches, workdir):
     """The fp32 ONNX model quantized by onnxruntime itself (static, QDQ, per-channel
-    weights), calibrated on ``count`` real images as the export's PTQ is: its int8 peer."""
+    weights), calibrated on ``batches``: its int8 peer."""
     quantization = require("onnxruntime.quantization", "the onnxruntime int8 peer")
-    config = build_config({"data.image_root": calibration_root, "data.batch_size": 16})
-    info = exported.read_info(model_dir)
-    split = open_split(config.data, "train").spread(count)
-    batches = [
-        {feeds.IMAGE: b[feeds.IMAGE]}
-        for b in model_input.validation_batches(split, config.data, info)
-    ]
+    inputs = [{feeds.IMAGE: batch} for batch in batches]
 
     class Reader(quantization.CalibrationDataReader):
         def __init__(self):
-            self.batches = iter(batches)
+            self.inputs = iter(inputs)
 
         def get_next(self):
-            return next(self.batches, None)
+            return next(self.inputs, None)
 
     path = os.path.join(workdir, "model_int8_ort.onnx")
     quantization.quantize_static(
@@ -120,99 +178,294 @@ def ort_static_int8(fp32_path, model_dir, workdir, calibration_root, count=64):
     return path
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", default="resnet50")
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--batch-sizes", default="1,32")
-    parser.add_argument("--steps", type=int, default=0, help="timed runs (0: about 8 s each)")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (medians)")
-    parser.add_argument(
-        "--calibration-root",
-        default="demo_data/fashion_mnist_demo",
-        help="an image tree whose train/ images calibrate the int8 model",
+def nncf_int8(nncf, core, onnx_path, batches):
+    """OpenVINO's own int8: the fp32 model.onnx as OpenVINO reads it, quantized by NNCF
+    (its OpenVINO backend, the path OpenVINO documents) on the calibration images, one
+    per item so that subset_size counts images."""
+    images = [image[None] for batch in batches for image in batch]
+    return nncf.quantize(
+        core.read_model(onnx_path),
+        nncf.Dataset(images),
+        preset=nncf.QuantizationPreset(NNCF_PRESET),
+        subset_size=len(images),
     )
-    parser.add_argument("--output", default="benchmarks/inference_resnet50_cpu.json")
-    args = parser.parse_args()
 
-    onnxruntime = require("onnxruntime", "the ONNX peer of this benchmark")
-    threads = available_cores()
-    workdir = tempfile.mkdtemp(prefix="bench_inference_")
-    model_dir, int8_dir = export_random_models(args.arch, args.size, workdir, args.calibration_root)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = onnxruntime.InferenceSession(
-        to_onnx(model_dir, os.path.join(workdir, "model.onnx")),
-        options,
-        providers=["CPUExecutionProvider"],
-    )
-    runners = {"onnxruntime fp32": onnx_runner(session)}
-    runners["onnxruntime int8"] = onnx_runner(
-        onnxruntime.InferenceSession(
-            ort_static_int8(
-                os.path.join(workdir, "model.onnx"), model_dir, workdir, args.calibration_root
-            ),
-            options,
-            providers=["CPUExecutionProvider"],
+
+def steps_filling(seconds, run):
+    """How many calls of ``run`` take about ``seconds`` (at least 3), from one (untimed
+    from then on) call."""
+    start = time.perf_counter()
+    run()
+    return max(3, int(seconds / max(time.perf_counter() - start, 1e-3)))
+
+
+def fastest_hint_compile(core, model, image_shape, batch_size, settings, trials):
+    """``model`` compiled for ``batch_size`` with whichever of the LATENCY and
+    THROUGHPUT hints runs one batch faster in a short trial; the trial's median
+    milliseconds per hint go to ``trials[batch_size]``."""
+    images = np.random.default_rng(0).standard_normal((batch_size, *image_shape), np.float32)
+    timed = {}
+    for hint in ("LATENCY", "THROUGHPUT"):
+        compiled = compile_for_batch(
+            core, model, image_shape, batch_size, dict(settings, PERFORMANCE_HINT=hint)
+        )
+        infer = functools.partial(compiled.create_infer_request().infer, {0: images})
+        seconds = time_steps(infer, 0, steps_filling(TRIAL_SECONDS, infer))
+        timed[hint] = (float(np.median(seconds)) * 1000, compiled)
+    trials[batch_size] = {hint: round(ms, 2) for hint, (ms, _) in timed.items()}
+    return min(timed.values(), key=lambda entry: entry[0])[1]
+
+
+def plain_openvino(core, model, image_shape, precision, threads, trials):
+    """Plain OpenVINO running ``model`` at ``precision``: a static-shape model per batch
+    size, under the faster hint (``fastest_hint_compile``) on all ``threads``. An int8
+    model's other layers run in fp32, as the toolkit's OpenVINO int8 runs them."""
+    settings = {
+        "INFERENCE_NUM_THREADS": threads,
+        "INFERENCE_PRECISION_HINT": HINTS.get(precision, "f32"),
+    }
+    return PerBatchSize(
+        lambda batch_size: fastest_hint_compile(
+            core, model, image_shape, batch_size, settings, trials
         )
     )
-    input_shape = [3, args.size, args.size]
-    max_batch = max(int(b) for b in args.batch_sizes.split(","))
-    for precision, folder in (("fp32", model_dir), ("bf16", model_dir), ("int8", int8_dir)):
+
+
+def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
+    """Every runtime of the benchmark, and plain OpenVINO's hint trials (by runtime)."""
+    model_dir, int8_dir = export_random_models(args.arch, args.size, workdir, args.calibration_root)
+    onnx_path = to_onnx(model_dir, os.path.join(workdir, "model.onnx"))
+    batches = calibration_batches(model_dir, args.calibration_root)
+    image_shape = (3, args.size, args.size)
+    core = ov.Core()
+    trials = {}
+
+    def plain(name, precision, role, model):
+        trials[name] = {}
+        runner = plain_openvino(core, model, image_shape, precision, threads, trials[name])
+        return Runtime(name, precision, role, runner, per_batch=runner)
+
+    fp32_file = core.read_model(exported.model_paths(model_dir)[0])
+    runtimes = [
+        Runtime("onnxruntime fp32", "fp32", "peer", onnx_runner(onnxruntime, onnx_path, threads)),
+        Runtime(
+            "onnxruntime int8",
+            "int8",
+            "peer",
+            onnx_runner(onnxruntime, ort_static_int8(onnx_path, batches, workdir), threads),
+        ),
+        plain("openvino fp32", "fp32", "peer", fp32_file),
+        plain("openvino bf16", "bf16", "peer", fp32_file),
+        plain("openvino int8 (nncf)", "int8", "peer", nncf_int8(nncf, core, onnx_path, batches)),
+        plain(
+            "openvino int8 (export's scales)",
+            "int8",
+            "same file",
+            core.read_model(os.path.join(int8_dir, exported.ONNX_FILE)),
+        ),
+    ]
+    twins = {
+        "fp32": "openvino fp32",
+        "bf16": "openvino bf16",
+        "int8": "openvino int8 (export's scales)",
+    }
+    max_batch = max(args.batch_sizes)
+    for precision in PRECISIONS:
+        folder = int8_dir if precision == "int8" else model_dir
         settings = InferenceConfig(cpu_precision=precision)
         calls = predictor.predictor_settings(
-            settings, "cpu", input_shape, 64, quantized=precision == "int8"
+            settings, "cpu", list(image_shape), 64, quantized=precision == "int8"
         )
-        runners[f"paddle {precision}"] = predictor.Classifier(folder, calls, input_shape)
+        runtimes.append(
+            Runtime(
+                f"paddle {precision}",
+                precision,
+                "toolkit",
+                predictor.Classifier(folder, calls, list(image_shape)),
+            )
+        )
         openvino = OpenVinoClassifier(
-            folder, settings, input_shape, max_batch, quantized=precision == "int8"
+            folder, settings, list(image_shape), max_batch, quantized=precision == "int8"
         )
-        print(f"openvino {precision}: {openvino.describe()}", flush=True)
-        runners[f"openvino {precision}"] = openvino
+        print(f"toolkit openvino {precision}: {openvino.describe()}", flush=True)
+        runtimes.append(
+            Runtime(
+                f"toolkit openvino {precision}",
+                precision,
+                "toolkit",
+                openvino,
+                per_batch=openvino.per_batch,
+                plain_twin=twins[precision],
+            )
+        )
+    return runtimes, trials, capabilities(core)
 
+
+def import_nncf(site):
+    """nncf, from ``site`` when it is there (scripts/setup_nncf.sh installs it outside the
+    venv). Appended to the path, so the venv's own packages (numpy 1.26 for Paddle) win
+    over the copies nncf brought."""
+    if os.path.isdir(site) and site not in sys.path:
+        sys.path.append(site)
+    return require("nncf", "the NNCF int8 peer of scripts/benchmark_inference.py")
+
+
+def warm(runtimes, batch_sizes, image_shape):
+    """One call of each runtime per batch size, before any timing: the OpenVINO runtimes
+    compile a model per batch size there (plain OpenVINO after its hint trial)."""
+    for batch_size in batch_sizes:
+        batch = np.zeros((batch_size, *image_shape), np.float32)
+        for runtime in runtimes:
+            runtime.run(batch)
+
+
+def timed_rounds(runtimes, batch_sizes, image_shape, args):
+    """Every runtime at every batch size, ``args.repeats`` times, interleaved."""
     rng = np.random.default_rng(0)
     rounds = []
     for repeat in range(args.repeats):
-        for batch_size in (int(b) for b in args.batch_sizes.split(",")):
-            batch = rng.standard_normal((batch_size, 3, args.size, args.size)).astype(np.float32)
-            for name, run in runners.items():
-                first = time.perf_counter()
-                run(batch)
-                steps = args.steps or max(3, int(8 / max(time.perf_counter() - first, 1e-3)))
-                row = latency_summary(
-                    batch_size, time_steps(lambda: run(batch), args.warmup, steps)
-                )
-                rounds.append(dict(row, runtime=name, steps=steps, repeat=repeat))
+        for batch_size in batch_sizes:
+            batch = rng.standard_normal((batch_size, *image_shape)).astype(np.float32)
+            for runtime in runtimes:
+                run = functools.partial(runtime.run, batch)
+                steps = args.steps or steps_filling(8, run)
+                row = latency_summary(batch_size, time_steps(run, args.warmup, steps))
+                rounds.append(dict(row, runtime=runtime.name, steps=steps, repeat=repeat))
                 print(
-                    f"round {repeat + 1} {name:18s} batch {batch_size:3d}: {row['ips']:7.1f} img/s, "
-                    f"p50 {row['latency_p50']:.1f} ms",
+                    f"round {repeat + 1} {runtime.name:32s} batch {batch_size:3d}: "
+                    f"{row['ips']:7.1f} img/s, p50 {row['latency_p50']:.1f} ms",
                     flush=True,
                 )
+    return rounds
+
+
+def medians(rounds, runtimes, batch_sizes):
+    """Each runtime's median over the rounds, per batch size."""
     results = []
-    for batch_size in sorted({r["batch_size"] for r in rounds}):
-        for name in runners:
-            runs = [r for r in rounds if r["runtime"] == name and r["batch_size"] == batch_size]
+    for batch_size in batch_sizes:
+        for runtime in runtimes:
+            runs = [
+                r for r in rounds if r["runtime"] == runtime.name and r["batch_size"] == batch_size
+            ]
             results.append(
                 {
-                    "runtime": name,
+                    "runtime": runtime.name,
+                    "role": runtime.role,
+                    "precision": runtime.precision,
                     "batch_size": batch_size,
                     "ips": float(np.median([r["ips"] for r in runs])),
                     "ips_runs": [round(r["ips"], 1) for r in runs],
                     "latency_p50": float(np.median([r["latency_p50"] for r in runs])),
                 }
             )
-    ratios = {}
-    for batch_size in sorted({r["batch_size"] for r in results}):
-        by_name = {r["runtime"]: r["ips"] for r in results if r["batch_size"] == batch_size}
-        for precision in ("fp32", "bf16", "int8"):
-            ours = max(by_name[f"{backend} {precision}"] for backend in ("paddle", "openvino"))
-            peers = [ips for name, ips in by_name.items() if name.endswith(precision)]
-            ratios[f"best toolkit backend / fastest runtime, {precision}, batch {batch_size}"] = (
-                ours / max(peers)
+    return results
+
+
+def print_medians(results):
+    print(f"\n{'runtime':32s} {'role':9s} {'batch':>5} {'img/s':>9} {'p50 ms':>8}")
+    for r in results:
+        print(
+            f"{r['runtime']:32s} {r['role']:9s} {r['batch_size']:5d} {r['ips']:9.1f} "
+            f"{r['latency_p50']:8.2f}"
+        )
+
+
+def compared_pairs(runtimes, ips, batch_size):
+    """(ratio name, toolkit runtime, outside runtime) at ``batch_size``: per precision the
+    fastest toolkit backend against the fastest peer, and each toolkit OpenVINO row
+    against plain OpenVINO on the same file."""
+
+    def fastest(role, precision):
+        names = [r.name for r in runtimes if r.role == role and r.precision == precision]
+        return max(names, key=lambda name: ips[name, batch_size])
+
+    for precision in PRECISIONS:
+        yield (
+            f"best toolkit backend / fastest outside runtime, {precision}, batch {batch_size}",
+            fastest("toolkit", precision),
+            fastest("peer", precision),
+        )
+    for runtime in runtimes:
+        if runtime.plain_twin:
+            yield (
+                f"toolkit openvino / plain openvino on the same file, {runtime.precision}, "
+                f"batch {batch_size}",
+                runtime.name,
+                runtime.plain_twin,
             )
-    for name, ratio in ratios.items():
-        print(f"{name}: {ratio:.2f}x")
+
+
+def speed_ratios(results, runtimes, batch_sizes):
+    """The throughput ratio of each compared pair (``compared_pairs``), by its name."""
+    ips = {(r["runtime"], r["batch_size"]): r["ips"] for r in results}
+    return {
+        name: {"ratio": ips[ours, size] / ips[theirs, size], "toolkit": ours, "outside": theirs}
+        for size in batch_sizes
+        for name, ours, theirs in compared_pairs(runtimes, ips, size)
+    }
+
+
+def openvino_facts(runtime, trials):
+    """What OpenVINO ran for ``runtime``, per batch size, as it reports it."""
+    facts = {}
+    for batch_size, compiled in sorted(runtime.per_batch.compiled_models().items()):
+        facts[batch_size] = {
+            "hint": compiled.get_property("PERFORMANCE_HINT"),
+            "streams": int(compiled.get_property("NUM_STREAMS")),
+            "threads": int(compiled.get_property("INFERENCE_NUM_THREADS")),
+            "inference_precision": compiled.get_property("INFERENCE_PRECISION_HINT").to_string(),
+            "layer_precisions": layer_precisions(compiled),
+        }
+        if batch_size in trials:
+            facts[batch_size]["hint_trial_ms"] = trials[batch_size]
+    return facts
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="resnet50")
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument(
+        "--batch-sizes", default=[1, 32], type=lambda text: [int(b) for b in text.split(",")]
+    )
+    parser.add_argument("--steps", type=int, default=0, help="timed runs (0: about 8 s each)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (medians)")
+    parser.add_argument(
+        "--calibration-root",
+        default="demo_data/fashion_mnist_demo",
+        help="an image tree whose train/ images calibrate the int8 models",
+    )
+    parser.add_argument(
+        "--nncf-site",
+        default=os.path.join(ROOT, ".nncf-site"),
+        help="the folder scripts/setup_nncf.sh installed NNCF into",
+    )
+    parser.add_argument("--output", default="benchmarks/inference_resnet50_cpu.json")
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
+    try:
+        onnxruntime = require("onnxruntime", "the ONNX peers of this benchmark")
+        ov = require("openvino", "the OpenVINO peers of this benchmark")
+        nncf = import_nncf(args.nncf_site)
+    except UserError as err:
+        sys.exit(f"error: {err}")
+    threads = available_cores()
+    workdir = tempfile.mkdtemp(prefix="bench_inference_")
+    runtimes, trials, cpu_capabilities = build_runtimes(
+        args, workdir, threads, nncf, onnxruntime, ov
+    )
+    image_shape = (3, args.size, args.size)
+    warm(runtimes, args.batch_sizes, image_shape)
+    rounds = timed_rounds(runtimes, args.batch_sizes, image_shape, args)
+    results = medians(rounds, runtimes, args.batch_sizes)
+    print_medians(results)
+    ratios = speed_ratios(results, runtimes, args.batch_sizes)
+    for name, entry in ratios.items():
+        print(f"{name}: {entry['ratio']:.2f}x ({entry['toolkit']} / {entry['outside']})")
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as handle:
         json.dump(
@@ -222,6 +475,21 @@ def main():
                 "threads": threads,
                 "paddle": paddle.__version__,
                 "onnxruntime": onnxruntime.__version__,
+                "openvino": {
+                    "version": ov.__version__,
+                    "cpu_capabilities": sorted(cpu_capabilities),
+                    "runtimes": {
+                        r.name: openvino_facts(r, trials.get(r.name, {}))
+                        for r in runtimes
+                        if r.per_batch
+                    },
+                },
+                "nncf": {
+                    "version": nncf.__version__,
+                    "preset": NNCF_PRESET,
+                    "calibration_images": CALIBRATION_IMAGES,
+                    "quantized": "model.onnx as OpenVINO reads it (NNCF's OpenVINO backend)",
+                },
                 "repeats": args.repeats,
                 "results": results,
                 "rounds": rounds,

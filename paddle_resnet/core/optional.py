@@ -18,7 +18,12 @@ PACKAGES = {
     "torch": "torch",
     "safetensors": "safetensors",
     "openvino": "openvino",
+    "nncf": "nncf",
 }
+# how to install a package when not by requirements-tools.txt: nncf's numpy 2 would
+# replace the numpy 1.26 Paddle 2.6 needs, so it goes into a folder of its own
+INSTALL = {"nncf": "scripts/setup_nncf.sh"}
+DEFAULT_INSTALL = "pip install -r requirements-tools.txt"
 
 
 def _installed(module):
@@ -42,12 +47,12 @@ def require(module, purpose):
     if not _installed(package):
         raise UserError(
             f"{purpose} needs the optional package {PACKAGES[package]}: "
-            "pip install -r requirements-tools.txt"
+            f"{INSTALL.get(package, DEFAULT_INSTALL)}"
         )
     try:
         return importlib.import_module(module)
     except ImportError as err:  # installed but broken: a missing dependency of its own
         raise UserError(
             f"{purpose} needs {module}, which is installed but does not import ({err}): "
-            "pip install -r requirements-tools.txt"
+            f"{INSTALL.get(package, DEFAULT_INSTALL)}"
         ) from None
