@@ -373,3 +373,35 @@ def test_a_pir_qat_model_exports_and_serves_at_the_accuracy_training_measured(
     assert f"top1 {metrics['val.top1']:.5g}" in capsys.readouterr().out
     assert inference.main([*argv, "--cpu-precision", "int8"]) == 2
     assert "Paddle 3 has no oneDNN int8 passes for PIR programs" in capsys.readouterr().err
+
+
+@pir_only
+def test_pir_prunes_a_dense_model_and_retrains_it_with_qat_to_a_2to4_export(
+    trained, fmnist_root, tmp_path
+):
+    """--asp --qat on PIR: the dense legacy model pruned 2:4 by the toolkit, retrained
+    with paddle.quantization's fake quantizers, and exported with its weights 2:4 (the
+    checker's verdict on inference.json)."""
+    model_dir = str(tmp_path / "model")
+    config = small_config(
+        fmnist_root,
+        tmp_path / "out",
+        **{
+            "run.ir": "pir",
+            "run.epochs": 1,
+            "asp.enabled": True,
+            "asp.prune_model": True,
+            "qat.enabled": True,
+            "run.from_pretrained_params": os.path.join(
+                ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+            ),
+            "inference.model_dir": model_dir,
+        },
+    )
+    metrics = train.run(config, report_stream=open(os.devnull, "w"))
+    assert metrics["val.top1"] > 0.3  # 10 classes: the pruned model still knows them
+    assert exported.read_info(model_dir)["quantization"] == qat.PIR_QAT_RECORD
+    assert len(sparsity_report.tables(model_dir)[1]) == 19  # marked sparse in model.json
+    assert sparsity_report.report(model_dir) == []  # ... and each one 2:4
+    saved = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(tmp_path / "out"), "resnet18", 1))[1]
+    assert len(pattern.sparse_parameters(saved)) == 19
