@@ -129,12 +129,6 @@ def export_random_models(arch, size, workdir, calibration_root):
     return folders
 
 
-def to_onnx(model_dir, path):
-    paddle2onnx = require("paddle2onnx", "the ONNX peer of this benchmark")
-    paddle2onnx.export(*exported.model_paths(model_dir), path, opset_version=13)
-    return path
-
-
 def calibration_batches(model_dir, calibration_root):
     """The export's PTQ calibration images (CALIBRATION_IMAGES spread evenly over the
     train split, preprocessed as the model takes them), in batches of 16."""
@@ -234,7 +228,7 @@ def plain_openvino(core, model, image_shape, precision, threads, trials):
 def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
     """Every runtime of the benchmark, and plain OpenVINO's hint trials (by runtime)."""
     model_dir, int8_dir = export_random_models(args.arch, args.size, workdir, args.calibration_root)
-    onnx_path = to_onnx(model_dir, os.path.join(workdir, "model.onnx"))
+    onnx_path = exported.write_onnx(model_dir)
     batches = calibration_batches(model_dir, args.calibration_root)
     image_shape = (3, args.size, args.size)
     core = ov.Core()

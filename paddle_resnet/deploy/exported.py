@@ -221,8 +221,15 @@ def write_onnx(model_dir):
     )
     paddle2onnx = require("paddle2onnx", "--onnx")
     path = os.path.join(model_dir, ONNX_FILE)
+    # paddle2onnx 2.x folds constants with Polygraphy by default, after setting
+    # POLYGRAPHY_AUTOINSTALL_DEPS=1: Polygraphy then pip-installs onnx_graphsurgeon into
+    # the running environment, with numpy 2 (seen on 2.1.0), under a Paddle that needs
+    # numpy 1.26. Its onnxoptimizer path installs nothing.
+    options = {"optimize_tool": "onnxoptimizer"} if optional.paddle2onnx_major >= 2 else {}
     with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
-        paddle2onnx.export(*model_paths(model_dir), save_file=path, opset_version=13, verbose=False)
+        paddle2onnx.export(
+            *model_paths(model_dir), save_file=path, opset_version=13, verbose=False, **options
+        )
     if not os.path.isfile(path):
         raise UserError(f"{model_dir}: paddle2onnx wrote no {ONNX_FILE}")
     return path

@@ -35,7 +35,7 @@ def is_pir(config):
 
 def check(config):
     """The options ``config.run.ir`` cannot run, refused in one line."""
-    bf16 = config.amp.enabled and config.amp.dtype == "bfloat16"
+    bf16 = config.amp.dtype == "bfloat16" and config.amp.enabled
     if not is_pir(config):
         if bf16:  # Fleet's AMP is fp16; the legacy bf16 rewrite cannot train (onednn.py)
             raise ConfigError("--amp-dtype bfloat16 is built on PIR only: use --ir pir")
