@@ -23,6 +23,7 @@ from paddle_resnet.core.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index, write_class_index
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.optional import require
+from paddle_resnet.deploy import onnx_int8
 
 PREFIX = "inference"
 # The program file, by the IR it was exported from: legacy, PIR.
@@ -232,4 +233,6 @@ def write_onnx(model_dir):
         )
     if not os.path.isfile(path):
         raise UserError(f"{model_dir}: paddle2onnx wrote no {ONNX_FILE}")
+    if read_info(model_dir).get("quantization"):
+        onnx_int8.unsigned_after_relu(path)
     return path
