@@ -198,7 +198,8 @@ def test_the_quantized_onnx_model_agrees_with_fp32(models):
     )
     agreement = float((top == probs32.argmax(1)).mean())
     assert agreement >= 0.9, agreement
-    # ReLU outputs quantized unsigned (deploy/onnx_int8.py): the CPU's int8 form
+    # the CPU's int8 form (deploy/onnx_int8.py): ReLU outputs quantized unsigned, and
+    # ReLUs read their convolution or add directly, not a requantized copy
     graph = onnx.load(os.path.join(int8.inference.model_dir, exported_model.ONNX_FILE)).graph
     producers = {output: node.op_type for node in graph.node for output in node.output}
     dtypes = {i.name: onnx.numpy_helper.to_array(i).dtype for i in graph.initializer}
@@ -208,3 +209,5 @@ def test_the_quantized_onnx_model_agrees_with_fp32(models):
         if n.op_type == "QuantizeLinear" and producers.get(n.input[0]) == "Relu"
     ]
     assert after_relu and all(dtypes.get(n.input[2]) == np.uint8 for n in after_relu)
+    relu_inputs = [producers[n.input[0]] for n in graph.node if n.op_type == "Relu"]
+    assert relu_inputs and set(relu_inputs) <= {"Conv", "Add"}, set(relu_inputs)

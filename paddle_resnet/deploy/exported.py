@@ -234,5 +234,5 @@ def write_onnx(model_dir):
     if not os.path.isfile(path):
         raise UserError(f"{model_dir}: paddle2onnx wrote no {ONNX_FILE}")
     if read_info(model_dir).get("quantization"):
-        onnx_int8.unsigned_after_relu(path)
+        onnx_int8.for_cpu_int8(path)
     return path
