@@ -26,34 +26,8 @@ from paddle_resnet.core.optional import require
 SIGN_PRESERVING = {"MaxPool", "AveragePool", "GlobalAveragePool", "DequantizeLinear"}
 
 
-def _constant(graph, producers, name):
-    """The value of ``name``: an initializer or the output of a Constant node."""
-    numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
-    for initializer in graph.initializer:
-        if initializer.name == name:
-            return numpy_helper.to_array(initializer)
-    node = producers.get(name)
-    if node is None or node.op_type != "Constant":
-        return None
-    return numpy_helper.to_array(node.attribute[0].t)
-
-
-def _non_negative(name, producers):
-    """Whether tensor ``name`` is a ReLU's output, or one passed on by ops that keep signs
-    (pooling; a dequantize whose quantize reads such a tensor)."""
-    node = producers.get(name)
-    while node is not None and node.op_type in SIGN_PRESERVING:
-        if node.op_type == "DequantizeLinear":
-            quantize = producers.get(node.input[0])
-            if quantize is None or quantize.op_type != "QuantizeLinear":
-                return False
-            node = quantize
-        node = producers.get(node.input[0])
-    return node is not None and node.op_type == "Relu"
-
-
 class _Graph:
-    """An ONNX graph with its producer and consumer index."""
+    """An ONNX graph with its producer, consumer and initializer index."""
 
     def __init__(self, graph):
         self.graph = graph
@@ -62,6 +36,30 @@ class _Graph:
         for node in graph.node:
             for name in node.input:
                 self.consumers[name].append(node)
+        self.initializers = {i.name: i for i in graph.initializer}
+
+    def constant(self, name):
+        """The value of ``name``: an initializer or a Constant node's output; else None."""
+        numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
+        if name in self.initializers:
+            return numpy_helper.to_array(self.initializers[name])
+        node = self.producers.get(name)
+        if node is None or node.op_type != "Constant":
+            return None
+        return numpy_helper.to_array(node.attribute[0].t)
+
+    def non_negative(self, name):
+        """Whether tensor ``name`` is a ReLU's output, or one passed on by ops that keep
+        signs (pooling; a dequantize whose quantize reads such a tensor)."""
+        node = self.producers.get(name)
+        while node is not None and node.op_type in SIGN_PRESERVING:
+            if node.op_type == "DequantizeLinear":
+                quantize = self.producers.get(node.input[0])
+                if quantize is None or quantize.op_type != "QuantizeLinear":
+                    return False
+                node = quantize
+            node = self.producers.get(node.input[0])
+        return node is not None and node.op_type == "Relu"
 
     def quantize_pairs(self):
         """(quantize, its dequantizes) for each quantize read by dequantizes only."""
@@ -97,12 +95,12 @@ def _unsigned_after_relu(graph):
     numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
     changed = 0
     for quantize, dequantizes in graph.quantize_pairs():
-        if len(quantize.input) < 3 or not _non_negative(quantize.input[0], graph.producers):
+        if len(quantize.input) < 3 or not graph.non_negative(quantize.input[0]):
             continue
-        zero_point = _constant(graph.graph, graph.producers, quantize.input[2])
+        zero_point = graph.constant(quantize.input[2])
         if zero_point is None or zero_point.dtype != np.int8 or zero_point.any():
             continue
-        scale = _constant(graph.graph, graph.producers, quantize.input[1]).astype(np.float32)
+        scale = graph.constant(quantize.input[1]).astype(np.float32)
         names = (quantize.output[0] + ".u8_scale", quantize.output[0] + ".u8_zero_point")
         graph.graph.initializer.extend(
             [

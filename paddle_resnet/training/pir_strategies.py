@@ -79,8 +79,6 @@ def mixed_precision(model, optimizer, amp_config):
 
 def autocast(amp_config):
     """Where the network is built: ops in the low precision by Paddle's lists."""
-    if not amp_config.enabled:
-        return contextlib.nullcontext()
     return paddle.amp.auto_cast(level=amp_level(amp_config), dtype=amp_config.dtype)
 
 

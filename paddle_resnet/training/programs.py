@@ -156,15 +156,22 @@ def _forward(config, mixup, training, sync_bn=False, optimizer=None, pir_amp=Fal
     if mixup:
         mixup_lambda = paddle.static.data(feeds.MIXUP_LAMBDA, [1], "float32")
         image = mixup_lambda * image + (1.0 - mixup_lambda) * paddle.flip(image, [0])
-    if pir_amp:
-        with pir_strategies.autocast(config.amp):
-            logits = model(image)
-        return model, label, paddle.cast(logits, "float32"), mixup_lambda, optimizer
-    # Pure fp16 converts only the network (NVIDIA's fp16_guard): the loss, its one-hot
-    # targets and the metrics stay fp32. Elsewhere the guard is a name scope, nothing more.
-    with paddle.static.amp.fp16_guard() if config.amp.use_pure_fp16 else contextlib.nullcontext():
+    with _network_precision(config, pir_amp):
         logits = model(image)
+    if pir_amp:
+        logits = paddle.cast(logits, "float32")
     return model, label, logits, mixup_lambda, optimizer
+
+
+def _network_precision(config, pir_amp):
+    """Where the network is built. PIR's AMP: Paddle's ``auto_cast``. Legacy pure fp16
+    converts only the network (NVIDIA's fp16_guard): the loss, its one-hot targets and
+    the metrics stay fp32. Elsewhere nothing (the guard is a name scope, nothing more)."""
+    if pir_amp:
+        return pir_strategies.autocast(config.amp)
+    if config.amp.use_pure_fp16:
+        return paddle.static.amp.fp16_guard()
+    return contextlib.nullcontext()
 
 
 def init_pure_fp16(programs, place):
