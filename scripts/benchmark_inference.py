@@ -51,13 +51,11 @@ import numpy as np
 import paddle
 
 from paddle_resnet.core import feeds
-from paddle_resnet.deploy import model_input
 from paddle_resnet.training import programs as program
-from paddle_resnet.deploy import exported, predictor
+from paddle_resnet.deploy import exported, nncf_int8, predictor
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import InferenceConfig, build_config
 from paddle_resnet.core.errors import UserError
-from paddle_resnet.data.dali import open_split
 from paddle_resnet.core.metrics import latency_summary, time_steps
 from paddle_resnet.deploy.openvino_runtime import (
     HINTS,
@@ -70,11 +68,10 @@ from paddle_resnet.deploy.openvino_runtime import (
 from paddle_resnet.core.optional import require
 from paddle_resnet.deploy import export as exporting
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRECISIONS = ("fp32", "bf16", "int8")
 # every int8 model (the export's PTQ, onnxruntime's, NNCF's) is calibrated on these many images
 CALIBRATION_IMAGES = 64
-NNCF_PRESET = "performance"  # symmetric int8 throughout: NNCF's choice for CNNs on CPU
+NNCF_PRESET = "performance"  # NNCF's preset for CNNs on the CPU (deploy/nncf_int8.py)
 # plain OpenVINO's hint trial: about this long for each hint (median of the runs)
 TRIAL_SECONDS = 1.0
 
@@ -130,11 +127,16 @@ def export_random_models(arch, size, workdir, calibration_root):
 
 
 def calibration_batches(model_dir, calibration_root):
-    """The export's PTQ calibration images (CALIBRATION_IMAGES spread evenly over the
-    train split, preprocessed as the model takes them), in batches of 16."""
-    config = build_config({"data.image_root": calibration_root, "data.batch_size": 16})
-    split = open_split(config.data, "train").spread(CALIBRATION_IMAGES)
-    batches = model_input.validation_batches(split, config.data, exported.read_info(model_dir))
+    """The export's PTQ calibration images (``export.calibration_batches``), in batches
+    of 16."""
+    config = build_config(
+        {
+            "data.image_root": calibration_root,
+            "data.batch_size": 16,
+            "inference.calibration_images": CALIBRATION_IMAGES,
+        }
+    )
+    batches = exporting.calibration_batches(config, exported.read_info(model_dir))
     return [batch[feeds.IMAGE] for batch in batches]
 
 
@@ -170,19 +172,6 @@ def ort_static_int8(fp32_path, batches, workdir):
         weight_type=quantization.QuantType.QInt8,
     )
     return path
-
-
-def nncf_int8(nncf, core, onnx_path, batches):
-    """OpenVINO's own int8: the fp32 model.onnx as OpenVINO reads it, quantized by NNCF
-    (its OpenVINO backend, the path OpenVINO documents) on the calibration images, one
-    per item so that subset_size counts images."""
-    images = [image[None] for batch in batches for image in batch]
-    return nncf.quantize(
-        core.read_model(onnx_path),
-        nncf.Dataset(images),
-        preset=nncf.QuantizationPreset(NNCF_PRESET),
-        subset_size=len(images),
-    )
 
 
 def steps_filling(seconds, run):
@@ -250,7 +239,12 @@ def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
         ),
         plain("openvino fp32", "fp32", "peer", fp32_file),
         plain("openvino bf16", "bf16", "peer", fp32_file),
-        plain("openvino int8 (nncf)", "int8", "peer", nncf_int8(nncf, core, onnx_path, batches)),
+        plain(
+            "openvino int8 (nncf)",
+            "int8",
+            "peer",
+            nncf_int8.quantize(nncf, core, onnx_path, batches, NNCF_PRESET),
+        ),
         plain(
             "openvino int8 (export's scales)",
             "int8",
@@ -293,15 +287,6 @@ def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
             )
         )
     return runtimes, trials, capabilities(core)
-
-
-def import_nncf(site):
-    """nncf, from ``site`` when it is there (scripts/setup_nncf.sh installs it outside the
-    venv). Appended to the path, so the venv's own packages (numpy 1.26 for Paddle) win
-    over the copies nncf brought."""
-    if os.path.isdir(site) and site not in sys.path:
-        sys.path.append(site)
-    return require("nncf", "the NNCF int8 peer of scripts/benchmark_inference.py")
 
 
 def warm(runtimes, batch_sizes, image_shape):
@@ -432,7 +417,7 @@ def parse_args():
     )
     parser.add_argument(
         "--nncf-site",
-        default=os.path.join(ROOT, ".nncf-site"),
+        default=nncf_int8.DEFAULT_SITE,
         help="the folder scripts/setup_nncf.sh installed NNCF into",
     )
     parser.add_argument("--output", default="benchmarks/inference_resnet50_cpu.json")
@@ -444,7 +429,7 @@ def main():
     try:
         onnxruntime = require("onnxruntime", "the ONNX peers of this benchmark")
         ov = require("openvino", "the OpenVINO peers of this benchmark")
-        nncf = import_nncf(args.nncf_site)
+        nncf = nncf_int8.import_nncf(args.nncf_site, "the NNCF int8 peer of this benchmark")
     except UserError as err:
         sys.exit(f"error: {err}")
     threads = available_cores()

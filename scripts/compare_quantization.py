@@ -1,17 +1,22 @@
 """Post-training quantization of a trained checkpoint with each algorithm: top-1, top-1
-agreement with fp32 and speed, over a whole validation tree; and the same models
-exported to ONNX, run by onnxruntime.
+agreement with fp32 and speed, over a whole validation tree, in Paddle Inference (oneDNN),
+onnxruntime (the export's model.onnx) and OpenVINO; optionally against OpenVINO's own
+int8 (NNCF) of the same fp32 model.
 
     .venv/bin/python scripts/compare_quantization.py output/demo/resnet18 demo_data/fashion_mnist_demo
     # a 2:4 model: its PTQ exports, its QAT checkpoint, the dense model for reference
     .venv/bin/python scripts/compare_quantization.py output/demo_asp/resnet18 \
         demo_data/fashion_mnist_demo --qat-checkpoint output/demo_sparse_qat/resnet18 \
         --dense-checkpoint output/demo/resnet18 --output benchmarks/sparse_int8_resnet18_demo.json
+    # the toolkit's int8 (PTQ, QAT) against NNCF's, all through OpenVINO (scripts/setup_nncf.sh)
+    .venv/bin/python scripts/compare_quantization.py output/demo/resnet18 demo_data/fashion_mnist_demo \
+        --algos hist,abs_max --qat-checkpoint output/demo_qat/resnet18 --nncf performance,mixed \
+        --output benchmarks/int8_engines_resnet18_demo.json
 
 Exports the checkpoint in fp32 and once per algorithm with --ptq-algo (the same
 calibration images each time), and the QAT checkpoint if given, runs every model
-through oneDNN on the CPU on all validation images, prints a table and writes --output
-(JSON). A 2:4 checkpoint's exports are checked to hold the pattern (every pruned
+through each runtime on the CPU on all validation images (NNCF's only through
+OpenVINO), prints a table and writes --output (JSON). A 2:4 checkpoint's exports are checked to hold the pattern (every pruned
 weight, in the Paddle model and in model.onnx).
 """
 
@@ -26,6 +31,7 @@ import tempfile
 import time
 
 import numpy as np
+import paddle
 
 
 from paddle_resnet.deploy import inference
@@ -37,38 +43,57 @@ from paddle_resnet.core.config import PTQ_ALGOS, build_config
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.core.optional import require
 from paddle_resnet.deploy import export as exporting
+from paddle_resnet.deploy import nncf_int8
 
-onnxruntime = require("onnxruntime", "scripts/compare_quantization.py")
+# the runtimes every export runs in: key in the rows, inference.py's backend name
+RUNTIMES = {"": "cpu", "onnx_": "onnxruntime", "openvino_": "openvino"}
 
 
 def predictions(config, precision, batch_size):
-    """Top-1 classes of every validation image by Paddle Inference and by onnxruntime,
-    the labels, and Paddle's img/s."""
-    config = build_config(
-        dict(
-            config,
-            **{
-                "inference.cpu_precision": precision,
-                "inference.backend": "cpu",
-                "data.batch_size": batch_size,
-            },
+    """Top-1 classes of every validation image by each of RUNTIMES, the labels, and
+    Paddle Inference's img/s."""
+    tops = {}
+    for key, backend in RUNTIMES.items():
+        backend_config = build_config(
+            dict(
+                config,
+                **{
+                    # onnxruntime runs the model's own precision and takes no flag for it
+                    "inference.cpu_precision": "fp32" if backend == "onnxruntime" else precision,
+                    "inference.backend": backend,
+                    "data.batch_size": batch_size,
+                },
+            )
         )
-    )
-    classifier, info, _ = inference.build_classifier(config, batch_size)
-    batches = list(
-        model_input.validation_batches(open_split(config.data, "val"), config.data, info)
-    )
-    start = time.perf_counter()
-    top = [classifier(batch[feeds.IMAGE]).argmax(1) for batch in batches]
-    seconds = time.perf_counter() - start
-    session = onnxruntime.InferenceSession(
-        os.path.join(config.inference.directory, exported.ONNX_FILE),
-        providers=["CPUExecutionProvider"],
-    )
-    name = session.get_inputs()[0].name
-    onnx_top = [session.run(None, {name: batch[feeds.IMAGE]})[0].argmax(1) for batch in batches]
+        classifier, info, _ = inference.build_classifier(backend_config, batch_size)
+        batches = validation_batches(backend_config, info)
+        start = time.perf_counter()
+        tops[key] = np.concatenate([classifier(batch[feeds.IMAGE]).argmax(1) for batch in batches])
+        if backend == "cpu":
+            ips = len(tops[key]) / (time.perf_counter() - start)
     labels = np.concatenate([batch[feeds.LABEL].ravel() for batch in batches])
-    return np.concatenate(top), np.concatenate(onnx_top), labels, len(labels) / seconds
+    return tops, labels, ips
+
+
+def validation_batches(config, info):
+    return list(model_input.validation_batches(open_split(config.data, "val"), config.data, info))
+
+
+def nncf_predictions(fp32_config, preset, site):
+    """Top-1 classes of every validation image by OpenVINO's own int8 of the fp32 export
+    (NNCF with ``preset``, calibrated on the images the PTQ exports were)."""
+    ov = require("openvino", "--nncf")
+    nncf = nncf_int8.import_nncf(site, "--nncf")
+    config = build_config(fp32_config)
+    info = exported.read_info(config.inference.directory)
+    calibration = [batch[feeds.IMAGE] for batch in exporting.calibration_batches(config, info)]
+    core = ov.Core()
+    onnx_path = os.path.join(config.inference.directory, exported.ONNX_FILE)
+    model = nncf_int8.quantize(nncf, core, onnx_path, calibration, preset)
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return np.concatenate(
+        [compiled(batch[feeds.IMAGE])[0].argmax(1) for batch in validation_batches(config, info)]
+    )
 
 
 def flat(sections):
@@ -95,6 +120,33 @@ def pattern_held(model_dir):
     return len(marked)
 
 
+def versions(args):
+    """The packages the figures came from."""
+    found = {"paddle": paddle.__version__}
+    for module in ("onnxruntime", "openvino", "paddle2onnx"):
+        found[module] = require(module, "scripts/compare_quantization.py").__version__
+    if args.nncf:
+        found["nncf"] = nncf_int8.import_nncf(args.nncf_site, "--nncf").__version__
+    return found
+
+
+def print_table(rows):
+    columns = [
+        (f"{name} top-1", key + "top1")
+        for key, name in (("", "oneDNN"), ("onnx_", "ONNX"), ("openvino_", "OpenVINO"))
+    ]
+    print(f"{'model':<36}" + "".join(f" {title:>16} {'agrees':>8}" for title, _ in columns))
+    for row in rows:
+        cells = ""
+        for title, key in columns:
+            agreement = key.replace("top1", "agreement")
+            if key in row:
+                cells += f" {100 * row[key]:15.2f}% {100 * row[agreement]:7.2f}%"
+            else:
+                cells += f" {'-':>16} {'-':>8}"
+        print(f"{row['model']:<36}{cells}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", help="a checkpoint folder (or an arch folder: the newest)")
@@ -110,6 +162,15 @@ def main():
         "--dense-checkpoint",
         help="a reference row: this fp32 checkpoint (the dense model CHECKPOINT was pruned from)",
     )
+    parser.add_argument(
+        "--nncf",
+        default=[],
+        type=lambda text: text.split(","),
+        help="also OpenVINO's own int8 of the fp32 export with these NNCF presets "
+        f"({', '.join(nncf_int8.PRESETS)}; scripts/setup_nncf.sh), on the same "
+        "calibration images",
+    )
+    parser.add_argument("--nncf-site", default=nncf_int8.DEFAULT_SITE)
     parser.add_argument("--output", default="benchmarks/ptq_resnet18_demo.json")
     args = parser.parse_args()
     rows = []
@@ -135,24 +196,19 @@ def main():
             return config, time.perf_counter() - start, held
 
         def measure(name, config, precision, seconds, held):
-            top, onnx_top, labels, ips = predictions(config, precision, args.batch_size)
-            reference = top if not rows else top32
-            row = {
-                "model": name,
-                "top1": float((top == labels).mean()),
-                "agreement": float((top == reference).mean()),
-                "img_per_s": round(ips, 1),
-                "export_seconds": round(seconds, 1),
-                "onnx_top1": float((onnx_top == labels).mean()),
-                "onnx_agreement": float((onnx_top == reference).mean()),
-                "sparse_2to4": held,
-            }
+            tops, labels, ips = predictions(config, precision, args.batch_size)
+            reference = tops[""] if not rows else top32
+            row = {"model": name}
+            for key in RUNTIMES:
+                row[key + "top1"] = float((tops[key] == labels).mean())
+                row[key + "agreement"] = float((tops[key] == reference).mean())
+            row.update(img_per_s=round(ips, 1), export_seconds=round(seconds, 1), sparse_2to4=held)
             rows.append(row)
             print(row, flush=True)
-            return top
+            return tops[""], labels
 
         fp32 = export("fp32", args.checkpoint)
-        top32 = measure("fp32", fp32[0], "fp32", *fp32[1:])
+        top32, labels = measure("fp32", fp32[0], "fp32", *fp32[1:])
         for algo in args.algos.split(","):
             ptq = export(
                 algo,
@@ -166,17 +222,19 @@ def main():
         if args.qat_checkpoint:
             qat = export("qat", args.qat_checkpoint)
             measure("int8 QAT", qat[0], "int8", *qat[1:])
+        for preset in args.nncf:
+            # OpenVINO's own int8 runs in OpenVINO only
+            top = nncf_predictions(fp32[0], preset, args.nncf_site)
+            row = {"model": f"int8 NNCF {preset} (OpenVINO's own)"}
+            row.update(openvino_top1=float((top == labels).mean()))
+            row.update(openvino_agreement=float((top == top32).mean()))
+            rows.append(row)
+            print(row, flush=True)
         if args.dense_checkpoint:
             dense = export("dense", args.dense_checkpoint)
             measure("dense fp32 (reference)", dense[0], "fp32", *dense[1:])
 
-    print(f"{'model':<24} {'top-1':>8} {'agrees':>8} {'img/s':>8} {'ONNX top-1':>11} {'agrees':>8}")
-    for row in rows:
-        print(
-            f"{row['model']:<24} {100 * row['top1']:7.2f}% {100 * row['agreement']:7.2f}% "
-            f"{row['img_per_s']:8.1f} {100 * row['onnx_top1']:10.2f}% "
-            f"{100 * row['onnx_agreement']:7.2f}%"
-        )
+    print_table(rows)
     with open(args.output, "w") as handle:
         json.dump(
             {
@@ -185,6 +243,7 @@ def main():
                 "dense_checkpoint": args.dense_checkpoint,
                 "images": int(len(top32)),
                 "calibration_images": args.calibration_images,
+                "versions": versions(args),
                 "rows": rows,
             },
             handle,

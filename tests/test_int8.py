@@ -211,3 +211,9 @@ def test_the_quantized_onnx_model_agrees_with_fp32(models):
     assert after_relu and all(dtypes.get(n.input[2]) == np.uint8 for n in after_relu)
     relu_inputs = [producers[n.input[0]] for n in graph.node if n.op_type == "Relu"]
     assert relu_inputs and set(relu_inputs) <= {"Conv", "Add"}, set(relu_inputs)
+    # the classifier in int8 too: paddle2onnx writes it in fp32, the export restores
+    # its input's u8 quantization and its int8 weight from the Paddle model's ranges
+    (classifier,) = [n for n in graph.node if n.op_type == "MatMul"]
+    assert [producers[name] for name in classifier.input] == ["DequantizeLinear"] * 2
+    weight_dequantize = next(n for n in graph.node if n.output[0] == classifier.input[1])
+    assert dtypes[weight_dequantize.input[0]] == np.int8

@@ -137,10 +137,16 @@ def _post_training_quantize(config, model_dir, info):
     inf = config.inference
     if not config.data.image_root:
         raise ConfigError("--ptq-algo needs --image-root: it calibrates on real training images")
-    # Spread over the (class-sorted) training images: the first ones are one class.
-    calibration = open_split(config.data, "train").spread(inf.calibration_images)
-    batches = model_input.validation_batches(calibration, config.data, info)
+    batches = calibration_batches(config, info)
     return quantize_in_place(model_dir, batches, inf.ptq_algo, inf.calibration_images)
+
+
+def calibration_batches(config, info):
+    """The calibration images of ``config`` (``--calibration-images``) as the model
+    ``info`` describes takes them: feed batches through the validation pipeline, spread
+    over the (class-sorted) training images, whose first ones are one class."""
+    calibration = open_split(config.data, "train").spread(config.inference.calibration_images)
+    return model_input.validation_batches(calibration, config.data, info)
 
 
 def export_and_describe(config):

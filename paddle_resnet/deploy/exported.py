@@ -147,8 +147,8 @@ def read_classes(model_dir):
     return read_class_index(os.path.join(model_dir, CLASSES_FILE))
 
 
-def read_params(model_dir):
-    """Parameter name -> array of an exported model."""
+def _load_program(model_dir):
+    """(program, parameter name -> array) of an exported model."""
     paddle.enable_static()  # load_inference_model works in static mode only
     exe = paddle.static.Executor(paddle.CPUPlace())
     scope = paddle.static.Scope()
@@ -159,11 +159,36 @@ def read_params(model_dir):
             names = [p.name for p in program.global_block().all_parameters()]
         else:
             names = [v.name for v in program.list_vars() if v.persistable]
-        return {
+        params = {
             name: np.array(scope.find_var(name).get_tensor())
             for name in names
             if name not in ("feed", "fetch")
         }
+    return program, params
+
+
+def read_params(model_dir):
+    """Parameter name -> array of an exported model."""
+    return _load_program(model_dir)[1]
+
+
+def matmul_input_ranges(model_dir):
+    """{weight name: the int8 range (absolute maximum) of its input} for each matmul of
+    a quantized legacy export whose input and weight are both quantized (the classifier):
+    paddle2onnx 1.2.11 writes those matmuls in fp32, dropping the input's quantization
+    and folding the weight's, so ``onnx_int8`` restores them from these ranges."""
+    program, params = _load_program(model_dir)
+    ops = program.global_block().ops
+    dequantized = {op.output("Y")[0]: op for op in ops if op.type == "dequantize_linear"}
+    ranges = {}
+    for op in ops:
+        if op.type not in ("mul", "matmul", "matmul_v2"):
+            continue
+        data, weight = (dequantized.get(op.input(slot)[0]) for slot in ("X", "Y"))
+        if data is not None and weight is not None:
+            scale = params[data.input("Scale")[0]]
+            ranges[weight.input("X")[0]] = float(np.asarray(scale).reshape(-1)[0])
+    return ranges
 
 
 def checked_batch(images, input_shape):
@@ -234,5 +259,5 @@ def write_onnx(model_dir):
     if not os.path.isfile(path):
         raise UserError(f"{model_dir}: paddle2onnx wrote no {ONNX_FILE}")
     if read_info(model_dir).get("quantization"):
-        onnx_int8.for_cpu_int8(path)
+        onnx_int8.for_cpu_int8(path, matmul_input_ranges(model_dir))
     return path

@@ -14,6 +14,11 @@ Paddle also quantizes the output of every convolution and residual add, also whe
 ReLU follows and its own output is quantized again: such a pair in front of a ReLU only
 rounds twice, and costs OpenVINO time (NNCF quantizes after the ReLU only). Those pairs
 are removed.
+
+paddle2onnx 1.2.11 writes a quantized matmul (the classifier) in fp32: it drops the
+quantization of its input and folds that of its weight into an fp32 constant. Both are
+put back from the Paddle model's own ranges (``exported.matmul_input_ranges``): at
+batch 1 the fp32 classifier's 8 MB of weights are read for every image.
 """
 
 import collections
@@ -23,7 +28,14 @@ import numpy as np
 from paddle_resnet.core.optional import require
 
 # ops whose output is non-negative when their input is
-SIGN_PRESERVING = {"MaxPool", "AveragePool", "GlobalAveragePool", "DequantizeLinear"}
+SIGN_PRESERVING = {
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "DequantizeLinear",
+    "Reshape",
+    "Flatten",
+}
 
 
 class _Graph:
@@ -47,6 +59,13 @@ class _Graph:
         if node is None or node.op_type != "Constant":
             return None
         return numpy_helper.to_array(node.attribute[0].t)
+
+    def remove_constant(self, name):
+        """Remove initializer or Constant node ``name``."""
+        if name in self.initializers:
+            self.graph.initializer.remove(self.initializers.pop(name))
+        else:
+            self.graph.node.remove(self.producers.pop(name))
 
     def non_negative(self, name):
         """Whether tensor ``name`` is a ReLU's output, or one passed on by ops that keep
@@ -89,6 +108,72 @@ def _drop_requantize_before_relu(graph):
     return sum(n.op_type == "QuantizeLinear" for n in dropped)
 
 
+def _quantize_matmuls(graph, input_ranges):
+    """Quantize each fp32 MatMul whose constant weight is named in ``input_ranges``
+    ({weight name: its input's absolute maximum}): the input by a signed pair over that
+    range (made unsigned after ReLUs by ``_unsigned_after_relu``), the weight per output
+    channel by its absolute maximum (the values lie on Paddle's int8 grid already, so
+    they come back exactly); returns how many."""
+    numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
+    helper = require("onnx.helper", "int8 ONNX export")
+    quantized = 0
+    for matmul in [n for n in graph.graph.node if n.op_type == "MatMul"]:
+        data, weight_name = matmul.input
+        weight = graph.constant(weight_name)
+        if weight_name not in input_ranges or weight is None or weight.ndim != 2:
+            continue
+        weight_scale = np.abs(weight).max(axis=0) / 127
+        weight_scale[weight_scale == 0] = 1
+        names = {
+            key: f"{weight_name}.int8_{key}"
+            for key in ("weight", "weight_scale", "weight_zero_point", "scale", "zero_point")
+        }
+        graph.graph.initializer.extend(
+            [
+                numpy_helper.from_array(
+                    np.round(weight / weight_scale).astype(np.int8), names["weight"]
+                ),
+                numpy_helper.from_array(weight_scale.astype(np.float32), names["weight_scale"]),
+                numpy_helper.from_array(
+                    np.zeros(weight_scale.shape, np.int8), names["weight_zero_point"]
+                ),
+                numpy_helper.from_array(
+                    np.asarray(input_ranges[weight_name] / 127, np.float32), names["scale"]
+                ),
+                numpy_helper.from_array(np.asarray(0, np.int8), names["zero_point"]),
+            ]
+        )
+        quantized_data, dequantized_data, dequantized_weight = (
+            f"{data}.int8",
+            f"{data}.int8.dequantized",
+            f"{weight_name}.int8.dequantized",
+        )
+        nodes = [
+            helper.make_node(
+                "QuantizeLinear", [data, names["scale"], names["zero_point"]], [quantized_data]
+            ),
+            helper.make_node(
+                "DequantizeLinear",
+                [quantized_data, names["scale"], names["zero_point"]],
+                [dequantized_data],
+            ),
+            helper.make_node(
+                "DequantizeLinear",
+                [names["weight"], names["weight_scale"], names["weight_zero_point"]],
+                [dequantized_weight],
+                axis=1,
+            ),
+        ]
+        position = list(graph.graph.node).index(matmul)
+        for offset, node in enumerate(nodes):
+            graph.graph.node.insert(position + offset, node)
+        matmul.input[:] = [dequantized_data, dequantized_weight]
+        if graph.consumers[weight_name] == [matmul]:  # the fp32 copy, read by no one now
+            graph.remove_constant(weight_name)
+        quantized += 1
+    return quantized
+
+
 def _unsigned_after_relu(graph):
     """Each signed, zero-point-0 pair of a non-negative activation made unsigned over the
     same range; returns how many."""
@@ -114,12 +199,14 @@ def _unsigned_after_relu(graph):
     return changed
 
 
-def for_cpu_int8(path):
-    """Rewrite the int8 model.onnx at ``path`` (module docstring); returns
-    {rewrite: how many pairs}."""
+def for_cpu_int8(path, matmul_input_ranges):
+    """Rewrite the int8 model.onnx at ``path`` (module docstring), its fp32 matmuls
+    quantized over ``matmul_input_ranges`` (``_quantize_matmuls``); returns {rewrite:
+    how many}."""
     onnx = require("onnx", "int8 ONNX export")
     model = onnx.load(path)
     counts = {"dropped before a ReLU": _drop_requantize_before_relu(_Graph(model.graph))}
+    counts["matmuls quantized"] = _quantize_matmuls(_Graph(model.graph), matmul_input_ranges)
     counts["made unsigned"] = _unsigned_after_relu(_Graph(model.graph))
     onnx.save(model, path)
     return counts
