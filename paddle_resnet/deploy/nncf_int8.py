@@ -18,8 +18,8 @@ from paddle_resnet.core.optional import require
 DEFAULT_SITE = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".nncf-site"
 )
-# symmetric int8 throughout: NNCF's preset for CNNs on the CPU ("mixed": asymmetric
-# activations, its accuracy-first choice)
+# NNCF's presets: "performance" (symmetric int8 throughout, its choice for CNNs on the
+# CPU) and "mixed" (asymmetric activations, for accuracy)
 PRESETS = ("performance", "mixed")
 
 
