@@ -16,8 +16,9 @@ int8 (NNCF) of the same fp32 model.
 Exports the checkpoint in fp32 and once per algorithm with --ptq-algo (the same
 calibration images each time), and the QAT checkpoint if given, runs every model
 through each runtime on the CPU on all validation images (NNCF's only through
-OpenVINO), prints a table and writes --output (JSON). A 2:4 checkpoint's exports are checked to hold the pattern (every pruned
-weight, in the Paddle model and in model.onnx).
+OpenVINO), prints a table and writes --output (JSON). A 2:4 checkpoint's exports are
+checked to hold the pattern (every pruned weight, in the Paddle model and in
+model.onnx).
 """
 
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
@@ -45,28 +46,33 @@ from paddle_resnet.core.optional import require
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import nncf_int8
 
-# the runtimes every export runs in: key in the rows, inference.py's backend name
-RUNTIMES = {"": "cpu", "onnx_": "onnxruntime", "openvino_": "openvino"}
+# the runtimes every export runs in: key prefix in the rows -> (inference.py's backend, title)
+RUNTIMES = {
+    "": ("cpu", "oneDNN"),
+    "onnx_": ("onnxruntime", "ONNX"),
+    "openvino_": ("openvino", "OpenVINO"),
+}
 
 
 def predictions(config, precision, batch_size):
-    """Top-1 classes of every validation image by each of RUNTIMES, the labels, and
-    Paddle Inference's img/s."""
+    """Top-1 classes of every validation image by each of RUNTIMES (by key), the labels,
+    and Paddle Inference's img/s."""
+    values = dict(config, **{"data.batch_size": batch_size})
+    model = build_config(values)
+    batches = validation_batches(model, exported.read_info(model.inference.directory))
     tops = {}
-    for key, backend in RUNTIMES.items():
+    for key, (backend, _) in RUNTIMES.items():
         backend_config = build_config(
             dict(
-                config,
+                values,
                 **{
                     # onnxruntime runs the model's own precision and takes no flag for it
                     "inference.cpu_precision": "fp32" if backend == "onnxruntime" else precision,
                     "inference.backend": backend,
-                    "data.batch_size": batch_size,
                 },
             )
         )
-        classifier, info, _ = inference.build_classifier(backend_config, batch_size)
-        batches = validation_batches(backend_config, info)
+        classifier, _, _ = inference.build_classifier(backend_config, batch_size)
         start = time.perf_counter()
         tops[key] = np.concatenate([classifier(batch[feeds.IMAGE]).argmax(1) for batch in batches])
         if backend == "cpu":
@@ -77,6 +83,14 @@ def predictions(config, precision, batch_size):
 
 def validation_batches(config, info):
     return list(model_input.validation_batches(open_split(config.data, "val"), config.data, info))
+
+
+def scored(key, top, labels, reference):
+    """A row's top-1 and agreement with ``reference`` for the runtime of ``key``."""
+    return {
+        key + "top1": float((top == labels).mean()),
+        key + "agreement": float((top == reference).mean()),
+    }
 
 
 def nncf_predictions(fp32_config, preset, site):
@@ -131,10 +145,7 @@ def versions(args):
 
 
 def print_table(rows):
-    columns = [
-        (f"{name} top-1", key + "top1")
-        for key, name in (("", "oneDNN"), ("onnx_", "ONNX"), ("openvino_", "OpenVINO"))
-    ]
+    columns = [(f"{title} top-1", key + "top1") for key, (_, title) in RUNTIMES.items()]
     print(f"{'model':<36}" + "".join(f" {title:>16} {'agrees':>8}" for title, _ in columns))
     for row in rows:
         cells = ""
@@ -200,8 +211,7 @@ def main():
             reference = tops[""] if not rows else top32
             row = {"model": name}
             for key in RUNTIMES:
-                row[key + "top1"] = float((tops[key] == labels).mean())
-                row[key + "agreement"] = float((tops[key] == reference).mean())
+                row.update(scored(key, tops[key], labels, reference))
             row.update(img_per_s=round(ips, 1), export_seconds=round(seconds, 1), sparse_2to4=held)
             rows.append(row)
             print(row, flush=True)
@@ -226,8 +236,7 @@ def main():
             # OpenVINO's own int8 runs in OpenVINO only
             top = nncf_predictions(fp32[0], preset, args.nncf_site)
             row = {"model": f"int8 NNCF {preset} (OpenVINO's own)"}
-            row.update(openvino_top1=float((top == labels).mean()))
-            row.update(openvino_agreement=float((top == top32).mean()))
+            row.update(scored("openvino_", top, labels, top32))
             rows.append(row)
             print(row, flush=True)
         if args.dense_checkpoint:

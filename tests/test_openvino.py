@@ -3,6 +3,7 @@ images: agreement with the Paddle predictor at each precision, the three modes, 
 cached conversion, the export's verification table, and the refusals."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.deploy import export as exporting
+from paddle_resnet.deploy import exported as exported_model
 from paddle_resnet.deploy import inference, model_input, predictor, verify
 from paddle_resnet.training import programs as program
 
@@ -67,6 +69,15 @@ def probabilities(config, backend, precision):
     classifier, info, _ = inference.build_classifier(run, 16)
     batches = list(model_input.validation_batches(open_split(run.data, "val"), run.data, info))
     return np.concatenate([classifier(batch[feeds.IMAGE]) for batch in batches]), classifier
+
+
+def validation_labels(config):
+    batches = model_input.validation_batches(
+        open_split(config.data, "val"),
+        config.data,
+        exported_model.read_info(config.inference.model_dir),
+    )
+    return np.concatenate([batch[feeds.LABEL].ravel() for batch in batches])
 
 
 def test_fp32_equals_the_paddle_predictor_and_says_what_ran(fp32_model):
@@ -174,6 +185,48 @@ def test_modes_through_the_command_line(fp32_model, tmp_path):
     )
     assert bench.returncode == 0, bench.stderr
     assert "stream(s)" in bench.stdout.splitlines()[0] and "img/s" in bench.stdout
+
+
+@pytest.mark.skipif(
+    not devices.cpu_has_int8_dot_products(), reason="this CPU has no int8 dot products"
+)
+def test_int8_export_and_accuracy_as_users_run_them(int8_model, trained, tmp_path):
+    """export_model.py --ptq-algo --onnx, then inference.py --backend openvino
+    --cpu-precision int8 --mode accuracy, each a process of its own: the command line
+    makes the int8 model the library does (every convolution and the classifier in int8)
+    and prints the top-1 the library measures with it."""
+    config, _ = int8_model
+    model_dir = str(tmp_path / "int8")
+    shape = ["--model-arch-name", "resnet18", "--num-of-class", "10"]
+    shape += ["--crop-size", "32", "--resize-short", "32", "--batch-size", "16"]
+    data = ["--image-root", config.data.image_root]
+    export = subprocess.run(
+        [sys.executable, "export_model.py", *shape, *data, "--inference-dir", model_dir]
+        + ["--from-checkpoint", os.path.join(trained.run.output_dir, "resnet18")]
+        + ["--ptq-algo", "abs_max", "--calibration-images", "64", "--onnx"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert export.returncode == 0, export.stderr[-2000:]
+    accuracy = subprocess.run(
+        [sys.executable, "inference.py", "--inference-dir", model_dir, *data]
+        + ["--backend", "openvino", "--cpu-precision", "int8", "--mode", "accuracy"]
+        + ["--batch-size", "16", "--inference-log-path", str(tmp_path / "log.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert accuracy.returncode == 0, accuracy.stderr[-2000:]
+    assert " 21 int8 convolution/matmul layers" in accuracy.stdout.splitlines()[0]
+    probabilities_int8, _ = probabilities(config, "openvino", "int8")
+    labels = validation_labels(config)
+    measured = float(re.search(r"top1 ([\d.]+)", accuracy.stdout).group(1))
+    assert measured == pytest.approx(
+        float((probabilities_int8.argmax(1) == labels).mean()), abs=1e-4
+    )
 
 
 def test_int8_without_scales_is_one_line(fp32_model):

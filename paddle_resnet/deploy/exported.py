@@ -147,29 +147,30 @@ def read_classes(model_dir):
     return read_class_index(os.path.join(model_dir, CLASSES_FILE))
 
 
-def _load_program(model_dir):
-    """(program, parameter name -> array) of an exported model."""
+@contextlib.contextmanager
+def _loaded(model_dir):
+    """(program, scope holding its persistables) of an exported model, while in use."""
     paddle.enable_static()  # load_inference_model works in static mode only
     exe = paddle.static.Executor(paddle.CPUPlace())
     scope = paddle.static.Scope()
     ir = paddle_internals.static_ir(is_pir_export(model_dir))
     with ir, paddle.static.scope_guard(scope):
         program, _, _ = paddle.static.load_inference_model(os.path.join(model_dir, PREFIX), exe)
-        if is_pir_export(model_dir):  # a PIR program's other values have no names
-            names = [p.name for p in program.global_block().all_parameters()]
-        else:
-            names = [v.name for v in program.list_vars() if v.persistable]
-        params = {
-            name: np.array(scope.find_var(name).get_tensor())
-            for name in names
-            if name not in ("feed", "fetch")
-        }
-    return program, params
+        yield program, scope
+
+
+def _value(scope, name):
+    return np.array(scope.find_var(name).get_tensor())
 
 
 def read_params(model_dir):
     """Parameter name -> array of an exported model."""
-    return _load_program(model_dir)[1]
+    with _loaded(model_dir) as (program, scope):
+        if is_pir_export(model_dir):  # a PIR program's other values have no names
+            names = [p.name for p in program.global_block().all_parameters()]
+        else:
+            names = [v.name for v in program.list_vars() if v.persistable]
+        return {name: _value(scope, name) for name in names if name not in ("feed", "fetch")}
 
 
 def matmul_input_ranges(model_dir):
@@ -177,18 +178,18 @@ def matmul_input_ranges(model_dir):
     a quantized legacy export whose input and weight are both quantized (the classifier):
     paddle2onnx 1.2.11 writes those matmuls in fp32, dropping the input's quantization
     and folding the weight's, so ``onnx_int8`` restores them from these ranges."""
-    program, params = _load_program(model_dir)
-    ops = program.global_block().ops
-    dequantized = {op.output("Y")[0]: op for op in ops if op.type == "dequantize_linear"}
-    ranges = {}
-    for op in ops:
-        if op.type not in ("mul", "matmul", "matmul_v2"):
-            continue
-        data, weight = (dequantized.get(op.input(slot)[0]) for slot in ("X", "Y"))
-        if data is not None and weight is not None:
-            scale = params[data.input("Scale")[0]]
-            ranges[weight.input("X")[0]] = float(np.asarray(scale).reshape(-1)[0])
-    return ranges
+    with _loaded(model_dir) as (program, scope):
+        ops = program.global_block().ops
+        dequantized = {op.output("Y")[0]: op for op in ops if op.type == "dequantize_linear"}
+        ranges = {}
+        for op in ops:
+            if op.type not in ("mul", "matmul", "matmul_v2"):
+                continue
+            data, weight = (dequantized.get(op.input(slot)[0]) for slot in ("X", "Y"))
+            if data is not None and weight is not None:
+                scale = _value(scope, data.input("Scale")[0])
+                ranges[weight.input("X")[0]] = float(scale.reshape(-1)[0])
+        return ranges
 
 
 def checked_batch(images, input_shape):
@@ -242,9 +243,8 @@ def check_onnx_converter(model_dir, quantized, pir):
 def write_onnx(model_dir):
     """model.onnx beside the Paddle model in ``model_dir`` (quantized models keep their
     quantize/dequantize pairs as ONNX QDQ nodes); returns its path."""
-    check_onnx_converter(
-        model_dir, bool(read_info(model_dir).get("quantization")), is_pir_export(model_dir)
-    )
+    quantized = bool(read_info(model_dir).get("quantization"))
+    check_onnx_converter(model_dir, quantized, is_pir_export(model_dir))
     paddle2onnx = require("paddle2onnx", "--onnx")
     path = os.path.join(model_dir, ONNX_FILE)
     # paddle2onnx 2.x folds constants with Polygraphy by default, after setting
@@ -258,6 +258,6 @@ def write_onnx(model_dir):
         )
     if not os.path.isfile(path):
         raise UserError(f"{model_dir}: paddle2onnx wrote no {ONNX_FILE}")
-    if read_info(model_dir).get("quantization"):
+    if quantized:
         onnx_int8.for_cpu_int8(path, matmul_input_ranges(model_dir))
     return path

@@ -60,6 +60,12 @@ class _Graph:
             return None
         return numpy_helper.to_array(node.attribute[0].t)
 
+    def add_constant(self, name, value):
+        """A new initializer ``name`` holding array ``value``; returns ``name``."""
+        numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
+        self.graph.initializer.append(numpy_helper.from_array(value, name))
+        return name
+
     def remove_constant(self, name):
         """Remove initializer or Constant node ``name``."""
         if name in self.initializers:
@@ -114,7 +120,6 @@ def _quantize_matmuls(graph, input_ranges):
     range (made unsigned after ReLUs by ``_unsigned_after_relu``), the weight per output
     channel by its absolute maximum (the values lie on Paddle's int8 grid already, so
     they come back exactly); returns how many."""
-    numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
     helper = require("onnx.helper", "int8 ONNX export")
     quantized = 0
     for matmul in [n for n in graph.graph.node if n.op_type == "MatMul"]:
@@ -124,45 +129,30 @@ def _quantize_matmuls(graph, input_ranges):
             continue
         weight_scale = np.abs(weight).max(axis=0) / 127
         weight_scale[weight_scale == 0] = 1
-        names = {
-            key: f"{weight_name}.int8_{key}"
-            for key in ("weight", "weight_scale", "weight_zero_point", "scale", "zero_point")
-        }
-        graph.graph.initializer.extend(
-            [
-                numpy_helper.from_array(
-                    np.round(weight / weight_scale).astype(np.int8), names["weight"]
-                ),
-                numpy_helper.from_array(weight_scale.astype(np.float32), names["weight_scale"]),
-                numpy_helper.from_array(
-                    np.zeros(weight_scale.shape, np.int8), names["weight_zero_point"]
-                ),
-                numpy_helper.from_array(
-                    np.asarray(input_ranges[weight_name] / 127, np.float32), names["scale"]
-                ),
-                numpy_helper.from_array(np.asarray(0, np.int8), names["zero_point"]),
-            ]
-        )
+        int8_weight = [
+            graph.add_constant(
+                f"{weight_name}.int8", np.round(weight / weight_scale).astype(np.int8)
+            ),
+            graph.add_constant(f"{weight_name}.int8_scale", weight_scale.astype(np.float32)),
+            graph.add_constant(
+                f"{weight_name}.int8_zero_point", np.zeros(weight_scale.shape, np.int8)
+            ),
+        ]
+        data_range = [
+            graph.add_constant(
+                f"{data}.int8_scale", np.asarray(input_ranges[weight_name] / 127, np.float32)
+            ),
+            graph.add_constant(f"{data}.int8_zero_point", np.asarray(0, np.int8)),
+        ]
         quantized_data, dequantized_data, dequantized_weight = (
             f"{data}.int8",
             f"{data}.int8.dequantized",
             f"{weight_name}.int8.dequantized",
         )
         nodes = [
-            helper.make_node(
-                "QuantizeLinear", [data, names["scale"], names["zero_point"]], [quantized_data]
-            ),
-            helper.make_node(
-                "DequantizeLinear",
-                [quantized_data, names["scale"], names["zero_point"]],
-                [dequantized_data],
-            ),
-            helper.make_node(
-                "DequantizeLinear",
-                [names["weight"], names["weight_scale"], names["weight_zero_point"]],
-                [dequantized_weight],
-                axis=1,
-            ),
+            helper.make_node("QuantizeLinear", [data, *data_range], [quantized_data]),
+            helper.make_node("DequantizeLinear", [quantized_data, *data_range], [dequantized_data]),
+            helper.make_node("DequantizeLinear", int8_weight, [dequantized_weight], axis=1),
         ]
         position = list(graph.graph.node).index(matmul)
         for offset, node in enumerate(nodes):
@@ -177,7 +167,6 @@ def _quantize_matmuls(graph, input_ranges):
 def _unsigned_after_relu(graph):
     """Each signed, zero-point-0 pair of a non-negative activation made unsigned over the
     same range; returns how many."""
-    numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
     changed = 0
     for quantize, dequantizes in graph.quantize_pairs():
         if len(quantize.input) < 3 or not graph.non_negative(quantize.input[0]):
@@ -186,12 +175,13 @@ def _unsigned_after_relu(graph):
         if zero_point is None or zero_point.dtype != np.int8 or zero_point.any():
             continue
         scale = graph.constant(quantize.input[1]).astype(np.float32)
-        names = (quantize.output[0] + ".u8_scale", quantize.output[0] + ".u8_zero_point")
-        graph.graph.initializer.extend(
-            [
-                numpy_helper.from_array(np.asarray(scale * 127 / 255, np.float32), names[0]),
-                numpy_helper.from_array(np.zeros(zero_point.shape, np.uint8), names[1]),
-            ]
+        names = (
+            graph.add_constant(
+                quantize.output[0] + ".u8_scale", np.asarray(scale * 127 / 255, np.float32)
+            ),
+            graph.add_constant(
+                quantize.output[0] + ".u8_zero_point", np.zeros(zero_point.shape, np.uint8)
+            ),
         )
         for node in [quantize, *dequantizes]:
             node.input[1], node.input[2] = names
