@@ -120,6 +120,13 @@ def trained(fmnist_root, tmp_path_factory):
     return config
 
 
+def run_python(*argv):
+    """``python *argv`` from the repository's root, as a user runs a tool."""
+    return subprocess.run(
+        [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
 def train_in_fresh_process(config):
     """``train.run(config)`` in a new Python process: runs whose weights are compared bit for
     bit must not share a process with earlier oneDNN inference, which can change the CPU

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import FAST_TRAIN, ROOT, once
+from conftest import FAST_TRAIN, ROOT, once, run_python
 from paddle_resnet.commands import train
 
 FAST = list(FAST_TRAIN)
@@ -144,12 +144,6 @@ def test_paddle_distributed_launch_with_one_process(fmnist_root, tmp_path):
     assert "val.images 130" in result.stdout + open(tmp_path / "log" / "workerlog.0").read()
 
 
-def run_tool(*argv):
-    return subprocess.run(
-        [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-
-
 def only_line(result):
     lines = [line for line in result.stderr.strip().splitlines() if "FLAGS" not in line]
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
@@ -177,13 +171,13 @@ def test_a_broken_image_outside_training_is_one_line_not_a_crash(trained, fmnist
         checkpoint,
     ]
     for _ in range(2):  # today's code crashed in 5 runs of 6 on this batch
-        result = run_tool(*evaluate)
+        result = run_python(*evaluate)
         assert result.returncode == 2, result.stderr[-2000:]
         assert only_line(result) == f"error: {broken}: cannot be decoded as an image"
     first_class = sorted((data / "train").iterdir())[0]
     calibration = sorted(first_class.iterdir())[0]  # the first image: calibrated on
     calibration.write_bytes(b"")
-    export = run_tool(
+    export = run_python(
         "export_model.py",
         *FAST[:6],
         "--from-checkpoint",
@@ -205,7 +199,7 @@ def test_a_broken_image_outside_training_is_one_line_not_a_crash(trained, fmnist
     assert only_line(export) == f"error: {calibration}: cannot be decoded as an image"
     assert not (tmp_path / "int8").exists()  # nothing half-written in place
     # training too, and without DALI's own "[ERROR] [jpeg_parser]" line above ours
-    training = run_tool(
+    training = run_python(
         "train.py", *FAST, "--image-root", str(data), "--output-dir", str(tmp_path / "out")
     )
     assert training.returncode == 2

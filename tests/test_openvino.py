@@ -5,14 +5,12 @@ cached conversion, the export's verification table, and the refusals."""
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import paddle
 import pytest
 
-from conftest import ROOT, flat, once
+from conftest import flat, once, run_python
 from paddle_resnet.core import devices, feeds
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError, UserError
@@ -136,52 +134,28 @@ def test_the_cached_conversion_is_reused_and_refreshed(fp32_model, tmp_path):
 
 def test_modes_through_the_command_line(fp32_model, tmp_path):
     config, _ = fp32_model
-    base = [
-        sys.executable,
-        "inference.py",
-        "--inference-dir",
-        config.inference.model_dir,
-        "--backend",
-        "openvino",
-        "--inference-log-path",
-        str(tmp_path / "log.json"),
-    ]
-    accuracy = subprocess.run(
-        base + ["--mode", "accuracy", "--image-root", config.data.image_root, "--batch-size", "16"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    base = ["inference.py", "--inference-dir", config.inference.model_dir]
+    base += ["--backend", "openvino", "--inference-log-path", str(tmp_path / "log.json")]
+    accuracy = run_python(
+        *base, "--mode", "accuracy", "--image-root", config.data.image_root, "--batch-size", "16"
     )
     assert accuracy.returncode == 0, accuracy.stderr
     assert accuracy.stdout.splitlines()[0].startswith("openvino ")
     bag = os.path.join(config.data.image_root, "val", "bag")
-    predict = subprocess.run(
-        base + ["--mode", "predict", "--images", bag],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    predict = run_python(*base, "--mode", "predict", "--images", bag)
     assert predict.returncode == 0, predict.stderr
     assert sum(line.startswith(bag) for line in predict.stdout.splitlines()) == 13
-    bench = subprocess.run(
-        base
-        + [
-            "--mode",
-            "benchmark",
-            "--use-synthetic",
-            "--benchmark-batch-sizes",
-            "1,8",
-            "--benchmark-steps",
-            "5",
-            "--benchmark-warmup-steps",
-            "1",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    bench = run_python(
+        *base,
+        "--mode",
+        "benchmark",
+        "--use-synthetic",
+        "--benchmark-batch-sizes",
+        "1,8",
+        "--benchmark-steps",
+        "5",
+        "--benchmark-warmup-steps",
+        "1",
     )
     assert bench.returncode == 0, bench.stderr
     assert "stream(s)" in bench.stdout.splitlines()[0] and "img/s" in bench.stdout
@@ -200,24 +174,37 @@ def test_int8_export_and_accuracy_as_users_run_them(int8_model, trained, tmp_pat
     shape = ["--model-arch-name", "resnet18", "--num-of-class", "10"]
     shape += ["--crop-size", "32", "--resize-short", "32", "--batch-size", "16"]
     data = ["--image-root", config.data.image_root]
-    export = subprocess.run(
-        [sys.executable, "export_model.py", *shape, *data, "--inference-dir", model_dir]
-        + ["--from-checkpoint", os.path.join(trained.run.output_dir, "resnet18")]
-        + ["--ptq-algo", "abs_max", "--calibration-images", "64", "--onnx"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    checkpoint = os.path.join(trained.run.output_dir, "resnet18")
+    export = run_python(
+        "export_model.py",
+        *shape,
+        *data,
+        "--inference-dir",
+        model_dir,
+        "--from-checkpoint",
+        checkpoint,
+        "--ptq-algo",
+        "abs_max",
+        "--calibration-images",
+        "64",
+        "--onnx",
     )
     assert export.returncode == 0, export.stderr[-2000:]
-    accuracy = subprocess.run(
-        [sys.executable, "inference.py", "--inference-dir", model_dir, *data]
-        + ["--backend", "openvino", "--cpu-precision", "int8", "--mode", "accuracy"]
-        + ["--batch-size", "16", "--inference-log-path", str(tmp_path / "log.json")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    accuracy = run_python(
+        "inference.py",
+        "--inference-dir",
+        model_dir,
+        *data,
+        "--backend",
+        "openvino",
+        "--cpu-precision",
+        "int8",
+        "--mode",
+        "accuracy",
+        "--batch-size",
+        "16",
+        "--inference-log-path",
+        str(tmp_path / "log.json"),
     )
     assert accuracy.returncode == 0, accuracy.stderr[-2000:]
     assert " 21 int8 convolution/matmul layers" in accuracy.stdout.splitlines()[0]
