@@ -8,12 +8,14 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from paddle_resnet.commands import train
 from paddle_resnet.core import devices, paddle_internals
 from paddle_resnet.core.config import build_config
 from paddle_resnet.data.fashion_mnist import write_tree
+from paddle_resnet.training.checkpoint import read_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,6 +91,49 @@ FAST_TRAIN = (
     "--model-arch-name resnet18 --num-of-class 10 --crop-size 32 --resize-short 32 "
     "--batch-size 16 --epochs 1 --warmup-epochs 0"
 ).split()
+
+
+def train_command(fmnist_root, output_dir, *extra):
+    """``python train.py`` of a 2-epoch run of 10 steps per epoch, logging every step: the
+    run that tests stop, kill and restart."""
+    return [
+        sys.executable,
+        "-u",
+        "train.py",
+        *FAST_TRAIN[:-4],  # without --epochs 1 --warmup-epochs 0
+        "--epochs",
+        "2",
+        "--warmup-epochs",
+        "0",
+        "--print-interval",
+        "1",
+        "--dali-num-threads",
+        "1",
+        "--image-root",
+        fmnist_root,
+        "--output-dir",
+        str(output_dir),
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(fmnist_root, tmp_path_factory):
+    """The final checkpoint's state of ``train_command``'s run never stopped, which every
+    stopped, killed or requeued run of it must equal bit for bit."""
+    out = tmp_path_factory.mktemp("uninterrupted")
+    result = subprocess.run(
+        train_command(fmnist_root, out), cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return read_checkpoint(os.path.join(out, "resnet18", "2"))[1]
+
+
+def assert_same_state(actual, expected):
+    """Two checkpoints' states hold the same variables with bit-identical values."""
+    assert set(actual) == set(expected)
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
 
 
 def small_config(image_root, output_dir, **values):

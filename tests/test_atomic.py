@@ -117,3 +117,26 @@ def test_a_live_writer_of_another_host_is_left_alone(tmp_path):
         writer.wait()
     atomic.recover_staged(str(tmp_path))
     assert os.listdir(tmp_path) == ["4.writing"]  # dead now: its write removed
+
+
+def test_a_removal_killed_midway_is_finished_and_leaves_no_half_folder(tmp_path):
+    """Retention removes old checkpoints: a kill after the folder is renamed out of sight
+    but before it is deleted leaves no half-deleted folder under its own name, and the
+    next look finishes the removal."""
+    target = tmp_path / "1"
+    target.mkdir()
+    (target / "value").write_text("old")
+    (target / "more").write_text("x")
+    code = (
+        "import os, shutil, signal, sys\n"
+        "from paddle_resnet.core import atomic\n"
+        "shutil.rmtree = lambda path, **kw: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "atomic.remove_directory(sys.argv[1])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True)
+    assert result.returncode == -9, result.stderr
+    assert not target.exists()
+    assert [name.split(".removed-")[0] for name in os.listdir(tmp_path)] == [".1"]
+    actions = atomic.recover_staged(str(tmp_path))
+    assert len(actions) == 1 and "finished an interrupted removal" in actions[0]
+    assert os.listdir(tmp_path) == []

@@ -31,7 +31,7 @@ def test_a_fresh_run_refuses_a_folder_holding_another_runs_checkpoints(trained):
     with pytest.raises(
         CheckpointError,
         match=r"resnet18 already holds checkpoints of an "
-        r"earlier run \(epochs 1-3\): resume it",
+        r"earlier run \(epochs 1-3\): continue it with --from-checkpoint auto",
     ):
         train.run(again, report_stream=quiet())
 
@@ -222,7 +222,11 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_earlier_checkpoints(
         r"\(No space left on device\); the earlier",
     ):
         ckpt.save_checkpoint(paddle.static.Program(), str(folder / "4"), {"epoch": 4})
-    assert ckpt.saved_epochs(str(folder)) == [1, 2, 3]
+    assert [progress for progress, _ in ckpt.saved_checkpoints(str(folder))] == [
+        (1, 0),
+        (2, 0),
+        (3, 0),
+    ]
     assert sorted(os.listdir(folder)) == ["1", "2", "3"]  # no staging left behind
 
 

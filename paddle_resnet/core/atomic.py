@@ -7,7 +7,10 @@ place and the retired one removed. A process killed at any point leaves hidden
 folders that ``recover_staged`` (run before every save and every read) resolves:
 a retired folder means the new one was complete, so the replacement is finished;
 a partial folder alone is an interrupted write and is removed. Folders of a
-process that is still alive are left alone.
+process that is still alive are left alone. A folder is removed the same way
+(``remove_directory``): renamed to ``.<name>.removed-<host>-<pid>`` first, so a process
+killed while deleting leaves a hidden folder that ``recover_staged`` finishes deleting,
+never a half-deleted folder under its own name.
 
 Whether the writer is alive is read from a lock, not from its process id: the writer
 holds an exclusive ``flock`` on ``.<name>.lock-<host>-<pid>`` for the whole
@@ -27,7 +30,7 @@ import socket
 from paddle_resnet.core.errors import UserError
 
 _LEFTOVER = re.compile(
-    r"^\.(?P<name>.+)\.(?P<kind>partial|retired|lock)-(?P<host>.+)-(?P<pid>\d+)$"
+    r"^\.(?P<name>.+)\.(?P<kind>partial|retired|removed|lock)-(?P<host>.+)-(?P<pid>\d+)$"
 )
 
 
@@ -142,8 +145,19 @@ def recover_staged(parent):
                 os.remove(path)
             continue
         shutil.rmtree(path, ignore_errors=True)
-        actions.append(f"{path}: removed an interrupted write")
+        what = "removal" if match["kind"] == "removed" else "write"
+        actions.append(f"{path}: finished an interrupted {what}")
     return actions
+
+
+def remove_directory(directory):
+    """Remove ``directory`` so that no process ever sees it half-deleted: one rename out
+    of sight, then the deletion (``recover_staged`` finishes one a kill interrupted)."""
+    parent = os.path.dirname(os.path.abspath(directory))
+    removed = _hidden(directory, "removed", _owner())
+    os.replace(directory, removed)
+    _fsync_dir(parent)
+    shutil.rmtree(removed)
 
 
 @contextlib.contextmanager

@@ -128,6 +128,14 @@ class RunConfig:
         at_least(1),
         resume_may_change=True,
     )
+    keep_checkpoints: int = key(
+        0,
+        "--keep-checkpoints",
+        "keep the newest N epoch checkpoints and remove older ones, and any mid-epoch "
+        "checkpoint once a later one is saved (0: keep all)",
+        at_least(0),
+        resume_may_change=True,
+    )
     eval_interval: int = key(
         1,
         "--eval-interval",
@@ -169,8 +177,10 @@ class RunConfig:
     from_checkpoint: Optional[str] = key(
         None,
         "--from-checkpoint",
-        "checkpoint folder (<output-dir>/<arch>/<epoch>, or <output-dir>/<arch> for the newest) "
-        "to resume from, at the next epoch",
+        "checkpoint folder to resume from (<output-dir>/<arch>/<epoch>, or <output-dir>/<arch> "
+        "for its newest), or auto: the newest checkpoint of this run in --output-dir if there "
+        "is one, else a fresh start (a job restarted by its scheduler with the same command "
+        "continues)",
         resume_may_change=True,
         tools=TRAIN_EXPORT,
     )

@@ -1,6 +1,7 @@
 """Checkpoints: written atomically, verified before they are read.
 
-A checkpoint is a folder <output-dir>/<arch>/<epochs done>/ holding
+A checkpoint is a folder <output-dir>/<arch>/<epochs done>/ (or, for a run stopped
+in the middle of epoch E after K steps, <output-dir>/<arch>/<E>-step<K>/) holding
 ``model.pdparams`` (parameters, BN statistics), ``model.pdopt`` (momentum,
 loss scaling, ASP masks, learning-rate variable), ``model.pdmodel`` and
 ``meta.json`` (epoch, global step, config, classes, and the size and SHA-256 of
@@ -13,12 +14,13 @@ import hashlib
 import json
 import os
 import pickle
+import re
 
 import numpy as np
 import paddle
 
 from paddle_resnet.core import paddle_internals
-from paddle_resnet.core.atomic import recover_staged, staged_directory
+from paddle_resnet.core.atomic import recover_staged, remove_directory, staged_directory
 from paddle_resnet.core.config import run_differences
 from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.training import ir
@@ -27,6 +29,8 @@ from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
 PREFIX = "model"
 META = "meta.json"
+AUTO = "auto"  # --from-checkpoint auto: the newest checkpoint in <output-dir>/<arch>
+_NAME = re.compile(r"^(?P<epoch>\d+)(?:-step(?P<step>\d+))?$")
 
 
 def _sha256(path):
@@ -39,6 +43,22 @@ def _sha256(path):
 
 def checkpoint_dir(output_dir, arch, epoch):
     return os.path.join(output_dir, arch, str(epoch))
+
+
+def checkpoint_name(epochs_done, steps_done):
+    """The folder name of a checkpoint after ``epochs_done`` epochs and ``steps_done``
+    steps of the next: "<epochs>" or "<epoch in progress>-step<steps>"."""
+    return f"{epochs_done + 1}-step{steps_done}" if steps_done else str(epochs_done)
+
+
+def progress_of(name):
+    """(epochs done, steps done in the next) of a checkpoint folder name, else None."""
+    match = _NAME.match(name)
+    if not match:
+        return None
+    if match["step"] is None:
+        return int(match["epoch"]), 0
+    return int(match["epoch"]) - 1, int(match["step"])
 
 
 def save_checkpoint(program, directory, meta, prefix=PREFIX):
@@ -62,16 +82,62 @@ def save_checkpoint(program, directory, meta, prefix=PREFIX):
         ) from None
 
 
-def saved_epochs(folder):
-    """The epochs of the complete checkpoints in an <output-dir>/<arch> folder."""
+def saved_checkpoints(folder):
+    """[(progress, path)] of the complete checkpoints (those with a meta.json) in an
+    <output-dir>/<arch> folder, oldest first; progress as ``progress_of``. Folder
+    replacements and removals that a crash interrupted are finished first."""
     if not os.path.isdir(folder):
         return []
     recover_staged(folder)
-    return sorted(
-        int(name)
-        for name in os.listdir(folder)
-        if name.isdigit() and os.path.exists(os.path.join(folder, name, META))
-    )
+    found = []
+    for name in os.listdir(folder):
+        progress = progress_of(name)
+        if progress and os.path.exists(os.path.join(folder, name, META)):
+            found.append((progress, os.path.join(folder, name)))
+    return sorted(found)
+
+
+def describe_saved(saved):
+    """ "epochs 1-5 and 6-step31" for the message that names a folder's checkpoints."""
+    epochs = [progress[0] for progress, _ in saved if not progress[1]]
+    within = [os.path.basename(path) for progress, path in saved if progress[1]]
+    parts = []
+    if epochs:
+        parts.append(
+            f"epoch {epochs[0]}" if len(epochs) == 1 else f"epochs {epochs[0]}-{epochs[-1]}"
+        )
+    parts += within[-1:]
+    return " and ".join(parts)
+
+
+def newest_verified(folder, warn):
+    """The newest checkpoint in ``folder`` whose files verify, or None; each newer one
+    that does not (damaged outside the toolkit's atomic writes) is passed to ``warn``
+    as one line and skipped, so a restarted job continues from the one before."""
+    for _, path in reversed(saved_checkpoints(folder)):
+        try:
+            verify_checkpoint(path)
+            return path
+        except CheckpointError as err:
+            warn(f"warning: {err}; skipped by --from-checkpoint auto")
+    return None
+
+
+def remove_superseded(folder, keep_epochs):
+    """Retention (--keep-checkpoints N): remove the epoch checkpoints older than the
+    newest ``keep_epochs`` and every mid-epoch checkpoint older than the newest
+    checkpoint, which is never removed; returns the names removed. Each removal is
+    crash-safe (``atomic.remove_directory``)."""
+    saved = saved_checkpoints(folder)
+    if not keep_epochs or not saved:
+        return []
+    kept_epochs = [path for (_, steps), path in saved if not steps][-keep_epochs:]
+    removed = []
+    for (_, steps), path in saved[:-1]:
+        if steps or path not in kept_epochs:
+            remove_directory(path)
+            removed.append(os.path.basename(path))
+    return removed
 
 
 def check_same_run(meta, config, source):
@@ -98,23 +164,24 @@ def check_output_free(config, resuming_meta):
     """A training run writes <output-dir>/<arch>/<epoch>: refuse to mix its checkpoints
     with those of another run already there."""
     folder = os.path.join(config.run.output_dir, config.model.arch)
-    epochs = saved_epochs(folder)
-    if not epochs:
+    saved = saved_checkpoints(folder)
+    if not saved:
         return
     if resuming_meta is None:
         raise CheckpointError(
-            f"{folder} already holds checkpoints of an earlier run (epochs "
-            f"{epochs[0]}-{epochs[-1]}): resume it with --from-checkpoint "
-            f"{folder}, or choose another --output-dir"
+            f"{folder} already holds checkpoints of an earlier run "
+            f"({describe_saved(saved)}): continue it with --from-checkpoint {AUTO} (or "
+            f"name one of its checkpoints), or choose another --output-dir"
         )
-    newest = os.path.join(folder, str(epochs[-1]))
+    newest = saved[-1][1]
     with open(os.path.join(newest, META)) as handle:
         check_same_run(json.load(handle), config, newest)
 
 
 def resolve_checkpoint(path):
-    """A checkpoint folder, or an <output-dir>/<arch> folder (its newest checkpoint).
-    Folder replacements that a crash interrupted are finished first (``recover_staged``)."""
+    """A checkpoint folder, or an <output-dir>/<arch> folder (its newest checkpoint, at
+    an epoch's end or within one). Folder replacements that a crash interrupted are
+    finished first (``recover_staged``)."""
     path = os.path.abspath(path)
     recover_staged(os.path.dirname(path))
     if not os.path.isdir(path):
@@ -122,14 +189,14 @@ def resolve_checkpoint(path):
     if os.path.exists(os.path.join(path, META)):
         return path
     recover_staged(path)
-    epochs = sorted(int(name) for name in os.listdir(path) if name.isdigit())
-    if not epochs:
+    names = sorted((progress_of(name), name) for name in os.listdir(path) if progress_of(name))
+    if not names:
         raise CheckpointError(f"{path}: no {META}; not a checkpoint folder")
-    newest = os.path.join(path, str(epochs[-1]))
+    newest = os.path.join(path, names[-1][1])
     if not os.path.exists(os.path.join(newest, META)):
         raise CheckpointError(
             f"{newest}: the newest checkpoint folder has no {META} (damaged, "
-            "or not written by this toolkit); remove it or name an epoch "
+            "or not written by this toolkit); remove it or name a checkpoint "
             "folder explicitly"
         )
     return newest

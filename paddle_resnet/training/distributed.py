@@ -15,6 +15,7 @@ rejects legacy static variables) is not switched on.
 import contextlib
 import os
 import signal
+import sys
 
 import numpy as np
 import paddle
@@ -120,6 +121,33 @@ def launcher_stop_reported(environ=os.environ):
         ) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def tell_launcher_console(line, environ=os.environ):
+    """Also write ``line`` on the console of ``paddle.distributed.launch``, where it would
+    not appear: the launcher echoes its first rank's log (--log_dir) while it watches
+    the job, but once it is stopping itself (a SIGTERM from Slurm or Kubernetes, Ctrl-C)
+    it closes that log first, and the console showed only "Terminating with signal 15".
+    Whether it still echoes is read from its open files (two handles on this rank's log
+    while it does, one after); nothing is written where that cannot be read."""
+    if "PADDLE_LOG_DIR" not in environ:  # not started by the launcher
+        return
+    launcher = f"/proc/{os.getppid()}/fd"
+    try:
+        ours = os.fstat(sys.stdout.fileno())
+        handles = sum(
+            _same_file(os.stat(os.path.join(launcher, fd)), ours) for fd in os.listdir(launcher)
+        )
+        if handles != 1 or _same_file(os.stat(os.path.join(launcher, "1")), ours):
+            return
+        with open(os.path.join(launcher, "1"), "a") as console:  # appends to a file too
+            console.write(line + "\n")
+    except (OSError, ValueError):  # another platform, or the launcher is gone
+        return
+
+
+def _same_file(a, b):
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """One run of train.py, as plain functions over the built programs: open and check the
-data, build the programs, load the start weights (resume, pretrained or none), then
+data, build the programs, load the start weights (``start_weights``), then
 train epochs (save, validate), evaluate only, or measure throughput; the report and the
 summary table. ``run(config, after_training)`` is what the train command calls."""
 
@@ -17,24 +17,18 @@ from paddle_resnet.core import affinity, devices
 from paddle_resnet.core.atomic import check_writable_folder, run_lock
 from paddle_resnet.core.bootstrap import threads_per_process
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
-from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.core.metrics import latency_summary, time_steps
 from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import make_loader, open_split, train_steps
-from paddle_resnet.data.folder import (
-    check_class_names,
-    check_num_classes,
-    check_same_classes,
-)
-from paddle_resnet.models import model_entry
+from paddle_resnet.data.folder import check_num_classes, check_same_classes
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import distributed, eval_predictor, ir, stopping
+from paddle_resnet.training import distributed, eval_predictor, ir, start_weights, stopping
 from paddle_resnet.training import programs as program_builder
 from paddle_resnet.training.loop import evaluate, mixup_weights, train_one_epoch, train_step
 from paddle_resnet.training.profiling import step_profiler
 from paddle_resnet.training.qat import quantize_eval_program
 from paddle_resnet.training.sparsity import masks as sparse_masks
-from paddle_resnet.training.weights import check_quantization, program_state, read_weights
+from paddle_resnet.training.weights import check_quantization, read_weights
 
 
 def open_data(config, training, evaluating):
@@ -49,88 +43,6 @@ def open_data(config, training, evaluating):
                 split, config.model.num_classes, f"{config.data.image_root}/{split.split}"
             )
     return train_split, val_split, (train_split or val_split).classes
-
-
-def check_start(config, meta, classes, training, resuming):
-    """Before anything is built or written: a resumed checkpoint must belong to this run,
-    a fresh run must not mix its checkpoints with another's, and the data's class names
-    must be the checkpoint's."""
-    resuming = meta if resuming else None
-    if resuming:
-        ckpt.check_same_run(meta, config, config.run.from_checkpoint)
-    if training and not config.run.benchmark:
-        ckpt.check_output_free(config, resuming)
-    if meta is not None:
-        check_class_names(
-            classes,
-            meta["classes"],
-            f"{config.data.image_root}",
-            f"checkpoint {config.run.from_checkpoint}",
-        )
-
-
-def load_start_weights(
-    config, programs, training, report, world_size, steps_per_epoch, meta, state, resuming
-):
-    """Resume, or load pretrained weights, or keep the initialisation; returns the
-    number of epochs already done."""
-    run_cfg = config.run
-    if state is None:
-        return 0
-    if resuming:
-        ckpt.restore_state(programs.train, state)
-        steps_done = meta.get("step_in_epoch", 0)
-        if steps_done and meta.get("world_size", 1) != world_size:
-            raise CheckpointError(
-                f"{run_cfg.from_checkpoint}: saved in the middle of an epoch by "
-                f"{meta.get('world_size', 1)} rank(s); it resumes on as many (each rank's "
-                "share of the epoch would differ)"
-            )
-        # The LR schedule runs over epochs: continue at the same epoch, whatever the
-        # number of steps an epoch now has (it changes with the world size).
-        programs.lr_scheduler.step(meta["epoch"] * steps_per_epoch + steps_done)
-        within = f", step {steps_done} of epoch {meta['epoch'] + 1}" if steps_done else ""
-        report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}{within}")
-        saved_epochs = meta["config"]["run"]["epochs"]
-        if saved_epochs != config.run.epochs:
-            report.print(
-                f"the checkpoint's run had {saved_epochs} epochs, this one has "
-                f"{config.run.epochs}: the LR schedule now spans {config.run.epochs}"
-            )
-        saved_world = meta.get("world_size", 1)
-        if saved_world != world_size:
-            report.print(
-                f"the checkpoint was trained by {saved_world} rank(s), this run has "
-                f"{world_size}: {steps_per_epoch} steps per epoch, global batch "
-                f"{config.data.batch_size * world_size} instead of "
-                f"{config.data.batch_size * saved_world} (the LR follows linear scaling)"
-            )
-        return meta["epoch"]
-    source = run_cfg.from_checkpoint or run_cfg.from_pretrained_params
-    state, note = program_state(state, meta, programs.model, config, source)
-    report.print(note)
-    if meta is not None and training:
-        report.print(
-            f"quantization-aware training starts from the weights of {source} "
-            f"(epoch {meta['epoch']}, trained without --qat): new optimizer state "
-            f"and LR schedule, {config.run.epochs} epoch(s)"
-        )
-    # Training may start with a new classifier; evaluation needs every weight. A 2:4
-    # model brings its masks, unless this run prunes anew.
-    entry = model_entry(config.model.arch)
-    classifier = entry.classifier_parameters(programs.model) if training else ()
-    skipped = ckpt.load_pretrained(
-        programs.train if training else programs.eval,
-        state,
-        source,
-        config.model.arch,
-        may_skip=classifier,
-        masks=config.asp.enabled and not config.asp.prune_model,
-    )
-    for name in skipped:
-        report.print(f"warning: pretrained parameter skipped: {name}")
-    report.log("PRETRAINED", {"file": source, "skipped": skipped}, kind="PARAMETER", console=False)
-    return 0
 
 
 @dataclass
@@ -192,10 +104,13 @@ def _run_in_folder(config, report_stream, after_training, rank, world_size):
     place, device_id = devices.device()
     if run_cfg.cpu_affinity and device_id is not None:
         affinity.pin_to_gpu(device_id)
+    all_reduce = distributed.all_reduce_sum(place) if world_size > 1 else None
     train_split, val_split, classes = open_data(config, training, evaluating)
+    config, start_lines = start_weights.resolve_auto(config, rank, all_reduce)
+    run_cfg = config.run
     meta, state = read_weights(run_cfg)
     resuming = ckpt.continues_the_run(meta, config, training)
-    check_start(config, meta, classes, training, resuming)
+    start_weights.check_start(config, meta, classes, training, resuming)
     if not training and state is not None:
         check_quantization(
             meta, state, config, run_cfg.from_checkpoint or run_cfg.from_pretrained_params
@@ -221,7 +136,8 @@ def _run_in_folder(config, report_stream, after_training, rank, world_size):
         stream=report_stream or sys.stdout,
         visualdl_dir=run_cfg.visualdl_log_dir,
     )
-    all_reduce = distributed.all_reduce_sum(place) if world_size > 1 else None
+    for line in start_lines:
+        report.print(line)
     with report:  # closed (its file, VisualDL's writer) however the run ends
         session = Session(
             config, exe, programs, report, rank, world_size, place, device_id, all_reduce
@@ -250,7 +166,7 @@ def _run_with_report(
         f"{config.model.arch}: {len(classes)} classes, rank {session.rank}/{session.world_size}, "
         f"{devices.describe(session.device_id)}"
     )
-    start_epoch = load_start_weights(
+    start_epoch = start_weights.load(
         config,
         programs,
         training,
@@ -401,6 +317,11 @@ def _save(session, classes, directory, epochs_done, steps_done, steps_per_epoch)
         prefix=config.run.model_prefix,
     )
     session.report.print(f"saved {directory}")
+    removed = ckpt.remove_superseded(os.path.dirname(directory), config.run.keep_checkpoints)
+    if removed:
+        session.report.print(
+            f"removed older checkpoints (--keep-checkpoints): {', '.join(removed)}"
+        )
 
 
 def _save_stopped(session, classes, epoch, steps_done, steps_per_epoch, stop):
@@ -408,9 +329,9 @@ def _save_stopped(session, classes, epoch, steps_done, steps_per_epoch, stop):
     steps (``<arch>/<epoch>-step<k>``, by rank 0; the other ranks wait for it), each
     rank's one line, and the exit."""
     config, report, rank = session.config, session.report, session.rank
-    name = f"{epoch}-step{steps_done}" if steps_done < steps_per_epoch else str(epoch)
-    directory = os.path.join(config.run.output_dir, config.model.arch, name)
     epochs_done, within = (epoch - 1, steps_done) if steps_done < steps_per_epoch else (epoch, 0)
+    name = ckpt.checkpoint_name(epochs_done, within)
+    directory = os.path.join(config.run.output_dir, config.model.arch, name)
     if rank == 0:
         _save(session, classes, directory, epochs_done, within, steps_per_epoch)
     if session.all_reduce:  # no rank ends the job before the checkpoint is complete
@@ -425,6 +346,7 @@ def _save_stopped(session, classes, epoch, steps_done, steps_per_epoch, stop):
     )
     if rank == 0:
         report.print(line)
+        distributed.tell_launcher_console(line)
     else:  # this rank's log (the launcher's --log_dir) says it too
         print(f"rank {rank}: {line}", flush=True)
     raise SystemExit(code)

@@ -92,8 +92,11 @@ def launcher_command(environ=os.environ):
 
 
 def resume_command(directory, argv=None, environ=os.environ):
-    """This run's command line with ``--from-checkpoint directory`` (replacing one given)."""
+    """This run's command line with ``--from-checkpoint directory`` (replacing one given),
+    or the same command line where it says ``--from-checkpoint auto``."""
     argv = list(sys.argv if argv is None else argv)
+    if "--from-checkpoint=auto" in argv or ("--from-checkpoint", "auto") in zip(argv, argv[1:]):
+        return shlex.join([*launcher_command(environ), *argv])
     kept, skip = [], False
     for arg in argv[1:]:
         if skip:

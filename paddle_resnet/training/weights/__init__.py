@@ -24,6 +24,11 @@ def read_weights(run_config):
     """(meta, state) from --from-checkpoint, (None, state) from --from-pretrained-params,
     (None, None) when neither is given. A checkpoint's state is keyed by program variable
     names; a pretrained file's by whatever names the file uses (see ``program_state``)."""
+    if run_config.from_checkpoint == ckpt.AUTO:  # train.py resolves it (training.start)
+        raise CheckpointError(
+            "--from-checkpoint auto continues a training run in its --output-dir; "
+            "name a checkpoint folder here"
+        )
     if run_config.from_checkpoint:
         path = run_config.from_checkpoint
         if run_config.last_epoch_of_checkpoint not in (None, "auto"):  # NVIDIA's flag

@@ -1,0 +1,125 @@
+"""Where a run starts: ``--from-checkpoint auto`` resolved to this run's newest
+checkpoint (the same on every rank), the checks that a resumed checkpoint belongs to
+this run, and the start weights loaded (resume, pretrained or none)."""
+
+import dataclasses
+import os
+
+import numpy as np
+
+from paddle_resnet.core.errors import CheckpointError
+from paddle_resnet.data.folder import check_class_names
+from paddle_resnet.models import model_entry
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training.weights import program_state
+
+
+def resolve_auto(config, rank, all_reduce):
+    """``config`` with --from-checkpoint auto replaced by the newest checkpoint of this
+    run in <output-dir>/<arch> (at an epoch's end or within one), or by none when the
+    folder holds none yet: what a scheduler restarting a job with the same command line
+    needs. Rank 0 chooses, after finishing any save a killed process left, and the
+    other ranks take its choice (an all-reduce where only rank 0 contributes). Returns
+    (config, the lines to print: which start, and any damaged checkpoint skipped)."""
+    run_cfg = config.run
+    if run_cfg.from_checkpoint != ckpt.AUTO:
+        return config, []
+    folder = os.path.join(run_cfg.output_dir, config.model.arch)
+    lines, choice = [], np.zeros(4)
+    if rank == 0:
+        newest = ckpt.newest_verified(folder, lines.append)
+        if newest:
+            choice[:3] = (*ckpt.progress_of(os.path.basename(newest)), 1)
+    if all_reduce is not None:
+        choice = all_reduce(choice)
+    epochs_done, steps_done, found = (int(value) for value in choice[:3])
+    if found:
+        chosen = os.path.join(folder, ckpt.checkpoint_name(epochs_done, steps_done))
+        lines.append(f"--from-checkpoint auto: {chosen}, the newest checkpoint of this run")
+    elif run_cfg.run_scope == "eval_only":
+        raise CheckpointError(f"--from-checkpoint auto: {folder} holds no checkpoint to evaluate")
+    else:
+        chosen = None
+        lines.append(f"--from-checkpoint auto: no checkpoint in {folder} yet: a fresh start")
+    run_cfg = dataclasses.replace(run_cfg, from_checkpoint=chosen)
+    return dataclasses.replace(config, run=run_cfg), lines
+
+
+def check_start(config, meta, classes, training, resuming):
+    """Before anything is built or written: a resumed checkpoint must belong to this run,
+    a fresh run must not mix its checkpoints with another's, and the data's class names
+    must be the checkpoint's."""
+    resuming = meta if resuming else None
+    if resuming:
+        ckpt.check_same_run(meta, config, config.run.from_checkpoint)
+    if training and not config.run.benchmark:
+        ckpt.check_output_free(config, resuming)
+    if meta is not None:
+        check_class_names(
+            classes,
+            meta["classes"],
+            f"{config.data.image_root}",
+            f"checkpoint {config.run.from_checkpoint}",
+        )
+
+
+def load(config, programs, training, report, world_size, steps_per_epoch, meta, state, resuming):
+    """Resume, or load pretrained weights, or keep the initialisation; returns the
+    number of epochs already done."""
+    run_cfg = config.run
+    if state is None:
+        return 0
+    if resuming:
+        ckpt.restore_state(programs.train, state)
+        steps_done = meta.get("step_in_epoch", 0)
+        if steps_done and meta.get("world_size", 1) != world_size:
+            raise CheckpointError(
+                f"{run_cfg.from_checkpoint}: saved in the middle of an epoch by "
+                f"{meta.get('world_size', 1)} rank(s); it resumes on as many (each rank's "
+                "share of the epoch would differ)"
+            )
+        # The LR schedule runs over epochs: continue at the same epoch, whatever the
+        # number of steps an epoch now has (it changes with the world size).
+        programs.lr_scheduler.step(meta["epoch"] * steps_per_epoch + steps_done)
+        within = f", step {steps_done} of epoch {meta['epoch'] + 1}" if steps_done else ""
+        report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}{within}")
+        saved_epochs = meta["config"]["run"]["epochs"]
+        if saved_epochs != config.run.epochs:
+            report.print(
+                f"the checkpoint's run had {saved_epochs} epochs, this one has "
+                f"{config.run.epochs}: the LR schedule now spans {config.run.epochs}"
+            )
+        saved_world = meta.get("world_size", 1)
+        if saved_world != world_size:
+            report.print(
+                f"the checkpoint was trained by {saved_world} rank(s), this run has "
+                f"{world_size}: {steps_per_epoch} steps per epoch, global batch "
+                f"{config.data.batch_size * world_size} instead of "
+                f"{config.data.batch_size * saved_world} (the LR follows linear scaling)"
+            )
+        return meta["epoch"]
+    source = run_cfg.from_checkpoint or run_cfg.from_pretrained_params
+    state, note = program_state(state, meta, programs.model, config, source)
+    report.print(note)
+    if meta is not None and training:
+        report.print(
+            f"quantization-aware training starts from the weights of {source} "
+            f"(epoch {meta['epoch']}, trained without --qat): new optimizer state "
+            f"and LR schedule, {config.run.epochs} epoch(s)"
+        )
+    # Training may start with a new classifier; evaluation needs every weight. A 2:4
+    # model brings its masks, unless this run prunes anew.
+    entry = model_entry(config.model.arch)
+    classifier = entry.classifier_parameters(programs.model) if training else ()
+    skipped = ckpt.load_pretrained(
+        programs.train if training else programs.eval,
+        state,
+        source,
+        config.model.arch,
+        may_skip=classifier,
+        masks=config.asp.enabled and not config.asp.prune_model,
+    )
+    for name in skipped:
+        report.print(f"warning: pretrained parameter skipped: {name}")
+    report.log("PRETRAINED", {"file": source, "skipped": skipped}, kind="PARAMETER", console=False)
+    return 0
