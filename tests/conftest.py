@@ -4,6 +4,7 @@ import glob
 import importlib.util
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -127,6 +128,12 @@ def uninterrupted(fmnist_root, tmp_path_factory):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return read_checkpoint(os.path.join(out, "resnet18", "2"))[1]
+
+
+def random_seed():
+    """A fresh seed for a test's random moments, or RANDOM_MOMENTS_SEED to replay the one
+    a failure named."""
+    return int(os.environ.get("RANDOM_MOMENTS_SEED", random.randrange(1 << 30)))
 
 
 def assert_same_state(actual, expected):

@@ -3,6 +3,9 @@ talk through gloo, along Fleet's own collective path (Paddle 2.6 and 3.x)."""
 
 import contextlib
 import os
+import random
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -12,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import PADDLE3, ROOT, once
+from conftest import PADDLE3, ROOT, once, random_seed
 from paddle_resnet.commands import train
 from paddle_resnet.core import devices
 from paddle_resnet.core.config import build_config
@@ -501,27 +504,84 @@ def signalled_job(fmnist_root, tmp_path, signum, to_launcher, *flags):
     return job.returncode, texts, stops
 
 
+def interrupted_job(command, logs, out, signum, at_step, to_launcher):
+    """Start the launcher ``command`` (its --log_dir ``logs``); once rank 0 has logged global
+    step ``at_step`` (5 steps per epoch), send ``signum`` to the launcher (as Slurm and
+    Kubernetes do) or to rank 1 alone (a lost process). (launcher's exit code, its
+    console output, each rank's log)."""
+    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    rank0 = logs / "workerlog.0"
+    deadline = time.time() + 180
+    while time.time() < deadline and job.poll() is None:
+        steps = re.findall(r"epoch (\d+) step (\d+):", rank0.read_text()) if rank0.exists() else []
+        if any((int(e) - 1) * 5 + int(k) >= at_step for e, k in steps):
+            break
+        time.sleep(0.05)
+    if to_launcher:
+        job.send_signal(signum)
+    else:
+        for pid in subprocess.run(
+            ["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True
+        ).stdout.split():
+            if "PADDLE_TRAINER_ID=1\0" in open(f"/proc/{pid}/environ").read():
+                os.kill(int(pid), signum)
+    try:
+        console = job.communicate(timeout=180)[0].decode()
+    finally:
+        job.kill()
+    return job.returncode, console, [(logs / f"workerlog.{r}").read_text() for r in (0, 1)]
+
+
 @once
-def test_sigterm_to_the_launcher_stops_both_ranks_at_one_step_and_the_resume_is_exact(
+def test_a_two_rank_job_killed_and_stopped_continues_with_the_same_command(
     two_ranks, fmnist_root, tmp_path
 ):
-    """What Kubernetes does to a pod: SIGTERM to the launcher, which passes it on to each
-    rank in turn. Both ranks stop after the same step, rank 0 saves there, and resuming
-    with the printed command ends with the weights of the job never stopped."""
-    code, _, stops = signalled_job(fmnist_root, tmp_path, signal.SIGTERM, True, "--epochs", "2")
-    assert code != 0
-    assert stops[0][:2] == stops[1][:2], stops
-    resume = stops[0][2].split("resume with: ")[1]
-    assert resume.startswith("python -m paddle.distributed.launch --nproc_per_node 2 train.py ")
-    saved = resume.split()[-1]
-    meta, _ = ckpt.read_checkpoint(saved)
-    epoch, step = stops[0][:2]
-    assert (meta["epoch"], meta["step_in_epoch"]) in ((epoch - 1, step), (epoch, 0))
-    assert meta["world_size"] == 2
-    assert stops[1][2].startswith(f"rank 1: stopped by SIGTERM in epoch {epoch} after step {step}")
-    args = resume.split(" train.py ")[1].split()
-    ok(launch(["train.py", *args], tmp_path / "logs_resumed"))
-    assert_same_weights(weights(tmp_path / "job", 2), weights(two_ranks, 2))
+    """The same launcher command, --from-checkpoint auto, after rank 1 is SIGKILLed (the job
+    ends) and after a SIGTERM to the launcher (both ranks stop after one common step, rank
+    0 saves there, its stop line reaches the launcher's console, exit 15), at random
+    steps: every rank takes the same checkpoint, and the job ends with the weights of the
+    job never stopped, bit for bit."""
+    seed = random_seed()
+    rng = random.Random(seed)
+    kill_at, stop_at = sorted(rng.sample(range(1, 9), 2))
+    why = f"seed {seed}: SIGKILL to rank 1 at step {kill_at}, SIGTERM at step {stop_at}"
+    out = tmp_path / "job"
+
+    args = train_args(
+        fmnist_root, out, "--epochs", "2", "--print-interval", "1", "--from-checkpoint", "auto"
+    )
+
+    def command(logs):
+        launcher = ["-m", "paddle.distributed.launch", "--nproc_per_node", "2"]
+        return [sys.executable, *launcher, "--log_dir", str(logs), *args]
+
+    code, _, logs = interrupted_job(
+        command(tmp_path / "1"), tmp_path / "1", out, signal.SIGKILL, kill_at, False
+    )
+    assert code != 0 and "error: rank 0: rank 1 stopped" in logs[0], (why, logs[0][-2000:])
+    saved = ckpt.saved_checkpoints(str(out / "resnet18"))
+    code, console, logs = interrupted_job(
+        command(tmp_path / "2"), tmp_path / "2", out, signal.SIGTERM, stop_at, True
+    )
+    assert code == 15, (why, console[-3000:])
+    expected = f"--from-checkpoint auto: {saved[-1][1]}, the newest" if saved else "no checkpoint"
+    assert expected in logs[0], (why, logs[0][-3000:])
+    stops = []
+    for log in logs:
+        assert "Traceback" not in log and "Termination signal" not in log, (why, log[-3000:])
+        line = [line for line in log.splitlines() if "stopped by SIGTERM in epoch " in line]
+        assert len(line) == 1, (why, log[-3000:], console[-3000:])
+        stops.append(line[0].split("stopped by SIGTERM in epoch ")[1].split(":")[0])
+    assert stops[0] == stops[1], (why, stops)  # "E after step K of 5" on both ranks
+    stop_line = [line for line in console.splitlines() if line.startswith("stopped by SIGTERM")]
+    assert len(stop_line) == 1, (why, console[-3000:])
+    resume = ["python", "-m", "paddle.distributed.launch", "--nproc_per_node", "2", *args]
+    assert stop_line[0].endswith(f"resume with: {shlex.join(resume)}"), (why, stop_line)
+    final = subprocess.run(
+        command(tmp_path / "3"), cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    ok(final)
+    assert_same_weights(weights(out, 2), weights(two_ranks, 2))
 
 
 @once

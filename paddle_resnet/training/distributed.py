@@ -129,7 +129,8 @@ def tell_launcher_console(line, environ=os.environ):
     the job, but once it is stopping itself (a SIGTERM from Slurm or Kubernetes, Ctrl-C)
     it closes that log first, and the console showed only "Terminating with signal 15".
     Whether it still echoes is read from its open files (two handles on this rank's log
-    while it does, one after); nothing is written where that cannot be read."""
+    while it does: the rank's output and the reader; none once it stops the ranks);
+    nothing is written where that cannot be read."""
     if "PADDLE_LOG_DIR" not in environ:  # not started by the launcher
         return
     launcher = f"/proc/{os.getppid()}/fd"
@@ -138,7 +139,7 @@ def tell_launcher_console(line, environ=os.environ):
         handles = sum(
             _same_file(os.stat(os.path.join(launcher, fd)), ours) for fd in os.listdir(launcher)
         )
-        if handles != 1 or _same_file(os.stat(os.path.join(launcher, "1")), ours):
+        if handles >= 2 or _same_file(os.stat(os.path.join(launcher, "1")), ours):
             return
         with open(os.path.join(launcher, "1"), "a") as console:  # appends to a file too
             console.write(line + "\n")
