@@ -15,6 +15,7 @@ rejects legacy static variables) is not switched on.
 import contextlib
 import os
 import signal
+import stat
 import sys
 
 import numpy as np
@@ -129,21 +130,31 @@ def tell_launcher_console(line, environ=os.environ):
     the job, but once it is stopping itself (a SIGTERM from Slurm or Kubernetes, Ctrl-C)
     it closes that log first, and the console showed only "Terminating with signal 15".
     Whether it still echoes is read from its open files (two handles on this rank's log
-    while it does: the rank's output and the reader; none once it stops the ranks);
-    nothing is written where that cannot be read."""
+    while it does: the rank's output and the reader; none once it stops the ranks).
+    Written where the launcher's output goes if that is a terminal, a pipe or a file
+    opened for appending (Slurm's --open-mode=append); a file the launcher writes at its
+    own offset (``> file``) would have its next line written over this one."""
     if "PADDLE_LOG_DIR" not in environ:  # not started by the launcher
         return
-    launcher = f"/proc/{os.getppid()}/fd"
+    launcher = f"/proc/{os.getppid()}"
+    console = os.path.join(launcher, "fd", "1")
     try:
         ours = os.fstat(sys.stdout.fileno())
         handles = sum(
-            _same_file(os.stat(os.path.join(launcher, fd)), ours) for fd in os.listdir(launcher)
+            _same_file(os.stat(os.path.join(launcher, "fd", fd)), ours)
+            for fd in os.listdir(os.path.join(launcher, "fd"))
         )
-        if handles >= 2 or _same_file(os.stat(os.path.join(launcher, "1")), ours):
+        target = os.stat(console)
+        if handles >= 2 or _same_file(target, ours):
             return
-        with open(os.path.join(launcher, "1"), "a") as console:  # appends to a file too
-            console.write(line + "\n")
-    except (OSError, ValueError):  # another platform, or the launcher is gone
+        with open(os.path.join(launcher, "fdinfo", "1")) as info:
+            fields = dict(entry.split(":", 1) for entry in info if ":" in entry)
+        flags = int(fields["flags"], 8)
+        if stat.S_ISREG(target.st_mode) and not flags & os.O_APPEND:
+            return
+        with open(console, "a") as out:
+            out.write(line + "\n")
+    except (OSError, ValueError, KeyError):  # another platform, or the launcher is gone
         return
 
 
