@@ -20,6 +20,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export KMP_BLOCKTIME=0 OMP_WAIT_POLICY=PASSIVE
 bash scripts/setup.sh
+bash scripts/setup_slurm.sh            # Slurm for tests/test_slurm.py (skipped without it)
+bash scripts/setup_etcd.sh             # etcd for the elastic launcher's test (skipped without it)
 
 gpu_wheel_track=1
 [ "${SKIP_GPU_WHEEL:-0}" = 1 ] && gpu_wheel_track=0

@@ -2,15 +2,18 @@
 talk through gloo, along Fleet's own collective path (Paddle 2.6 and 3.x)."""
 
 import contextlib
+import json
 import os
 import random
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -596,3 +599,84 @@ def test_sigint_to_one_rank_stops_every_rank_at_the_same_step(fmnist_root, tmp_p
     saved = stops[0][2].split("resume with: ")[1].split()[-1]
     meta, _ = ckpt.read_checkpoint(saved)
     assert meta["global_step"] == (stops[0][0] - 1) * 5 + stops[0][1]
+
+
+ETCD3_SITE = os.path.join(ROOT, ".etcd3-site")  # scripts/setup_etcd.sh
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory):
+    """A private etcd server on free ports (scripts/setup_etcd.sh installs it); yields the
+    launcher's --master value."""
+    if shutil.which("etcd") is None or not os.path.isdir(ETCD3_SITE):
+        pytest.skip("no etcd server or etcd3 client: scripts/setup_etcd.sh installs them")
+    client, peer = free_port(), free_port()
+    data = tmp_path_factory.mktemp("etcd")
+    local = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
+    server = subprocess.Popen(
+        ["etcd", "--data-dir", str(data / "data"), "--listen-client-urls", local(client)]
+        + ["--advertise-client-urls", local(client), "--listen-peer-urls", local(peer)]
+        + ["--initial-advertise-peer-urls", local(peer)]
+        + ["--initial-cluster", f"default={local(peer)}"],
+        stdout=open(data / "etcd.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.time() + 30
+        while True:
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{local(client)}/health", timeout=1) as answer:
+                    if json.load(answer).get("health") == "true":
+                        break
+            assert time.time() < deadline, (data / "etcd.log").read_text()[-2000:]
+            time.sleep(0.2)
+        yield f"etcd://127.0.0.1:{client}"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@once
+def test_the_elastic_launcher_relaunches_a_killed_rank_and_the_run_continues(
+    two_ranks, fmnist_root, tmp_path, etcd
+):
+    """Paddle's own restarts: only in its elastic mode (an etcd --master, --elastic_level 1)
+    does the launcher relaunch ranks; after rank 1 is SIGKILLed it stops rank 0 and starts
+    both again with the same command line, which, with --from-checkpoint auto, continues
+    from the newest checkpoint and ends with the weights of the job never stopped."""
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    elastic = ["--master", etcd, "--job_id", "relaunch", "--nnodes", "1"]
+    elastic += ["--elastic_level", "1", "--max_restart", "1", "--log_dir", str(logs)]
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2"]
+    command += elastic + train_args(fmnist_root, out, "--epochs", "2", "--from-checkpoint", "auto")
+    # etcd3 and its protobuf setting for the launcher (the ranks ignore both)
+    env = dict(os.environ, PYTHONPATH=ETCD3_SITE, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python")
+    job = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        first = out / "resnet18" / "1" / "meta.json"
+        deadline = time.time() + 180
+        while not first.exists() and time.time() < deadline and job.poll() is None:
+            time.sleep(0.2)
+        assert first.exists(), "no checkpoint was written"
+        ranks = subprocess.run(
+            ["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True
+        ).stdout.split()
+        for pid in ranks:
+            if "PADDLE_TRAINER_ID=1\0" in open(f"/proc/{pid}/environ").read():
+                os.kill(int(pid), signal.SIGKILL)
+        output = job.communicate(timeout=300)[0]
+    finally:
+        job.kill()
+    assert job.returncode == 0, output[-3000:]
+    rank0 = (logs / "workerlog.0").read_text()
+    assert rank0.count("--from-checkpoint auto: ") == 2, rank0[-3000:]  # two starts
+    assert f"--from-checkpoint auto: {out}/resnet18/" in rank0
+    assert_same_weights(weights(out, 2), weights(two_ranks, 2))

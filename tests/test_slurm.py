@@ -1,0 +1,158 @@
+"""The Slurm batch scripts (scripts/cluster/slurm) under a real Slurm started on this host
+(tests/slurm_cluster.py): a job requeued in the middle of an epoch saves at its step, runs
+again and resumes there through --from-checkpoint auto, and ends COMPLETED with the
+weights of a run never stopped; the time limit's warning (USR1 to the batch shell) stops
+the launchers of the multi-node script at a step and the script requeues its job; a
+training that exits 2 (a user error) ends the job FAILED, not requeued."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import slurm_cluster
+
+from conftest import FAST_TRAIN, ROOT, assert_same_state, once, train_command
+from paddle_resnet.training import checkpoint as ckpt
+
+# Signals, requeues and shell scripts do not depend on the Paddle version.
+pytestmark = once
+
+SCRIPTS = os.path.join(ROOT, "scripts", "cluster", "slurm")
+SINGLE = os.path.join(SCRIPTS, "train.sbatch")
+MULTI = os.path.join(SCRIPTS, "train_multinode.sbatch")
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    try:
+        with slurm_cluster.running(tmp_path_factory.mktemp("slurm")) as cluster:
+            yield cluster
+    except slurm_cluster.Unavailable as reason:
+        pytest.skip(f"no Slurm to test with: {reason}")
+
+
+def submit(slurm, script, log, *args, options=(), **env):
+    """Submit ``script args`` from the repository's root with this Python, one training
+    process per node; its output is appended to ``log`` across restarts."""
+    environment = {"PYTHON": sys.executable, "NPROC_PER_NODE": "1", **env}
+    options = ["--chdir", ROOT, "--output", str(log), "--job-name", "pytest", *options]
+    return slurm.sbatch(script, *args, options=options, env=environment)
+
+
+def read(path):
+    return path.read_text() if path.exists() else ""
+
+
+def wait_for_text(slurm, job, log, text, timeout=180):
+    """Poll the job's log until it holds ``text``; fail at once should the job end."""
+    deadline = time.monotonic() + timeout
+    while text not in read(log):
+        state = slurm.state(job)
+        assert state not in ENDED and time.monotonic() < deadline, (
+            f"job {job} {state} without {text!r} in its log:\n{read(log)[-3000:]}\n{slurm.log()}"
+        )
+        time.sleep(0.2)
+
+
+def test_the_batch_scripts_parse_and_pass_shellcheck():
+    for script in (SINGLE, MULTI):
+        result = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        if shutil.which("shellcheck"):
+            result = subprocess.run(["shellcheck", script], capture_output=True, text=True)
+            assert result.returncode == 0, result.stdout
+        text = open(script).read()
+        for directive in ("--requeue", "--open-mode=append", "--signal=B:USR1@"):
+            assert f"#SBATCH {directive}" in text, (script, directive)
+        assert "--from-checkpoint auto" in text
+
+
+def test_a_job_whose_training_exits_2_fails_and_is_not_requeued(slurm, tmp_path):
+    """A user error (exit 2) would fail the same way on every restart: the job ends
+    FAILED with exit code 2, never requeued."""
+    log = tmp_path / "job.log"
+    flags = [*FAST_TRAIN, "--image-root", "/nonexistent", "--output-dir", str(tmp_path / "out")]
+    job = submit(slurm, SINGLE, log, *flags)
+    fields = slurm.wait_state(job, ENDED, timeout=120)
+    assert fields["JobState"] == "FAILED", (fields, read(log))
+    assert fields["ExitCode"] == "2:0" and fields["Restarts"] == "0"
+    output = read(log)
+    assert "error: image root '/nonexistent' does not exist" in output
+    assert output.strip().splitlines()[-1] == "train.sbatch: training failed with exit status 2"
+
+
+def test_a_requeued_job_resumes_at_its_step_and_ends_as_a_run_never_stopped(
+    slurm, fmnist_root, tmp_path, uninterrupted
+):
+    """scontrol requeue in the middle of epoch 2: the training saves at the step in
+    flight and exits 143, the job waits PENDING (started at once here), the same script
+    runs again with SLURM_RESTART_COUNT=1 and resumes from that checkpoint through
+    --from-checkpoint auto; the job ends COMPLETED with the final weights of a run never
+    stopped, bit for bit."""
+    out, log = tmp_path / "out", tmp_path / "job.log"
+    job = submit(slurm, SINGLE, log, *train_command(fmnist_root, out)[3:])
+    wait_for_text(slurm, job, log, "epoch 2 step 3:")
+    slurm.requeue(job)
+    fields = slurm.wait_state(job, {"PENDING"} | ENDED, timeout=60)
+    assert fields["JobState"] == "PENDING", (fields, read(log))
+    assert fields["Reason"] == "BeginTime" and fields["Restarts"] == "1"
+    stop = re.search(
+        r"^stopped by SIGTERM in epoch 2 after step (\d+) of 10: saved (\S+);", read(log), re.M
+    )
+    assert stop, read(log)[-3000:]
+    steps, saved = int(stop.group(1)), stop.group(2)
+    assert saved == str(out / "resnet18" / f"2-step{steps}") and 3 <= steps < 10
+    assert "train.sbatch: stopped by a signal (exit 143)" in read(log)
+    meta, _ = ckpt.read_checkpoint(saved)
+    assert (meta["epoch"], meta["step_in_epoch"]) == (1, steps)
+
+    slurm.start_now(job)
+    fields = slurm.wait_state(job, ENDED, timeout=180)
+    output = read(log)
+    assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", (fields, output)
+    assert fields["Restarts"] == "1"
+    assert f"train.sbatch: job {job} start 2 (SLURM_RESTART_COUNT=1)" in output
+    restart = output[output.index("SLURM_RESTART_COUNT=1") :]
+    assert f"resumed from {saved} after epoch 1, step {steps} of epoch 2" in restart
+    assert restart.strip().splitlines()[-1] == "train.sbatch: training finished"
+    assert_same_state(ckpt.read_checkpoint(str(out / "resnet18" / "2"))[1], uninterrupted)
+
+
+def test_the_warning_before_the_time_limit_stops_the_launchers_and_requeues(
+    slurm, fmnist_root, tmp_path
+):
+    """The multi-node script on one node (srun, one launcher with one rank): USR1 to the
+    batch shell, as --signal=B:USR1@300 sends it, reaches the launcher as SIGTERM, the
+    rank saves at its step, and the script requeues its job itself and exits 0."""
+    out, log, ranks = tmp_path / "out", tmp_path / "job.log", tmp_path / "ranks"
+    args = train_command(fmnist_root, out)[3:]
+    job = submit(slurm, MULTI, log, *args, options=["--nodes=1"], LAUNCH_LOG_DIR=str(ranks))
+    wait_for_text(slurm, job, log, "epoch 1 step 3:")
+    slurm.signal_batch(job, "USR1")
+    fields = slurm.wait_state(job, {"PENDING"} | ENDED, timeout=60)
+    output = read(log)
+    assert fields["JobState"] == "PENDING" and fields["Restarts"] == "1", (fields, output)
+    assert "train_multinode.sbatch: got SIGUSR1" in output
+    assert f"stopped by the warning (exit 15): requeueing job {job}" in output
+    # the launcher's own account of its arguments: one node, rank 0, the first node's
+    # address and the job's port
+    port = 20000 + int(job) % 10000
+    for line in ("nnodes: 1", "rank: 0", rf"master: [\d.]+:{port}", "nproc_per_node: 1"):
+        assert re.search(rf"LAUNCH INFO .* {line}$", output, re.M), line
+    rank0 = read(ranks / "node0" / "workerlog.0")  # a folder per node
+    stop = re.search(
+        r"^stopped by SIGTERM in epoch (\d) after step (\d+) of 10: saved (\S+);", rank0, re.M
+    )
+    assert stop, rank0[-3000:]
+    epoch, steps = int(stop.group(1)), int(stop.group(2))
+    meta, _ = ckpt.read_checkpoint(stop.group(3))  # after step 10: the epoch's checkpoint
+    assert (meta["epoch"], meta["step_in_epoch"]) == (
+        (epoch - 1, steps) if steps < 10 else (epoch, 0)
+    )
+    slurm.run("scancel", job)
+    assert slurm.wait_state(job, ENDED, timeout=60)["JobState"] == "CANCELLED"
