@@ -165,6 +165,52 @@ def test_inference_accuracy_refuses_renamed_classes(trained, fmnist_root, tmp_pa
     assert "are not the model's" in last and "'purse'" in last and "'bag'" in last
 
 
+def test_auto_refuses_a_folder_of_another_run_and_evaluates_the_newest(trained, capsys):
+    """--from-checkpoint auto keeps the same-run check (one line naming the difference),
+    and eval_only with auto evaluates the folder's newest checkpoint."""
+    other = build_config(
+        dict(flat(trained), **{"lr.base": 0.4, "run.from_checkpoint": "auto", "run.epochs": 4})
+    )
+    with pytest.raises(CheckpointError, match=r"resnet18/3 belongs to another run: lr.base"):
+        train.run(other, report_stream=quiet())
+    values = {"run.run_scope": "eval_only", "run.from_checkpoint": "auto"}
+    train.run(build_config(dict(flat(trained), **values)))
+    out = capsys.readouterr().out
+    newest = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3)
+    assert f"--from-checkpoint auto: {newest}, the newest checkpoint of this run" in out
+    assert f"evaluating checkpoint {newest} (epoch 3)" in out
+
+
+def test_auto_skips_a_damaged_newest_checkpoint_with_a_warning(trained, tmp_path):
+    """A checkpoint damaged after it was written (the writes are atomic: storage, a
+    person) is skipped, named in a warning, and the run continues from the one before."""
+    folder = tmp_path / "resnet18"
+    shutil.copytree(os.path.join(trained.run.output_dir, "resnet18"), folder)
+    with open(folder / "3" / "model.pdparams", "r+b") as handle:
+        handle.truncate(100)
+    lines = []
+    assert ckpt.newest_verified(str(folder), lines.append) == str(folder / "2")
+    assert len(lines) == 1 and lines[0].startswith(f"warning: {folder}/3/model.pdparams: trunc")
+    assert ckpt.newest_verified(str(tmp_path / "empty"), lines.append) is None
+
+
+def test_export_refuses_auto_in_one_line(trained, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "export_model.py", "--from-checkpoint", "auto"]
+        + ["--model-arch-name", "resnet18", "--num-of-class", "10"]
+        + ["--inference-dir", str(tmp_path / "model")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --from-checkpoint auto continues a training run in its --output-dir; "
+        "name a checkpoint folder here"
+    )
+
+
 def test_a_newest_checkpoint_folder_without_meta_is_named(trained, tmp_path):
     folder = tmp_path / "resnet18"
     shutil.copytree(os.path.join(trained.run.output_dir, "resnet18"), folder)
