@@ -4,15 +4,16 @@ all-reduce where Paddle offers none on PIR. Runs on Paddle 3.x (the 3.3.1 track)
 2.6 only the refusal."""
 
 import os
+import subprocess
 
 import numpy as np
 import paddle
 import pytest
 from paddle.incubate import asp
 
-from conftest import PADDLE3, flat, small_config
+from conftest import PADDLE3, ROOT, flat, small_config
 from paddle_resnet.commands import inference, program, train
-from paddle_resnet.core import feeds, paddle_internals
+from paddle_resnet.core import devices, feeds, paddle_internals
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.core.report import read_report
@@ -118,6 +119,10 @@ def test_bf16_amp_trains_on_pir_with_fp32_weights_and_fp32_evaluation():
                 "amp.scale_loss": scale,
             }
         )
+        if not predictor.cpu_supports_bf16():  # e.g. an AVX2-only EPYC: one line instead
+            with pytest.raises(ConfigError, match="needs AVX512-BF16 or AMX, which this CPU"):
+                devices.check_training_options(config)
+            return
         with ir.selected(config), paddle.static.scope_guard(paddle.static.Scope()):
             built = programs.build_programs(config, steps_per_epoch=10, global_batch=8)
             assert programs.applied_strategies(built.train)["AMP"]
@@ -206,6 +211,32 @@ def test_pir_prunes_trains_exports_json_and_serves(fmnist_root, tmp_path, capsys
         assert inference.main([*argv, "--backend", "cpu", "--cpu-precision", "bf16"]) == 0
         top1 = float(capsys.readouterr().out.split(" top1 ")[1].split()[0])
         assert abs(top1 - metrics["val.top1"]) <= 2 / 130 + 1e-9, top1
+    served_by_paddle_2(model_dir, argv, metrics["val.top1"])
+
+
+def served_by_paddle_2(model_dir, argv, top1):
+    """The same PIR export in the test suite's Paddle 2.6 environment, as a team that trains
+    on one Paddle and deploys on another meets it: Paddle Inference refuses it in one line
+    naming Paddle 3 and the backends that can serve it (it crashed with a segmentation
+    fault), ONNX Runtime serves its model.onnx at the same top-1, and check_sparsity
+    checks model.onnx."""
+    python = os.path.join(ROOT, ".venv", "bin", "python")
+    if not os.path.exists(python):
+        return  # one environment only (scripts/test.sh makes both)
+    run = lambda *args: subprocess.run(  # noqa: E731
+        [python, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    refused = run("inference.py", *argv, "--backend", "cpu")
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: {model_dir}: exported from PIR (inference.json), which Paddle 2.6.2 cannot "
+        "read: use Paddle 3, or serve its model.onnx here with --backend onnxruntime or openvino"
+    )
+    served = run("inference.py", *argv, "--backend", "onnxruntime")
+    assert served.returncode == 0 and f"top1 {top1:.5g}" in served.stdout, served.stderr[-2000:]
+    checked = run("-m", "paddle_resnet.commands.check_sparsity", model_dir)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    assert "19 weights marked sparse, 0 violate 2:4" in checked.stdout, checked.stdout
 
 
 @pir_only

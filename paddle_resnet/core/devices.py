@@ -13,6 +13,7 @@ import os
 import paddle
 import paddle.inference as paddle_inference
 
+from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.errors import ConfigError
 
 
@@ -66,6 +67,13 @@ def check_training_options(config):
         require_gpu(
             "--use-pure-fp16 with --amp-dtype bfloat16",
             "Paddle's CPU optimizer kernels take no bfloat16 weights",
+        )
+    elif config.amp.enabled and not gpu_available() and not paddle_internals.supports_bf16():
+        # Paddle's bf16 CPU kernels need AVX512-BF16 or AMX; elsewhere the first step
+        # failed inside the executor with "RuntimeError: std::exception".
+        raise ConfigError(
+            "--amp --amp-dtype bfloat16 on the CPU needs AVX512-BF16 or AMX, which this "
+            "CPU lacks: train in fp32 (without --amp)"
         )
     if config.run.sync_bn:
         require_gpu(

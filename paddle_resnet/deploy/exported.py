@@ -104,9 +104,27 @@ def is_pir_export(model_dir):
     return model_file(model_dir).endswith(PIR_MODEL_FILE)
 
 
+def check_paddle_reads(model_dir):
+    """UserError, in one line, where the running Paddle cannot read the export's program:
+    PIR's inference.json needs Paddle 3 (Paddle 2.6's predictor crashed on it with a
+    segmentation fault, without a word). ONNX Runtime and OpenVINO serve its model.onnx
+    on any Paddle."""
+    if not is_pir_export(model_dir) or paddle_internals.PADDLE3:
+        return
+    if os.path.exists(os.path.join(model_dir, ONNX_FILE)):
+        instead = "or serve its model.onnx here with --backend onnxruntime or openvino"
+    else:
+        instead = "or export it with --onnx there and serve model.onnx with --backend onnxruntime"
+    raise UserError(
+        f"{model_dir}: exported from PIR (inference.json), which Paddle {paddle.__version__} "
+        f"cannot read: use Paddle 3, {instead}"
+    )
+
+
 def model_paths(model_dir):
     """(program file, parameters file), as paddle.inference.Config takes them (either
-    program format: Paddle Inference reads both)."""
+    program format: Paddle Inference reads both; Paddle 2.6 the legacy one only)."""
+    check_paddle_reads(model_dir)
     return model_file(model_dir), os.path.join(model_dir, PARAMS_FILE)
 
 
@@ -150,6 +168,7 @@ def read_classes(model_dir):
 @contextlib.contextmanager
 def _loaded(model_dir):
     """(program, scope holding its persistables) of an exported model, while in use."""
+    check_paddle_reads(model_dir)
     paddle.enable_static()  # load_inference_model works in static mode only
     exe = paddle.static.Executor(paddle.CPUPlace())
     scope = paddle.static.Scope()
