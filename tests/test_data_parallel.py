@@ -325,6 +325,27 @@ def test_resume_across_world_sizes_keeps_the_epoch_schedule(two_ranks, fmnist_ro
     assert "trained by 1 rank(s), this run has 2: 5 steps per epoch" in result.stdout
 
 
+def rank_1_pid(out):
+    """The process id of rank 1 of the job training into ``out``."""
+    ranks = subprocess.run(
+        ["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True
+    ).stdout.split()
+    victim = [
+        int(pid) for pid in ranks if "PADDLE_TRAINER_ID=1\0" in open(f"/proc/{pid}/environ").read()
+    ]
+    assert len(victim) == 1, ranks
+    return victim[0]
+
+
+def wait_for_epoch_1(out, job):
+    """Until the job training into ``out`` has saved epoch 1."""
+    first = out / "resnet18" / "1" / "meta.json"
+    deadline = time.time() + 180
+    while not first.exists() and time.time() < deadline and job.poll() is None:
+        time.sleep(0.2)
+    assert first.exists(), "no checkpoint was written"
+
+
 def signal_rank_1(fmnist_root, tmp_path, signum, *flags):
     """A 2-rank job of many epochs; once epoch 1 is saved, rank 1 gets ``signum``. Returns
     (seconds until the job ended, the launcher's output, rank 0's log, the output folder)."""
@@ -342,25 +363,15 @@ def signal_rank_1(fmnist_root, tmp_path, signum, *flags):
     job = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    first = out / "resnet18" / "1" / "meta.json"
-    deadline = time.time() + 180
-    while not first.exists() and time.time() < deadline and job.poll() is None:
-        time.sleep(0.2)
-    assert first.exists(), "no checkpoint was written"
-    ranks = subprocess.run(
-        ["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True
-    ).stdout.split()
-    victim = [
-        int(pid) for pid in ranks if "PADDLE_TRAINER_ID=1\0" in open(f"/proc/{pid}/environ").read()
-    ]
-    assert len(victim) == 1, ranks
+    wait_for_epoch_1(out, job)
+    victim = rank_1_pid(out)
     signalled_at = time.time()
-    os.kill(victim[0], signum)
+    os.kill(victim, signum)
     try:
         output = job.communicate(timeout=120)[0]
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(victim[0], signal.SIGKILL)  # a stopped rank the launcher left
+            os.kill(victim, signal.SIGKILL)  # a stopped rank the launcher left
         job.kill()
     assert job.returncode != 0
     return time.time() - signalled_at, output, (tmp_path / "logs" / "workerlog.0").read_text(), out
@@ -485,12 +496,7 @@ def signalled_job(fmnist_root, tmp_path, signum, to_launcher, *flags):
     if to_launcher:
         job.send_signal(signum)
     else:
-        ranks = subprocess.run(
-            ["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True
-        ).stdout.split()
-        for pid in ranks:
-            if "PADDLE_TRAINER_ID=1\0" in open(f"/proc/{pid}/environ").read():
-                os.kill(int(pid), signum)
+        os.kill(rank_1_pid(out), signum)
     try:
         job.communicate(timeout=180)
     finally:
@@ -523,11 +529,7 @@ def interrupted_job(command, logs, out, signum, at_step, to_launcher):
     if to_launcher:
         job.send_signal(signum)
     else:
-        for pid in subprocess.run(
-            ["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True
-        ).stdout.split():
-            if "PADDLE_TRAINER_ID=1\0" in open(f"/proc/{pid}/environ").read():
-                os.kill(int(pid), signum)
+        os.kill(rank_1_pid(out), signum)
     try:
         console = job.communicate(timeout=180)[0].decode()
     finally:
@@ -661,17 +663,8 @@ def test_the_elastic_launcher_relaunches_a_killed_rank_and_the_run_continues(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
-        first = out / "resnet18" / "1" / "meta.json"
-        deadline = time.time() + 180
-        while not first.exists() and time.time() < deadline and job.poll() is None:
-            time.sleep(0.2)
-        assert first.exists(), "no checkpoint was written"
-        ranks = subprocess.run(
-            ["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True
-        ).stdout.split()
-        for pid in ranks:
-            if "PADDLE_TRAINER_ID=1\0" in open(f"/proc/{pid}/environ").read():
-                os.kill(int(pid), signal.SIGKILL)
+        wait_for_epoch_1(out, job)
+        os.kill(rank_1_pid(out), signal.SIGKILL)
         output = job.communicate(timeout=300)[0]
     finally:
         job.kill()
