@@ -1,10 +1,12 @@
 """Bad input reaches the user as one line naming the problem, with exit code 2."""
 
+import os
 import shutil
 import subprocess
 import sys
 
 import pytest
+import tomllib
 
 from conftest import FAST_TRAIN, ROOT, once, run_python
 from paddle_resnet.commands import train
@@ -204,3 +206,23 @@ def test_a_broken_image_outside_training_is_one_line_not_a_crash(trained, fmnist
     )
     assert training.returncode == 2
     assert only_line(training) == f"error: {calibration}: cannot be decoded as an image"
+
+
+@once
+def test_every_tool_has_a_console_script_that_answers_help():
+    """The console scripts pyproject.toml declares (the README's commands) are installed
+    beside the environment's python, one per tool of paddle_resnet/commands, and each
+    answers --help."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+        declared = tomllib.load(handle)["project"]["scripts"]
+    tools = {
+        name[: -len(".py")]
+        for name in os.listdir(os.path.join(ROOT, "paddle_resnet", "commands"))
+        if name.endswith(".py") and name not in ("__init__.py", "flag_table.py")
+    }
+    assert tools <= {target.split(":")[0].split(".")[-1] for target in declared.values()}
+    for script in ("paddle-resnet-check-sparsity", "paddle-resnet-program", "paddle-resnet-doctor"):
+        assert script in declared
+        path = os.path.join(os.path.dirname(sys.executable), script)
+        result = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 and "usage:" in result.stdout, (script, result.stderr[-1000:])

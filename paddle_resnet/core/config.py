@@ -519,7 +519,12 @@ class QatConfig:
 
 @dataclass(frozen=True)
 class AspConfig:
-    enabled: bool = key(False, "--asp", "automatic 2:4 sparsity (Fleet strategy.asp)")
+    enabled: bool = key(
+        False,
+        "--asp",
+        "2:4 sparsity: masks keep the pruned weights at zero through training (Fleet's "
+        "strategy.asp on the legacy IR; the toolkit's own masks on PIR and with --qat)",
+    )
     prune_model: bool = key(
         False,
         "--prune-model",

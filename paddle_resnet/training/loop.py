@@ -1,4 +1,4 @@
-"""The training loop: plain functions over the programs that ``program.py`` builds."""
+"""The training loop: plain functions over the programs that ``programs.py`` builds."""
 
 import time
 
