@@ -13,8 +13,9 @@ from paddle_resnet.core.report import read_report
 
 
 def last_run(records):
-    """The records of the last run that validated (runs append to one report, each
-    starting with its RUN record); the last run if none did."""
+    """The records of the last run that trained (runs append to one report, each starting
+    with its RUN record; an evaluation or a refused start writes no steps), preferring one
+    that also validated; None when no run trained."""
     runs, current = [], []
     for record in records:
         if record["type"] == "RUN" and current:
@@ -22,8 +23,9 @@ def last_run(records):
             current = []
         current.append(record)
     runs.append(current)
-    validated = [run for run in runs if any(r["type"] == "VAL" for r in run)]
-    return (validated or runs)[-1]
+    trained = [run for run in runs if any(r["type"] == "LOG" for r in run)]
+    validated = [run for run in trained if any(r["type"] == "VAL" for r in run)]
+    return (validated or trained or [None])[-1]
 
 
 def main():
@@ -39,6 +41,8 @@ def main():
         sys.exit(f"error: {err}")
 
     records = last_run(read_report(args.report))
+    if records is None:
+        sys.exit(f"error: {args.report}: no run in it logged training steps")
     steps = [r for r in records if r["type"] == "LOG"]
     steps_per_epoch = max(int(r["data"]["progress"].split("/")[1]) for r in steps)
     x = [(r["step"][0] - 1) + r["step"][1] / steps_per_epoch for r in steps]

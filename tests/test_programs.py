@@ -86,18 +86,16 @@ def test_nesterov_reaches_the_momentum_ops():
     programs = program.build_programs(
         config(**{"optimizer.nesterov": True}), steps_per_epoch=10, global_batch=256
     )
-    assert all(
-        op.attr("use_nesterov") for op in programs.train.global_block().ops if op.type == "momentum"
-    )
+    momentum = [op for op in programs.train.global_block().ops if op.type == "momentum"]
+    assert momentum and all(op.attr("use_nesterov") for op in momentum)
 
 
 def test_eval_program_is_inference_only_and_shares_parameters():
     programs = program.build_programs(config(), steps_per_epoch=10, global_batch=256)
     types = op_types(programs.eval)
     assert "momentum" not in types and "conv2d_grad" not in types
-    assert all(
-        op.attr("is_test") for op in programs.eval.global_block().ops if op.type == "batch_norm"
-    )
+    batch_norms = [op for op in programs.eval.global_block().ops if op.type == "batch_norm"]
+    assert batch_norms and all(op.attr("is_test") for op in batch_norms)
     train_params = {p.name for p in programs.train.all_parameters()}
     assert {p.name for p in programs.eval.all_parameters()} <= train_params
 
@@ -120,11 +118,8 @@ def test_nhwc_program_feeds_channels_last():
     )
     data = programs.train.global_block().var(feeds.IMAGE)
     assert list(data.shape) == [-1, 32, 32, 3]
-    assert all(
-        op.attr("data_format") in ("NHWC", "AnyLayout")
-        for op in programs.train.global_block().ops
-        if op.type == "conv2d"
-    )
+    convs = [op for op in programs.train.global_block().ops if op.type == "conv2d"]
+    assert convs and all(op.attr("data_format") in ("NHWC", "AnyLayout") for op in convs)
 
 
 def lr(step, **values):

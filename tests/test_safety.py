@@ -165,7 +165,7 @@ def test_inference_accuracy_refuses_renamed_classes(trained, fmnist_root, tmp_pa
     assert "are not the model's" in last and "'purse'" in last and "'bag'" in last
 
 
-def test_auto_refuses_a_folder_of_another_run_and_evaluates_the_newest(trained, capsys):
+def test_auto_refuses_a_folder_of_another_run_and_evaluates_the_newest(trained, tmp_path, capsys):
     """--from-checkpoint auto keeps the same-run check (one line naming the difference),
     and eval_only with auto evaluates the folder's newest checkpoint."""
     other = build_config(
@@ -174,6 +174,7 @@ def test_auto_refuses_a_folder_of_another_run_and_evaluates_the_newest(trained, 
     with pytest.raises(CheckpointError, match=r"resnet18/3 belongs to another run: lr.base"):
         train.run(other, report_stream=quiet())
     values = {"run.run_scope": "eval_only", "run.from_checkpoint": "auto"}
+    values["run.report_file"] = str(tmp_path / "report.json")  # not the shared run's report
     train.run(build_config(dict(flat(trained), **values)))
     out = capsys.readouterr().out
     newest = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3)

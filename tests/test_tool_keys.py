@@ -12,7 +12,7 @@ from conftest import FAST_TRAIN, once
 from paddle_resnet.commands import export_model, inference, train
 from paddle_resnet.core import config as config_module
 from paddle_resnet.core.cli import tool_reads
-from paddle_resnet.core.config import TOOLS, AmpConfig, Config, InferenceConfig, all_keys
+from paddle_resnet.core.config import AmpConfig, Config, InferenceConfig, all_keys
 from paddle_resnet.deploy import predictor
 from paddle_resnet.training import programs
 
@@ -102,7 +102,3 @@ def test_export_and_inference_read_every_key_they_accept(recorded_reads, trained
     trt_int8 = InferenceConfig(trt_precision="INT8")
     predictor.predictor_settings(trt_int8, "trt", [3, 32, 32], 8, quantized=True)
     assert not unread("inference", recorded_reads)
-
-
-def test_every_tool_reads_some_key():
-    assert all(any(tool_reads(t, d) for d, _ in all_keys()) for t in TOOLS)

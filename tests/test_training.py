@@ -17,7 +17,7 @@ from conftest import ROOT, flat, once, small_config
 from paddle_resnet.commands import train
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import CheckpointError
-from paddle_resnet.core.report import read_report
+from paddle_resnet.core.report import Report, read_report
 from paddle_resnet.training import checkpoint as ckpt
 
 
@@ -255,26 +255,37 @@ def test_benchmark_mode_times_the_requested_steps_and_saves_nothing(fmnist_root,
     assert not os.path.exists(os.path.join(config.run.output_dir, "resnet18"))
 
 
-def test_plot_report_draws_the_last_run(trained, tmp_path):
-    image = tmp_path / "curves.png"
-    result = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "scripts", "plot_report.py"),
-            trained.report_file,
-            "--output",
-            str(image),
-        ],
+def plot(report, image):
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "plot_report.py"), report]
+        + ["--output", str(image)],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_plot_report_draws_the_last_run_that_trained(trained, tmp_path):
+    """The training run's curves, although an evaluation of its checkpoint was appended
+    to the same report after it; a report of evaluations alone is one line."""
+    report = tmp_path / "report.json"
+    shutil.copy(trained.report_file, report)
+    with Report(str(report)) as evaluation:  # what an eval_only run appends
+        evaluation.log([3], {"val.top1": 0.5, "val.loss": 1.0}, kind="VAL", console=False)
+    image = tmp_path / "curves.png"
+    result = plot(str(report), image)
     assert result.returncode == 0, result.stderr
     with open(image, "rb") as handle:
         header = handle.read(24)
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
     assert (width, height) == (1500, 400)  # three panels, figsize 15x4 at 100 dpi
+    evaluations = tmp_path / "evaluations.json"
+    with Report(str(evaluations)) as evaluation:
+        evaluation.log([3], {"val.top1": 0.5, "val.loss": 1.0}, kind="VAL", console=False)
+    refused = plot(str(evaluations), tmp_path / "none.png")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip() == f"error: {evaluations}: no run in it logged training steps"
 
 
 @once
