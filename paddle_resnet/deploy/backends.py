@@ -46,7 +46,7 @@ def _paddle(name):
                 name,
                 input_shape,
                 max_batch,
-                quantized=quantized,
+                quantized=quantized and exported.quantized_in_paddle(model_dir),
                 pir_export=pir_export,
             )
         return predictor.Classifier(model_dir, calls, input_shape)

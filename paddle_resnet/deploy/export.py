@@ -15,7 +15,7 @@ from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.optional import require
 from paddle_resnet.data.dali import open_split
-from paddle_resnet.deploy import exported, model_input, verify
+from paddle_resnet.deploy import exported, model_input, pir_int8, verify
 from paddle_resnet.deploy.ptq import quantize_in_place
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import ir
@@ -54,10 +54,7 @@ def export(config):
     """Write the inference model of ``config`` (from the IR of ``--ir``: inference.pdmodel
     from the legacy IR, inference.json from PIR); returns the export report."""
     if ir.is_pir(config) and config.inference.ptq_algo:
-        raise ConfigError(
-            "--ptq-algo is Paddle's static post-training quantization, built on the legacy "
-            "IR only: export with --ir legacy"
-        )
+        pir_int8.check_algo(config.inference.ptq_algo)
     ir.check(config)
     directory = config.inference.directory
     with export_lock(directory, f"--inference-dir {directory}"), ir.selected(config):

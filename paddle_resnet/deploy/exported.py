@@ -23,7 +23,7 @@ from paddle_resnet.core.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index, write_class_index
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.optional import require
-from paddle_resnet.deploy import onnx_int8
+from paddle_resnet.deploy import onnx_int8, pir_int8
 
 PREFIX = "inference"
 # The program file, by the IR it was exported from: legacy, PIR.
@@ -161,12 +161,20 @@ def read_info(model_dir):
         raise UserError(f"{path}: unreadable ({err}); export the model again") from None
 
 
+def quantized_in_paddle(model_dir):
+    """Whether the export's Paddle program carries quantize ops (a quantized legacy
+    export, a PIR QAT export), not only model.onnx (a PIR PTQ export: its program is
+    fp32, its ranges in model.json)."""
+    quantization = read_info(model_dir).get("quantization")
+    return bool(quantization) and "input_ranges" not in quantization
+
+
 def read_classes(model_dir):
     return read_class_index(os.path.join(model_dir, CLASSES_FILE))
 
 
 @contextlib.contextmanager
-def _loaded(model_dir):
+def loaded(model_dir):
     """(program, scope holding its persistables) of an exported model, while in use."""
     check_paddle_reads(model_dir)
     paddle.enable_static()  # load_inference_model works in static mode only
@@ -184,7 +192,7 @@ def _value(scope, name):
 
 def read_params(model_dir):
     """Parameter name -> array of an exported model."""
-    with _loaded(model_dir) as (program, scope):
+    with loaded(model_dir) as (program, scope):
         if is_pir_export(model_dir):  # a PIR program's other values have no names
             names = [p.name for p in program.global_block().all_parameters()]
         else:
@@ -197,7 +205,7 @@ def matmul_input_ranges(model_dir):
     a quantized legacy export whose input and weight are both quantized (the classifier):
     paddle2onnx 1.2.11 writes those matmuls in fp32, dropping the input's quantization
     and folding the weight's, so ``onnx_int8`` restores them from these ranges."""
-    with _loaded(model_dir) as (program, scope):
+    with loaded(model_dir) as (program, scope):
         ops = program.global_block().ops
         dequantized = {op.output("Y")[0]: op for op in ops if op.type == "dequantize_linear"}
         ranges = {}
@@ -241,7 +249,8 @@ def check_onnx_converter(model_dir, quantized, pir):
     """UserError when the installed paddle2onnx cannot convert this model: 1.x reads no
     PIR inference.json; 2.x (the one for Paddle 3) converts Paddle's int8
     quantize/dequantize ops as float8 only (it aborts the process: "Only support e4m3 or
-    e5m2 now")."""
+    e5m2 now"), so a quantized legacy export needs 1.2.11; a quantized PIR export is
+    converted in fp32 and quantized by the toolkit (``pir_int8``)."""
     if not (quantized or pir):
         return
     version = require("paddle2onnx", "--onnx").__version__
@@ -251,21 +260,42 @@ def check_onnx_converter(model_dir, quantized, pir):
             f"2.x on Paddle 3; this environment has {version}, which reads "
             "inference.pdmodel only (export with --ir legacy)"
         )
-    if quantized and not optional.has_int8_onnx:
+    if quantized and not pir and not optional.has_int8_onnx:
         raise UserError(
-            f"{model_dir}: an int8 model to ONNX (--onnx, OpenVINO int8) needs paddle2onnx "
-            f"1.2.11 (Paddle 2.6); paddle2onnx {version} converts Paddle's quantize ops as "
-            "float8 only: run int8 with --backend cpu, or export from Paddle 2.6"
+            f"{model_dir}: an int8 legacy-IR model to ONNX (--onnx, OpenVINO int8) needs "
+            f"paddle2onnx 1.2.11 (Paddle 2.6); paddle2onnx {version} converts Paddle's "
+            "quantize ops as float8 only: export with --ir pir, run int8 with --backend "
+            "cpu, or export from Paddle 2.6"
         )
 
 
 def write_onnx(model_dir):
-    """model.onnx beside the Paddle model in ``model_dir`` (quantized models keep their
-    quantize/dequantize pairs as ONNX QDQ nodes); returns its path."""
-    quantized = bool(read_info(model_dir).get("quantization"))
-    check_onnx_converter(model_dir, quantized, is_pir_export(model_dir))
-    paddle2onnx = require("paddle2onnx", "--onnx")
+    """model.onnx beside the Paddle model in ``model_dir``; returns its path. A quantized
+    legacy export keeps its quantize/dequantize pairs as ONNX QDQ nodes (rewritten for
+    CPU kernels by ``onnx_int8.for_cpu_int8``); a quantized PIR export is converted in
+    fp32 and its recorded or trained ranges written in (``onnx_int8.from_fp32``)."""
+    quantization = read_info(model_dir).get("quantization")
+    pir = is_pir_export(model_dir)
+    check_onnx_converter(model_dir, bool(quantization), pir)
     path = os.path.join(model_dir, ONNX_FILE)
+    if quantization and pir:
+        with loaded(model_dir) as model:
+            ranges = quantization.get("input_ranges") or pir_int8.qat_ranges(model)
+            with pir_int8.fp32_model(os.path.join(model_dir, PREFIX), model) as fp32_prefix:
+                _paddle2onnx(model_dir, f"{fp32_prefix}.json", path)
+        onnx_int8.from_fp32(path, ranges)
+        return path
+    _paddle2onnx(model_dir, model_file(model_dir), path)
+    if quantization:
+        onnx_int8.for_cpu_int8(path, matmul_input_ranges(model_dir))
+    return path
+
+
+def _paddle2onnx(model_dir, program_file, path):
+    """``program_file`` (with the export's parameters) converted to ONNX at ``path``."""
+    check_paddle_reads(model_dir)
+    paddle2onnx = require("paddle2onnx", "--onnx")
+    params_file = os.path.join(os.path.dirname(program_file), PARAMS_FILE)
     # paddle2onnx 2.x folds constants with Polygraphy by default, after setting
     # POLYGRAPHY_AUTOINSTALL_DEPS=1: Polygraphy then pip-installs onnx_graphsurgeon into
     # the running environment, with numpy 2 (seen on 2.1.0), under a Paddle that needs
@@ -273,10 +303,7 @@ def write_onnx(model_dir):
     options = {"optimize_tool": "onnxoptimizer"} if optional.paddle2onnx_major >= 2 else {}
     with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
         paddle2onnx.export(
-            *model_paths(model_dir), save_file=path, opset_version=13, verbose=False, **options
+            program_file, params_file, save_file=path, opset_version=13, verbose=False, **options
         )
     if not os.path.isfile(path):
         raise UserError(f"{model_dir}: paddle2onnx wrote no {ONNX_FILE}")
-    if quantized:
-        onnx_int8.for_cpu_int8(path, matmul_input_ranges(model_dir))
-    return path

@@ -25,6 +25,7 @@ import collections
 
 import numpy as np
 
+from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.optional import require
 
 # ops whose output is non-negative when their input is
@@ -114,51 +115,63 @@ def _drop_requantize_before_relu(graph):
     return sum(n.op_type == "QuantizeLinear" for n in dropped)
 
 
-def _quantize_matmuls(graph, input_ranges):
-    """Quantize each fp32 MatMul whose constant weight is named in ``input_ranges``
-    ({weight name: its input's absolute maximum}): the input by a signed pair over that
-    range (made unsigned after ReLUs by ``_unsigned_after_relu``), the weight per output
-    channel by its absolute maximum (the values lie on Paddle's int8 grid already, so
-    they come back exactly); returns how many."""
+# The ops quantized from an fp32 graph, by the axis of their weight's output channels.
+WEIGHT_CHANNEL_AXIS = {"Conv": 0, "MatMul": 1}
+
+
+def _quantize_weighted(graph, input_ranges, op_types):
+    """Quantize each fp32 op of ``op_types`` whose constant weight is named in
+    ``input_ranges`` ({weight name: its input's absolute maximum}): the input by a signed
+    pair over that range (made unsigned after ReLUs by ``_unsigned_after_relu``), the
+    weight per output channel by its absolute maximum (a legacy export's matmul weights
+    lie on Paddle's int8 grid already, so they come back exactly); returns how many."""
     helper = require("onnx.helper", "int8 ONNX export")
     quantized = 0
-    for matmul in [n for n in graph.graph.node if n.op_type == "MatMul"]:
-        data, weight_name = matmul.input
+    shared_inputs = {}  # (input, range) -> its dequantized name: one pair per tensor
+    for node in [n for n in graph.graph.node if n.op_type in op_types]:
+        data, weight_name = node.input[:2]
         weight = graph.constant(weight_name)
-        if weight_name not in input_ranges or weight is None or weight.ndim != 2:
+        if weight_name not in input_ranges or weight is None:
             continue
-        weight_scale = np.abs(weight).max(axis=0) / 127
+        axis = WEIGHT_CHANNEL_AXIS[node.op_type]
+        others = tuple(i for i in range(weight.ndim) if i != axis)
+        weight_scale = np.abs(weight).max(axis=others) / 127
         weight_scale[weight_scale == 0] = 1
+        shaped_scale = np.expand_dims(weight_scale, others)
         int8_weight = [
             graph.add_constant(
-                f"{weight_name}.int8", np.round(weight / weight_scale).astype(np.int8)
+                f"{weight_name}.int8", np.round(weight / shaped_scale).astype(np.int8)
             ),
             graph.add_constant(f"{weight_name}.int8_scale", weight_scale.astype(np.float32)),
             graph.add_constant(
                 f"{weight_name}.int8_zero_point", np.zeros(weight_scale.shape, np.int8)
             ),
         ]
-        data_range = [
-            graph.add_constant(
-                f"{data}.int8_scale", np.asarray(input_ranges[weight_name] / 127, np.float32)
-            ),
-            graph.add_constant(f"{data}.int8_zero_point", np.asarray(0, np.int8)),
-        ]
-        quantized_data, dequantized_data, dequantized_weight = (
-            f"{data}.int8",
-            f"{data}.int8.dequantized",
-            f"{weight_name}.int8.dequantized",
-        )
-        nodes = [
-            helper.make_node("QuantizeLinear", [data, *data_range], [quantized_data]),
-            helper.make_node("DequantizeLinear", [quantized_data, *data_range], [dequantized_data]),
-            helper.make_node("DequantizeLinear", int8_weight, [dequantized_weight], axis=1),
-        ]
-        position = list(graph.graph.node).index(matmul)
-        for offset, node in enumerate(nodes):
-            graph.graph.node.insert(position + offset, node)
-        matmul.input[:] = [dequantized_data, dequantized_weight]
-        if graph.consumers[weight_name] == [matmul]:  # the fp32 copy, read by no one now
+        dequantized_weight = f"{weight_name}.int8.dequantized"
+        nodes = [helper.make_node("DequantizeLinear", int8_weight, [dequantized_weight], axis=axis)]
+        dequantized_data = shared_inputs.get((data, input_ranges[weight_name]))
+        if dequantized_data is None:
+            dequantized_data = f"{weight_name}.input.int8.dequantized"
+            shared_inputs[data, input_ranges[weight_name]] = dequantized_data
+            data_range = [
+                graph.add_constant(
+                    f"{weight_name}.input.int8_scale",
+                    np.asarray(input_ranges[weight_name] / 127, np.float32),
+                ),
+                graph.add_constant(f"{weight_name}.input.int8_zero_point", np.asarray(0, np.int8)),
+            ]
+            quantized_data = f"{weight_name}.input.int8"
+            nodes += [
+                helper.make_node("QuantizeLinear", [data, *data_range], [quantized_data]),
+                helper.make_node(
+                    "DequantizeLinear", [quantized_data, *data_range], [dequantized_data]
+                ),
+            ]
+        position = list(graph.graph.node).index(node)
+        for offset, new_node in enumerate(nodes):
+            graph.graph.node.insert(position + offset, new_node)
+        node.input[:2] = [dequantized_data, dequantized_weight]
+        if graph.consumers[weight_name] == [node]:  # the fp32 copy, read by no one now
             graph.remove_constant(weight_name)
         quantized += 1
     return quantized
@@ -183,20 +196,48 @@ def _unsigned_after_relu(graph):
                 quantize.output[0] + ".u8_zero_point", np.zeros(zero_point.shape, np.uint8)
             ),
         )
-        for node in [quantize, *dequantizes]:
+        replaced = quantize.input[1:3]
+        pair = [quantize, *dequantizes]
+        for node in pair:
             node.input[1], node.input[2] = names
+        for name in replaced:  # the signed scale and zero point, if no one else reads them
+            if all(any(node is n for n in pair) for node in graph.consumers[name]):
+                graph.remove_constant(name)
         changed += 1
     return changed
 
 
 def for_cpu_int8(path, matmul_input_ranges):
     """Rewrite the int8 model.onnx at ``path`` (module docstring), its fp32 matmuls
-    quantized over ``matmul_input_ranges`` (``_quantize_matmuls``); returns {rewrite:
+    quantized over ``matmul_input_ranges`` (``_quantize_weighted``); returns {rewrite:
     how many}."""
     onnx = require("onnx", "int8 ONNX export")
     model = onnx.load(path)
     counts = {"dropped before a ReLU": _drop_requantize_before_relu(_Graph(model.graph))}
-    counts["matmuls quantized"] = _quantize_matmuls(_Graph(model.graph), matmul_input_ranges)
+    counts["matmuls quantized"] = _quantize_weighted(
+        _Graph(model.graph), matmul_input_ranges, ("MatMul",)
+    )
+    counts["made unsigned"] = _unsigned_after_relu(_Graph(model.graph))
+    onnx.save(model, path)
+    return counts
+
+
+def from_fp32(path, input_ranges):
+    """Rewrite the fp32 model.onnx at ``path`` (of a PIR export) into int8: each
+    convolution and matmul whose weight is named in ``input_ranges`` quantized as
+    ``_quantize_weighted`` does, after-ReLU inputs unsigned. Only inputs are quantized,
+    never outputs, so there is no requantization in front of a ReLU to remove (NNCF
+    quantizes the same places); returns {rewrite: how many}."""
+    onnx = require("onnx", "int8 ONNX export")
+    model = onnx.load(path)
+    counts = {
+        "quantized": _quantize_weighted(_Graph(model.graph), input_ranges, WEIGHT_CHANNEL_AXIS)
+    }
+    if counts["quantized"] < len(input_ranges):
+        raise UserError(
+            f"{path}: {len(input_ranges) - counts['quantized']} of the {len(input_ranges)} "
+            "quantized weights are not convolution or matmul weights of model.onnx"
+        )
     counts["made unsigned"] = _unsigned_after_relu(_Graph(model.graph))
     onnx.save(model, path)
     return counts

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from paddle_resnet.core import bootstrap
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.optional import require
 from paddle_resnet.deploy import exported
@@ -20,6 +21,8 @@ class OnnxClassifier:
             raise UserError(f"{path} does not exist: export with --onnx first")
         onnxruntime = require("onnxruntime", "--backend onnxruntime")
         options = onnxruntime.SessionOptions()
+        # its warnings (initializers paddle2onnx left unused) are chatter: errors only
+        options.log_severity_level = 0 if bootstrap.verbose() else 3
         if inference_config.cpu_threads:
             options.intra_op_num_threads = inference_config.cpu_threads
         self.session = onnxruntime.InferenceSession(

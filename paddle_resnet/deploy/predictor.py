@@ -52,7 +52,8 @@ def predictor_settings(
     inference_config, backend, input_shape, max_batch, quantized=False, pir_export=False
 ):
     """The ``paddle.inference.Config`` calls for ``backend``; ``input_shape`` excludes the
-    batch; ``quantized``: the model carries int8 scales (model.json ``quantization``);
+    batch; ``quantized``: the Paddle program carries int8 scales
+    (``exported.quantized_in_paddle``);
     ``pir_export``: the model is PIR's inference.json."""
     inf = inference_config
     if backend != "trt" and inf.trt_precision != "FP32":
@@ -65,17 +66,17 @@ def predictor_settings(
         raise ConfigError(
             "--cpu-precision bf16: this CPU has no bfloat16 support (avx512_bf16 / AMX)"
         )
+    if inf.cpu_precision == "int8" and pir_export:
+        raise ConfigError(
+            "--cpu-precision int8 on a PIR export (inference.json): Paddle 3 has no oneDNN "
+            "int8 passes for PIR programs; its int8 runs from model.onnx with --backend "
+            "openvino or onnxruntime (or export with --ir legacy)"
+        )
     int8 = inf.cpu_precision == "int8" or inf.trt_precision == "INT8"
     if int8 and not quantized and not (backend == "trt" and inf.trt_use_calib_mode):
         raise ConfigError(
             "INT8 needs a model with quantization scales: export it with "
             "--ptq-algo (or, on TensorRT, calibrate with --trt-use-calib-mode)"
-        )
-    if inf.cpu_precision == "int8" and pir_export:
-        raise ConfigError(
-            "--cpu-precision int8 on a PIR export (inference.json): Paddle 3 has no oneDNN "
-            "int8 passes for PIR programs; run it in fp32 (its quantization simulated), or "
-            "export with --ir legacy"
         )
     if inf.cpu_precision == "int8" and not cpu_has_int8_dot_products():
         raise ConfigError(

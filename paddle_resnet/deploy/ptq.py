@@ -5,7 +5,9 @@ with the chosen algorithm (KL divergence, histogram percentile, MSE, average or 
 maximum), takes each weight's per-channel absolute maximum, and writes a model whose
 convolutions and matmuls carry those scales. Paddle Inference runs it in INT8 with oneDNN
 (``--cpu-precision int8``); TensorRT reads the same scales (speed and accuracy on the
-demo: docs/measurements.md, INT8).
+demo: docs/measurements.md, INT8). That is the legacy IR's PostTrainingQuantization; a
+PIR export is calibrated by the toolkit itself (``pir_int8.calibrate``) and runs int8
+from its model.onnx.
 """
 
 import os
@@ -19,7 +21,7 @@ from paddle.static.quantization import PostTrainingQuantization
 from paddle_resnet.core import bootstrap, feeds
 from paddle_resnet.core.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.core.errors import ConfigError
-from paddle_resnet.deploy import exported
+from paddle_resnet.deploy import exported, pir_int8
 from paddle_resnet.training.qat import QUANTIZABLE_OPS
 
 
@@ -50,11 +52,31 @@ def calibration_feeds(batches, count):
 
 
 def quantize_in_place(model_dir, batches, algo, count):
-    """Replace the fp32 model in ``model_dir`` by its post-training quantized version,
-    calibrated on the first ``count`` images of ``batches``; returns how, for model.json."""
+    """Calibrate the fp32 model in ``model_dir`` on the first ``count`` images of
+    ``batches``; returns how, for model.json. A legacy export is replaced by its
+    quantized version; a PIR export stays fp32, its ranges recorded for the int8
+    model.onnx (``pir_int8``)."""
     calibration, taken = calibration_feeds(batches, count)
     if taken < count:
         raise ConfigError(f"--calibration-images {count}: the calibration data hold only {taken}")
+    how = {
+        "method": "ptq",
+        "algo": algo,
+        "calibration_images": taken,
+        "calibration_data": "training images, validation preprocessing",
+        "weights": "int8, channel-wise abs-max",
+        "activations": f"int8, {algo}",
+    }
+    if exported.is_pir_export(model_dir):
+        with exported.loaded(model_dir) as loaded:
+            ranges = pir_int8.calibrate(loaded, [b[feeds.IMAGE] for b in calibration], algo)
+        return dict(how, ops=list(pir_int8.QUANTIZED_OPS), ir="pir", input_ranges=ranges)
+    _legacy_quantize(model_dir, calibration, algo)
+    return dict(how, ops=list(QUANTIZABLE_OPS))
+
+
+def _legacy_quantize(model_dir, calibration, algo):
+    """Paddle's PostTrainingQuantization of the legacy export in ``model_dir``, in place."""
     model_file, params_file = (os.path.basename(p) for p in exported.model_paths(model_dir))
     scope = paddle.static.Scope()
     with paddle.static.scope_guard(scope), tempfile.TemporaryDirectory() as out:
@@ -82,12 +104,3 @@ def quantize_in_place(model_dir, batches, algo, count):
             ptq.save_quantized_model(out, model_filename=model_file, params_filename=params_file)
         for name in (model_file, params_file):
             shutil.move(os.path.join(out, name), os.path.join(model_dir, name))
-    return {
-        "method": "ptq",
-        "algo": algo,
-        "calibration_images": taken,
-        "calibration_data": "training images, validation preprocessing",
-        "weights": "int8, channel-wise abs-max",
-        "activations": f"int8, {algo}",
-        "ops": list(QUANTIZABLE_OPS),
-    }

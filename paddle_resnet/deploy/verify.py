@@ -47,15 +47,18 @@ def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
     for backend in backends.BACKENDS.values():
         if backend.device != "cpu" or not backend.available():
             continue
-        if backend.name == "openvino" and exported.is_pir_export(model_dir):
-            continue  # OpenVINO reads a PIR export through an ONNX conversion only
+        has_onnx = os.path.exists(os.path.join(model_dir, exported.ONNX_FILE))
+        if backend.name == "openvino" and exported.is_pir_export(model_dir) and not has_onnx:
+            continue  # OpenVINO reads a PIR export through its model.onnx only
         if backend.model_precision:
-            if not os.path.exists(os.path.join(model_dir, exported.ONNX_FILE)):
+            if not has_onnx:
                 continue
             precisions = ["int8" if quantized else "fp32"]
         else:
-            # int8 kernels: oneDNN's passes, which PIR programs do not get
-            int8 = quantized and not exported.is_pir_export(model_dir)
+            # Paddle's int8 kernels come from oneDNN's passes, which PIR programs do not
+            # get; OpenVINO runs a PIR export's int8 from its model.onnx
+            pir_paddle = backend.name == "cpu" and exported.is_pir_export(model_dir)
+            int8 = quantized and not pir_paddle
             precisions = [p for p in machine_precisions(int8) if p in backend.precisions]
         for precision in precisions:
             settings = dataclasses.replace(inference_config, cpu_precision="fp32")
