@@ -51,10 +51,12 @@ import numpy as np
 import paddle
 
 from paddle_resnet.core import feeds
+from paddle_resnet.training import ir
 from paddle_resnet.training import programs as program
 from paddle_resnet.deploy import exported, nncf_int8, predictor
 from paddle_resnet.core.bootstrap import available_cores
-from paddle_resnet.core.config import InferenceConfig, build_config
+from paddle_resnet.core.config import IRS, InferenceConfig, build_config
+from paddle_resnet.core.devices import cpu_has_int8_dot_products
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.metrics import latency_summary, time_steps
 from paddle_resnet.deploy.openvino_runtime import (
@@ -86,15 +88,22 @@ class Runtime:
     plain_twin: Optional[str] = None  # a toolkit OpenVINO row: plain OpenVINO on its file
 
 
-def export_random_models(arch, size, workdir, calibration_root):
-    """Inference models of ``arch`` with its initial weights, fp32 and int8; returns
-    their folders."""
-    values = {"model.arch": arch, "data.crop_size": size, "data.resize_short": size}
-    programs = program.build_programs(build_config(values), training=False)
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    exe.run(programs.startup)
-    prefix = os.path.join(workdir, "initial")
-    paddle.static.save(programs.eval, prefix)
+def export_random_models(args, workdir):
+    """Inference models of ``args.arch`` with its initial weights, fp32 and int8, from the
+    IR of ``args.ir``; returns their folders."""
+    values = {
+        "model.arch": args.arch,
+        "data.crop_size": args.size,
+        "data.resize_short": args.size,
+        "run.ir": args.ir,
+    }
+    config = build_config(values)
+    with ir.selected(config):
+        programs = program.build_programs(config, training=False)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(programs.startup)
+        prefix = os.path.join(workdir, "initial")
+        paddle.static.save(programs.eval, prefix)
     values["run.from_pretrained_params"] = prefix + ".pdparams"
     folders = []
     for name, extra in (
@@ -104,7 +113,7 @@ def export_random_models(arch, size, workdir, calibration_root):
             {
                 "inference.ptq_algo": "abs_max",
                 "inference.calibration_images": CALIBRATION_IMAGES,
-                "data.image_root": calibration_root,
+                "data.image_root": args.calibration_root,
                 # model.onnx beside it: the file both OpenVINOs read
                 "inference.onnx": True,
             },
@@ -216,8 +225,9 @@ def plain_openvino(core, model, image_shape, precision, threads, trials):
 
 def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
     """Every runtime of the benchmark, and plain OpenVINO's hint trials (by runtime)."""
-    model_dir, int8_dir = export_random_models(args.arch, args.size, workdir, args.calibration_root)
+    model_dir, int8_dir = export_random_models(args, workdir)
     onnx_path = exported.write_onnx(model_dir)
+    pir = exported.is_pir_export(model_dir)
     batches = calibration_batches(model_dir, args.calibration_root)
     image_shape = (3, args.size, args.size)
     core = ov.Core()
@@ -228,7 +238,8 @@ def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
         runner = plain_openvino(core, model, image_shape, precision, threads, trials[name])
         return Runtime(name, precision, role, runner, per_batch=runner)
 
-    fp32_file = core.read_model(exported.model_paths(model_dir)[0])
+    # the exported Paddle program as OpenVINO reads it (a PIR export: through its ONNX)
+    fp32_file = core.read_model(onnx_path if pir else exported.model_paths(model_dir)[0])
     runtimes = [
         Runtime("onnxruntime fp32", "fp32", "peer", onnx_runner(onnxruntime, onnx_path, threads)),
         Runtime(
@@ -238,7 +249,11 @@ def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
             onnx_runner(onnxruntime, ort_static_int8(onnx_path, batches, workdir), threads),
         ),
         plain("openvino fp32", "fp32", "peer", fp32_file),
-        plain("openvino bf16", "bf16", "peer", fp32_file),
+        *(
+            [plain("openvino bf16", "bf16", "peer", fp32_file)]
+            if "bf16" in machine_precisions()
+            else []
+        ),
         plain(
             "openvino int8 (nncf)",
             "int8",
@@ -258,20 +273,22 @@ def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
         "int8": "openvino int8 (export's scales)",
     }
     max_batch = max(args.batch_sizes)
-    for precision in PRECISIONS:
+    for precision in machine_precisions():
         folder = int8_dir if precision == "int8" else model_dir
         settings = InferenceConfig(cpu_precision=precision)
-        calls = predictor.predictor_settings(
-            settings, "cpu", list(image_shape), 64, quantized=precision == "int8"
-        )
-        runtimes.append(
-            Runtime(
-                f"paddle {precision}",
-                precision,
-                "toolkit",
-                predictor.Classifier(folder, calls, list(image_shape)),
+        if not (precision == "int8" and (pir or not cpu_has_int8_dot_products())):
+            # Paddle's int8 is oneDNN's: not for PIR programs, nor without int8 dot products
+            calls = predictor.predictor_settings(
+                settings, "cpu", list(image_shape), 64, quantized=precision == "int8"
             )
-        )
+            runtimes.append(
+                Runtime(
+                    f"paddle {precision}",
+                    precision,
+                    "toolkit",
+                    predictor.Classifier(folder, calls, list(image_shape)),
+                )
+            )
         openvino = OpenVinoClassifier(
             folder, settings, list(image_shape), max_batch, quantized=precision == "int8"
         )
@@ -287,6 +304,11 @@ def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
             )
         )
     return runtimes, trials, capabilities(core)
+
+
+def machine_precisions():
+    """The precisions this CPU computes in (bf16 needs avx512_bf16 or AMX)."""
+    return [p for p in PRECISIONS if p != "bf16" or predictor.cpu_supports_bf16()]
 
 
 def warm(runtimes, batch_sizes, image_shape):
@@ -420,6 +442,13 @@ def parse_args():
         default=nncf_int8.DEFAULT_SITE,
         help="the folder scripts/setup_nncf.sh installed NNCF into",
     )
+    parser.add_argument(
+        "--ir",
+        choices=IRS,
+        default="legacy",
+        help="the IR the models are exported from (pir: Paddle 3; its int8 is the toolkit's "
+        "own calibration and int8 model.onnx)",
+    )
     parser.add_argument("--output", default="benchmarks/inference_resnet50_cpu.json")
     return parser.parse_args()
 
@@ -453,6 +482,7 @@ def main():
                 "size": args.size,
                 "threads": threads,
                 "paddle": paddle.__version__,
+                "ir": args.ir,
                 "onnxruntime": onnxruntime.__version__,
                 "openvino": {
                     "version": ov.__version__,

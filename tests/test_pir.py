@@ -11,7 +11,7 @@ import paddle
 import pytest
 from paddle.incubate import asp
 
-from conftest import PADDLE3, ROOT, flat, small_config
+from conftest import PADDLE3, ROOT, flat, run_python, small_config
 from paddle_resnet.commands import inference, program, train
 from paddle_resnet.core import devices, feeds, paddle_internals
 from paddle_resnet.core.config import build_config
@@ -443,11 +443,69 @@ def test_pir_prunes_a_dense_model_and_retrains_it_with_qat_to_a_2to4_export(
                 ckpt.checkpoint_dir(str(tmp_path / "pruned"), "resnet18", 1), "model.pdparams"
             ),
             "inference.model_dir": model_dir,
+            "inference.onnx": True,
         },
     )
-    train.run(config, report_stream=open(os.devnull, "w"))
+    metrics = train.run(config, report_stream=open(os.devnull, "w"))
     assert exported.read_info(model_dir)["quantization"] == qat.PIR_QAT_RECORD
-    assert len(sparsity_report.tables(model_dir)[1]) == 19  # marked sparse in model.json
-    assert sparsity_report.report(model_dir) == []  # ... and each one 2:4
+    tables, marked = sparsity_report.tables(model_dir)
+    assert len(marked) == 19  # marked sparse in model.json
+    assert sparsity_report.report(model_dir) == []  # ... and each one 2:4, in model.onnx too
+    onnx_rows = tables[os.path.join(model_dir, exported.ONNX_FILE)]
+    assert sum(row["precision"].startswith("int8") for row in onnx_rows) == 21
+    assert all(row["is_2to4"] for row in onnx_rows if row["param"] in marked)
+    served_in_int8(model_dir, fmnist_root, metrics["val.top1"])
     saved = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(tmp_path / "qat"), "resnet18", 1))[1]
     assert len(pattern.sparse_parameters(saved)) == 19
+
+
+def served_in_int8(model_dir, image_root, top1):
+    """The int8 model.onnx of a PIR export served by OpenVINO with every convolution and
+    the classifier in int8, and by ONNX Runtime, each within 3 of the 130 images of
+    ``top1``; Paddle's oneDNN int8, which PIR programs do not get, refused naming them."""
+    argv = ["--inference-dir", model_dir, "--mode", "accuracy", "--image-root", image_root]
+    for backend, precision in (("openvino", "int8"), ("onnxruntime", "fp32")):
+        result = run_python(
+            "inference.py", *argv, "--backend", backend, "--cpu-precision", precision
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        if backend == "openvino":
+            assert "21 int8 convolution/matmul layers" in result.stdout, result.stdout
+        served = float(result.stdout.split(" top1 ")[1].split()[0])
+        assert abs(served - top1) <= 3 / 130 + 1e-9, (backend, served, top1)
+    refused = run_python("inference.py", *argv, "--cpu-precision", "int8")
+    assert refused.returncode == 2
+    assert "its int8 runs from model.onnx with --backend openvino" in refused.stderr
+
+
+@pir_only
+def test_pir_post_training_quantization_writes_an_int8_model_onnx(trained, fmnist_root, tmp_path):
+    """--ptq-algo on PIR, without the legacy IR: the toolkit calibrates the 21 inputs of
+    the convolutions and the classifier over the PIR export, keeps its Paddle program fp32
+    (what Paddle Inference serves at the fp32 top-1) and writes an int8 model.onnx that
+    OpenVINO runs in int8 near that top-1; Paddle's legacy-only algorithms refused in one
+    line."""
+    model_dir = str(tmp_path / "model")
+    values = {
+        "run.ir": "pir",
+        "run.from_checkpoint": ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3),
+        "inference.model_dir": model_dir,
+        "inference.onnx": True,
+        "inference.ptq_algo": "hist",
+        "inference.calibration_images": 64,
+    }
+    exporting.export(small_config(fmnist_root, tmp_path / "out", **values))
+    quantization = exported.read_info(model_dir)["quantization"]
+    assert quantization["ir"] == "pir" and quantization["calibration_images"] == 64
+    assert len(quantization["input_ranges"]) == 21
+    assert all(value > 0 for value in quantization["input_ranges"].values())
+    argv = ["--inference-dir", model_dir, "--mode", "accuracy", "--image-root", fmnist_root]
+    fp32 = run_python("inference.py", *argv, "--backend", "cpu")
+    assert fp32.returncode == 0, fp32.stderr[-2000:]
+    served_in_int8(model_dir, fmnist_root, float(fp32.stdout.split(" top1 ")[1].split()[0]))
+    with pytest.raises(ConfigError, match="--ptq-algo KL on PIR: the toolkit calibrates"):
+        exporting.export(
+            small_config(
+                fmnist_root, tmp_path / "out", **dict(values, **{"inference.ptq_algo": "KL"})
+            )
+        )

@@ -57,10 +57,20 @@ def threads_per_process(environ=os.environ):
     return max(1, available_cores() // max(1, ranks_here))
 
 
+# The rehearsal of a Paddle without the legacy IR: set to 1, every path that needs it
+# refuses in one line (``paddle_internals.static_ir``, ``training/ir.py``).
+PIR_ONLY_VARIABLE = "PADDLE_RESNET_PIR_ONLY"
+
+
+def pir_only(environ=os.environ):
+    return environ.get(PIR_ONLY_VARIABLE) == "1"
+
+
 def prepare_environment(environ=os.environ, verbose=False):
-    # Fleet's static meta-optimizers (AMP, ASP, QAT) need the legacy static IR;
-    # Paddle 3.x builds PIR programs unless told otherwise (2.6 ignores the flag).
-    environ.setdefault("FLAGS_enable_pir_api", "0")
+    # Fleet's static meta-optimizers (AMP, ASP, QAT) need the legacy static IR; Paddle
+    # 3.x builds PIR programs unless told otherwise (2.6 ignores the flag). A run on PIR
+    # switches for its length (``paddle_internals.static_ir``).
+    environ.setdefault("FLAGS_enable_pir_api", "1" if pir_only(environ) else "0")
     # Paddle's static executor uses one math thread unless told otherwise. Under
     # paddle.distributed.launch every rank inherits OMP_NUM_THREADS=1, set by the
     # launcher's own import of Paddle when the user set none: that 1 is replaced too.

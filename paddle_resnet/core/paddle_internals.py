@@ -22,6 +22,9 @@ from paddle.quantization.quanters.abs_max import FakeQuanterWithAbsMaxObserverLa
 from paddle.static.amp.decorator import OptimizerWithMixedPrecision
 from paddle.static.quantization import quanter
 
+from paddle_resnet.core import bootstrap
+from paddle_resnet.core.errors import UserError
+
 PADDLE3 = int(paddle.__version__.split(".")[0]) >= 3
 # The defaults of Paddle's static QAT pass, which Fleet's QAT meta-optimizer starts from
 # (private in paddle.static.quantization.quanter; no public equivalent).
@@ -77,6 +80,11 @@ def static_ir(pir):
     ``FLAGS_enable_pir_api`` flag, which was seen to say PIR in a process on the legacy
     IR, and then switch nothing; here the switch is always made, and the state, not the
     flag, restored."""
+    if not pir and bootstrap.pir_only():
+        raise UserError(
+            f"this needs Paddle's legacy IR, which {bootstrap.PIR_ONLY_VARIABLE}=1 makes "
+            "unavailable (the rehearsal of a Paddle without it)"
+        )
     if not PADDLE3:
         yield
         return

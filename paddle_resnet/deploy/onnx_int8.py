@@ -115,6 +115,8 @@ def _drop_requantize_before_relu(graph):
     return sum(n.op_type == "QuantizeLinear" for n in dropped)
 
 
+# The name of a weight stored in int8 (``from_fp32``): the fp32 weight's, with this suffix.
+INT8_WEIGHT_SUFFIX = ".int8"
 # The ops quantized from an fp32 graph, by the axis of their weight's output channels.
 WEIGHT_CHANNEL_AXIS = {"Conv": 0, "MatMul": 1}
 
@@ -140,7 +142,7 @@ def _quantize_weighted(graph, input_ranges, op_types):
         shaped_scale = np.expand_dims(weight_scale, others)
         int8_weight = [
             graph.add_constant(
-                f"{weight_name}.int8", np.round(weight / shaped_scale).astype(np.int8)
+                weight_name + INT8_WEIGHT_SUFFIX, np.round(weight / shaped_scale).astype(np.int8)
             ),
             graph.add_constant(f"{weight_name}.int8_scale", weight_scale.astype(np.float32)),
             graph.add_constant(
@@ -160,7 +162,7 @@ def _quantize_weighted(graph, input_ranges, op_types):
                 ),
                 graph.add_constant(f"{weight_name}.input.int8_zero_point", np.asarray(0, np.int8)),
             ]
-            quantized_data = f"{weight_name}.input.int8"
+            quantized_data = f"{weight_name}.input.quantized"
             nodes += [
                 helper.make_node("QuantizeLinear", [data, *data_range], [quantized_data]),
                 helper.make_node(

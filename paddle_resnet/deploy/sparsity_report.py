@@ -10,7 +10,7 @@ import numpy as np
 
 from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.optional import require
-from paddle_resnet.deploy import exported
+from paddle_resnet.deploy import exported, onnx_int8
 from paddle_resnet.training import checkpoint
 from paddle_resnet.training.qat import QAT_SUFFIXES
 from paddle_resnet.training.sparsity.pattern import compliance_table, sparse_parameters
@@ -69,6 +69,15 @@ def onnx_weights(model_dir):
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             weights[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
     quantized = {node.input[0] for node in graph.node if node.op_type == "QuantizeLinear"}
+    # weights stored in int8 (a PIR export's int8 model.onnx): checked as their int8
+    # values, under the fp32 weight's name (zeros stay zeros)
+    suffix = onnx_int8.INT8_WEIGHT_SUFFIX
+    for node in graph.node:
+        stored = node.input[0] if node.op_type == "DequantizeLinear" else None
+        if stored and stored.endswith(suffix) and stored in weights:
+            name = stored[: -len(suffix)]
+            weights[name] = weights.pop(stored).astype(np.float32)
+            quantized.add(name)
     return weights, quantized & set(weights)
 
 

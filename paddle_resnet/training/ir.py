@@ -8,17 +8,28 @@ questions about a built program whose answer differs between them.
   (``pir_strategies.py``, ``sparsity/masks.py``) and quantizes the model with
   ``paddle.quantization`` before building (``programs._forward``).
 
+Which IR a run is on (``chosen``): ``--ir`` as given; unset, PIR on Paddle 3 wherever it
+loses nothing, measured (``scripts/benchmark_ir_parity.py``, benchmarks/ir_parity_*.json):
+at ImageNet's crops PIR trains as fast as the legacy IR or faster; at small crops on the
+CPU the legacy IR's oneDNN convolutions train twice as fast as PIR's plain kernels, which
+have no oneDNN path for training (docs/guide.md, "PIR first"); on GPUs nothing was
+measured, so NVIDIA's legacy-IR workflow stays. With ``PADDLE_RESNET_PIR_ONLY=1`` the
+legacy IR is unavailable: everything runs on PIR and what needs the legacy IR refuses.
+
 The process starts on the legacy IR (``core/bootstrap.py`` sets
-``FLAGS_enable_pir_api=0`` before Paddle loads); a PIR run switches for its whole
-length with ``selected(config)`` (``paddle_internals.static_ir``: the flag, the Program
-classes and the dtypes change together), so one process can build and run either.
+``FLAGS_enable_pir_api=0`` before Paddle loads, 1 in the rehearsal); a PIR run switches
+for its whole length with ``selected(config)`` (``paddle_internals.static_ir``: the flag,
+the Program classes and the dtypes change together), so one process can build and run
+either.
 """
 
 import collections
+import os
 
 import paddle
 
-from paddle_resnet.core import paddle_internals
+from paddle_resnet.core import bootstrap, paddle_internals
+from paddle_resnet.core.devices import gpu_available
 from paddle_resnet.core.errors import ConfigError
 
 # What each IR cannot do, as one line naming the IR that can.
@@ -29,15 +40,99 @@ LEGACY_ONLY = {
 }
 
 
+# Paddle's plain convolution runs image by image (im2col + GEMM): small images make small
+# GEMMs, where oneDNN wins; from ~100 px its GEMMs are efficient and oneDNN's layout
+# conversions cost more. img/s plain -> oneDNN (benchmarks/cpu_training.json): ResNet-50
+# at 224 px, batch 16: 3.35 -> 2.43; at 32 px, batch 64: 57.7 -> 101.4. The 64 and 112
+# px points that put the limit at 64 (ResNet-50, batch 16: 20.1 -> 25.9 and 12.0 ->
+# 10.4) were measured by hand once, not by a benchmark script. The legacy IR's oneDNN
+# kernels (``onednn.py``) are also what makes it faster than PIR there.
+LARGEST_ONEDNN_CROP = 64
+
+
+def chosen(config):
+    """(the IR ``config`` runs on, why, or None where that is the default of its Paddle):
+    module docstring."""
+    if config.run.ir:
+        return config.run.ir, None
+    if not paddle_internals.PADDLE3:
+        return "legacy", None
+    if bootstrap.pir_only() or _bf16_amp(config):  # bf16 AMP trains on PIR only
+        return "pir", None
+    refusal = _pir_refusal(config)
+    if refusal:
+        return "legacy", refusal
+    if gpu_available():
+        return "legacy", "PIR on GPUs is not measured yet (NVIDIA's workflow is legacy-IR)"
+    if _legacy_onednn_faster(config):
+        return "legacy", (
+            f"its oneDNN convolutions train crops up to {LARGEST_ONEDNN_CROP} px faster "
+            "on the CPU (benchmarks/ir_parity_resnet18_demo.json)"
+        )
+    return "pir", None
+
+
+def _bf16_amp(config):
+    return config.amp.enabled and config.amp.dtype == "bfloat16"
+
+
+def _legacy_onednn_faster(config):
+    """Whether the legacy IR would train ``config`` on oneDNN convolutions (the rule of
+    ``onednn.onednn_wanted``, before Fleet starts: a multi-rank CPU job has none)."""
+    ranks = int(os.environ.get("PADDLE_TRAINERS_NUM", "1") or 1)
+    return (
+        config.run.cpu_onednn is not False
+        and config.model.data_layout == "NCHW"
+        and config.data.crop_size <= LARGEST_ONEDNN_CROP
+        and ranks == 1
+    )
+
+
 def is_pir(config):
-    return config.run.ir == "pir"
+    return chosen(config)[0] == "pir"
+
+
+def legacy_note(config):
+    """One line saying why a run on Paddle 3 is on the legacy IR when it did not ask;
+    None otherwise."""
+    name, why = chosen(config)
+    if name == "legacy" and why:
+        return f"on the legacy IR: {why} (--ir pir to choose PIR)"
+    return None
+
+
+def _pir_refusal(config):
+    """Why PIR cannot run ``config`` (an option it lacks), or None."""
+    for dotted, flag in LEGACY_ONLY.items():
+        section, name = dotted.split(".")
+        if getattr(getattr(config, section), name):
+            return f"{flag} is built on the legacy IR only"
+    bf16 = _bf16_amp(config)
+    if bf16 and config.amp.use_dynamic_loss_scaling:
+        return "--use-dynamic-loss-scaling is for float16: bfloat16 has float32's range"
+    # PIR checks kernel dtypes while building: on the CPU build conv2d has no float16
+    # kernel, and momentum none for bfloat16 weights (O2 keeps the weights in bf16).
+    if config.amp.enabled and not paddle.is_compiled_with_cuda():
+        if not bf16:
+            return (
+                "--amp with float16 on PIR needs the GPU build of Paddle (or --amp-dtype bfloat16)"
+            )
+        if config.amp.use_pure_fp16:
+            return (
+                "--use-pure-fp16 with bfloat16 on PIR needs the GPU build of Paddle (its CPU "
+                "optimizer kernels take no bfloat16 weights): drop it for O1"
+            )
+    return None
 
 
 def check(config):
-    """The options ``config.run.ir`` cannot run, refused in one line."""
-    bf16 = config.amp.dtype == "bfloat16" and config.amp.enabled
+    """The options the IR of ``config`` cannot run, refused in one line."""
+    if config.run.ir == "legacy" and bootstrap.pir_only():
+        raise ConfigError(
+            f"--ir legacy: {bootstrap.PIR_ONLY_VARIABLE}=1 makes the legacy IR unavailable"
+        )
     if not is_pir(config):
-        if bf16:  # Fleet's AMP is fp16; the legacy bf16 rewrite cannot train (onednn.py)
+        if _bf16_amp(config):  # Fleet's AMP is fp16; the legacy bf16 rewrite cannot train
             raise ConfigError("--amp-dtype bfloat16 is built on PIR only: use --ir pir")
         return
     if not paddle_internals.PADDLE3:
@@ -45,25 +140,11 @@ def check(config):
             f"--ir pir needs Paddle 3.x (this is Paddle {paddle.__version__}): "
             "use --ir legacy, or install Paddle 3 (scripts/setup.sh with PADDLE_VERSION=3.3.1)"
         )
-    for dotted, flag in LEGACY_ONLY.items():
-        section, name = dotted.split(".")
-        if getattr(getattr(config, section), name):
-            raise ConfigError(f"{flag} is built on the legacy IR only: use --ir legacy")
-    if bf16 and config.amp.use_dynamic_loss_scaling:
-        raise ConfigError("--use-dynamic-loss-scaling is for float16: bfloat16 has float32's range")
-    # PIR checks kernel dtypes while building: on the CPU build conv2d has no float16
-    # kernel, and momentum none for bfloat16 weights (O2 keeps the weights in bf16).
-    if config.amp.enabled and not paddle.is_compiled_with_cuda():
-        if not bf16:
-            raise ConfigError(
-                "--amp with float16 on PIR needs the GPU build of Paddle: on this CPU build "
-                "use --amp-dtype bfloat16"
-            )
-        if config.amp.use_pure_fp16:
-            raise ConfigError(
-                "--use-pure-fp16 with bfloat16 on PIR needs the GPU build of Paddle (its CPU "
-                "optimizer kernels take no bfloat16 weights): drop it for O1"
-            )
+    refusal = _pir_refusal(config)
+    if refusal and bootstrap.pir_only():
+        raise ConfigError(f"{refusal}, unavailable under {bootstrap.PIR_ONLY_VARIABLE}=1")
+    if refusal:
+        raise ConfigError(f"{refusal}: use --ir legacy")
 
 
 def selected(config):

@@ -25,20 +25,15 @@ from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.devices import gpu_available
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.training.distributed import uses_gloo
+from paddle_resnet.training.ir import LARGEST_ONEDNN_CROP
 
 # Forward and backward ops that run faster on oneDNN (see above); the rest stay plain.
 TRAINING_OPS = ("conv2d", "conv2d_grad", "relu", "relu_grad")
-# Paddle's plain convolution runs image by image (im2col + GEMM): small images make small
-# GEMMs, where oneDNN wins; from ~100 px its GEMMs are efficient and oneDNN's layout
-# conversions cost more. img/s plain -> oneDNN (benchmarks/cpu_training.json): ResNet-50
-# at 224 px, batch 16: 3.35 -> 2.43; at 32 px, batch 64: 57.7 -> 101.4. The 64 and 112
-# px points that put the limit at 64 (ResNet-50, batch 16: 20.1 -> 25.9 and 12.0 ->
-# 10.4) were measured by hand once, not by a benchmark script.
-LARGEST_ONEDNN_CROP = 64
 
 
 def onednn_wanted(config):
-    """``--cpu-onednn`` / ``--no-cpu-onednn`` as given; unset, by the crop size (above).
+    """``--cpu-onednn`` / ``--no-cpu-onednn`` as given; unset, by the crop size
+    (``ir.LARGEST_ONEDNN_CROP``).
     Never for NHWC tensors (wrong gradients, above). Unset, not for gloo ranks on Paddle
     3.x: there a resumed 2-rank run departed from the uninterrupted one (BN biases 0.009
     apart after an epoch; uninterrupted runs repeat exactly, and 2.6.2 resumes exactly).
