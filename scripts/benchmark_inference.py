@@ -279,7 +279,12 @@ def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
         if not (precision == "int8" and (pir or not cpu_has_int8_dot_products())):
             # Paddle's int8 is oneDNN's: not for PIR programs, nor without int8 dot products
             calls = predictor.predictor_settings(
-                settings, "cpu", list(image_shape), 64, quantized=precision == "int8"
+                settings,
+                "cpu",
+                list(image_shape),
+                64,
+                quantized=precision == "int8",
+                pir_export=pir,
             )
             runtimes.append(
                 Runtime(

@@ -7,7 +7,11 @@
 #      built and checked as data (cuda_build); skipped where .venv already is the GPU
 #      build, and with SKIP_GPU_WHEEL=1;
 #   3. Paddle 3.3.1 in .venv-paddle3, its legacy static IR and PIR (--ir pir; SKIP_PADDLE3=1
-#      skips it).
+#      skips it and the next);
+#   4. the PIR-only rehearsal: Paddle 3.3.1 with the legacy IR unavailable
+#      (PADDLE_RESNET_PIR_ONLY=1), the tests of what users do (marker pir_rehearsal: train,
+#      ASP prune-then-retrain, QAT, PTQ, export, int8 deployment, 2 ranks, evaluation,
+#      resume), which track 3 leaves to it.
 # The environments of tracks 2 and 3 are set up in the background while track 1 runs.
 # Extra arguments go to every pytest run; the exit status is non-zero if any failed.
 #
@@ -57,6 +61,8 @@ if [ "$gpu_wheel_track" = 1 ]; then
 fi
 if [ "$paddle3_track" = 1 ]; then
   echo "== track 3: the suite on Paddle 3.3.1 (legacy IR and PIR)"
-  .venv-paddle3/bin/python -m pytest tests "$@" || status=$?
+  .venv-paddle3/bin/python -m pytest tests -m "not pir_rehearsal" "$@" || status=$?
+  echo "== track 4: the PIR-only rehearsal on Paddle 3.3.1 (the legacy IR unavailable)"
+  PADDLE_RESNET_PIR_ONLY=1 .venv-paddle3/bin/python -m pytest tests -m pir_rehearsal "$@" || status=$?
 fi
 exit "$status"

@@ -18,7 +18,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import PADDLE3, ROOT, once, random_seed
+from conftest import PADDLE3, ROOT, once, pir_rehearsal, random_seed
 from paddle_resnet.commands import train
 from paddle_resnet.core import devices
 from paddle_resnet.core.config import build_config
@@ -169,6 +169,7 @@ def test_gradients_are_averaged_across_ranks_on_pir(tmp_path):
         np.testing.assert_allclose(rank0[name], one[name], rtol=1e-6, atol=1e-7)
 
 
+@pir_rehearsal
 def test_two_ranks_train_with_agreeing_parameters_and_exact_evaluation(two_ranks):
     records = read_report(str(two_ranks / "report.json"))
     assert [r["type"] for r in records].count("PARAMETER") == 1  # rank 0 alone wrote it
@@ -214,6 +215,7 @@ def test_two_rank_evaluation_equals_one_rank(two_ranks, fmnist_root, tmp_path):
     assert two["val.loss"] == pytest.approx(one["val.loss"], rel=1e-6)
 
 
+@pir_rehearsal
 @once
 def test_resume_with_two_ranks_continues_exactly(two_ranks, fmnist_root, tmp_path):
     """Epoch 2 resumed from the two-rank run's epoch-1 checkpoint, in new processes,

@@ -1,6 +1,7 @@
 """oneDNN training kernels (--cpu-onednn): the chosen ops and no others, the same learning
 as the plain kernels, and resume still bit-identical."""
 
+import collections
 import os
 import subprocess
 import sys
@@ -9,12 +10,13 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import ROOT, once, small_config
+from conftest import PADDLE3, ROOT, once, small_config
 from paddle_resnet.commands import train
 from paddle_resnet.core import feeds
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import ir
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.onednn import TRAINING_OPS, onednn_wanted
 
@@ -46,7 +48,7 @@ def one_step_updates(config):
     """Each parameter's change in one training step from the initial weights on one
     fixed random batch (SGD without momentum: the change is the scaled gradient)."""
     scope = paddle.static.Scope()
-    with paddle.static.scope_guard(scope):
+    with paddle.static.scope_guard(scope), ir.selected(config):
         programs = program.build_programs(config, steps_per_epoch=10, global_batch=16)
         exe = paddle.static.Executor(paddle.CPUPlace())
         exe.run(programs.startup)
@@ -55,25 +57,44 @@ def one_step_updates(config):
             feeds.IMAGE: rng.standard_normal([16, 3, 32, 32]).astype("float32"),
             feeds.LABEL: rng.integers(0, 10, (16, 1)).astype("int64"),
         }
-        names = [p.name for p in programs.train.all_parameters()]
+        names = [p.name for p in ir.parameters(programs.train)]
         before = {n: np.array(scope.find_var(n).get_tensor()) for n in names}
         exe.run(programs.train, feed=feed)
         return {n: np.array(scope.find_var(n).get_tensor()) - before[n] for n in names}
 
 
-def test_onednn_gradients_equal_the_plain_ones(fmnist_root, tmp_path):
+@pytest.mark.parametrize("ir_name", ["legacy", "pir"])
+def test_onednn_gradients_equal_the_plain_ones(fmnist_root, tmp_path, ir_name):
     """The weight update of one step, per parameter, within 1 % of its largest entry
-    (measured: 2e-4; NHWC tensors, which oneDNN gets wrong, differ by 130-180 %)."""
-    values = {"optimizer.momentum": 0.0, "lr.base": 0.1}
+    (measured: 2e-4; NHWC tensors, which oneDNN gets wrong, differ by 130-180 %); on PIR
+    (Paddle 3) through the rewrite into its oneDNN dialect, every convolution and ReLU
+    forward and backward moved."""
+    if ir_name == "pir" and not PADDLE3:
+        pytest.skip("PIR needs Paddle 3")
+    values = {"optimizer.momentum": 0.0, "lr.base": 0.1, "run.ir": ir_name}
     plain = one_step_updates(
         small_config(fmnist_root, tmp_path, **values, **{"run.cpu_onednn": False})
     )
     onednn = one_step_updates(
         small_config(fmnist_root, tmp_path, **values, **{"run.cpu_onednn": True})
     )
+    assert len(plain) == len(onednn) >= 62  # ResNet-18 has 62 trained parameters
     for name, update in plain.items():
         scale = np.abs(update).max()
         assert np.abs(onednn[name] - update).max() <= 0.01 * scale + 1e-9, name
+    if ir_name == "pir":
+        onednn_config = small_config(fmnist_root, tmp_path, **values, **{"run.cpu_onednn": True})
+        with ir.selected(onednn_config):
+            built = program.build_programs(onednn_config, steps_per_epoch=10, global_batch=16)
+        moved = collections.Counter(
+            op.name() for op in built.train.global_block().ops if op.name().startswith("onednn_op.")
+        )
+        assert moved == {
+            "onednn_op.conv2d": 20,
+            "onednn_op.conv2d_grad": 20,
+            "onednn_op.relu": 17,
+            "onednn_op.relu_grad": 17,
+        }
     nhwc = small_config(fmnist_root, tmp_path, **{"model.data_layout": "NHWC"})
     assert not onednn_wanted(nhwc)
     with pytest.raises(ConfigError, match="needs --data-layout NCHW"):

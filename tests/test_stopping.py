@@ -15,7 +15,16 @@ import time
 import numpy as np
 import pytest
 
-from conftest import FAST_TRAIN, ROOT, assert_same_state, flat, once, random_seed, train_command
+from conftest import (
+    FAST_TRAIN,
+    ROOT,
+    assert_same_state,
+    flat,
+    once,
+    pir_rehearsal,
+    random_seed,
+    train_command,
+)
 from paddle_resnet.commands import train
 from paddle_resnet.core import atomic, optional
 from paddle_resnet.core.config import build_config
@@ -50,6 +59,7 @@ def interrupted(command, number, at_step, delay):
     return job.wait(timeout=300), "".join(lines)
 
 
+@pir_rehearsal
 def test_the_same_command_continues_after_kills_and_stops_bit_identical(
     fmnist_root, tmp_path, uninterrupted
 ):
@@ -205,6 +215,7 @@ def test_an_export_into_a_folder_being_written_is_refused(tmp_path):
                 pass
 
 
+@pir_rehearsal
 def test_eval_only_names_its_checkpoint_and_matches_the_executor(
     trained, tmp_path, capsys, monkeypatch
 ):

@@ -136,6 +136,106 @@ class _EvalSafeAbsMaxQuanter(FakeQuanterWithAbsMaxObserver):
         return _EvalSafeAbsMaxQuanterLayer
 
 
+# ---------------------------------------------------------------- oneDNN on PIR
+# PIR has no per-op ``use_mkldnn`` attribute, and its global FLAGS_use_onednn puts every op
+# with a oneDNN kernel on oneDNN (its max-pool gradient then fails: "workspace mismatch
+# between forward and backward primitive descriptors"; pd_op_to_kernel_pass.cc has no
+# exclusion list). Chosen ops are moved to the oneDNN dialect by rewrite patterns (DRR,
+# ``paddle.pir.DrrPatternContext``: not documented), with the attributes 3.3.1's oneDNN
+# op definitions require.
+_CONV_ATTRS = ("strides", "paddings", "padding_algorithm", "dilations", "groups", "data_format")
+
+
+def _onednn_conv2d(ctx):
+    source = ctx.SourcePattern()
+    op = source.Op("pd_op.conv2d", {a: source.Attr(a) for a in _CONV_ATTRS})
+    op([source.Tensor("input"), source.Tensor("filter")], [source.Tensor("out")])
+    result = source.ResultPattern()
+    attrs = {a: source.Attr(a) for a in _CONV_ATTRS}
+    attrs.update(
+        is_test=result.BoolAttr(False),
+        force_fp32_output=result.BoolAttr(False),
+        mkldnn_data_type=result.StrAttr("float32"),
+        onednn_data_type=result.StrAttr(""),
+    )
+    result.Op("onednn_op.conv2d", attrs)(
+        [result.Tensor("input"), result.Tensor("filter")], [result.Tensor("out")]
+    )
+
+
+def _onednn_conv2d_grad(ctx):
+    source = ctx.SourcePattern()
+    op = source.Op("pd_op.conv2d_grad", {a: source.Attr(a) for a in _CONV_ATTRS})
+    inputs = ("input", "filter", "out_grad")
+    op(
+        [source.Tensor(n) for n in inputs],
+        [source.Tensor("input_grad"), source.Tensor("filter_grad")],
+    )
+    result = source.ResultPattern()
+    attrs = {a: source.Attr(a) for a in _CONV_ATTRS}
+    attrs.update(is_test=result.BoolAttr(False))
+    result.Op("onednn_op.conv2d_grad", attrs)(
+        [result.Tensor(n) for n in inputs],
+        [result.Tensor("input_grad"), result.Tensor("filter_grad")],
+    )
+
+
+def _onednn_relu(ctx):
+    source = ctx.SourcePattern()
+    source.Op("pd_op.relu")([source.Tensor("x")], [source.Tensor("out")])
+    result = source.ResultPattern()
+    attrs = {"mkldnn_data_type": result.StrAttr("float32"), "onednn_data_type": result.StrAttr("")}
+    result.Op("onednn_op.relu", attrs)([result.Tensor("x")], [result.Tensor("out")])
+
+
+def _onednn_relu_grad(ctx):
+    source = ctx.SourcePattern()
+    source.Op("pd_op.relu_grad")(
+        [source.Tensor("out"), source.Tensor("out_grad")], [source.Tensor("x_grad")]
+    )
+    result = source.ResultPattern()
+    result.Op("onednn_op.relu_grad")(
+        [result.Tensor("out"), result.Tensor("out_grad")], [result.Tensor("x_grad")]
+    )
+
+
+_ONEDNN_PATTERNS = {
+    "conv2d": _onednn_conv2d,
+    "conv2d_grad": _onednn_conv2d_grad,
+    "relu": _onednn_relu,
+    "relu_grad": _onednn_relu_grad,
+}
+
+
+def _register_onednn_dialect():
+    """PIR registers the oneDNN dialect when its executor first lowers a program; a
+    rewrite before that builds nameless ops (the program then fails to lower: "kernel
+    output args (0) defs should equal op outputs (1)"). A throwaway program is lowered."""
+    program = paddle.static.Program()
+    with paddle.static.program_guard(program, paddle.static.Program()):
+        out = paddle.full([1], 1.0, "float32")
+    with paddle.static.scope_guard(paddle.static.Scope()):
+        paddle.static.Executor(paddle.CPUPlace()).run(program, fetch_list=[out])
+
+
+def onednn_ops_on_pir(program, op_types):
+    """Move the ops of ``op_types`` of a PIR ``program`` to oneDNN kernels; returns how many
+    were moved. RuntimeError if one is left (a Paddle whose oneDNN ops take other
+    attributes)."""
+    _register_onednn_dialect()
+    passes = paddle.pir.PassManager()
+    for op_type in op_types:
+        ctx = paddle.pir.DrrPatternContext()
+        _ONEDNN_PATTERNS[op_type](ctx)
+        passes.register_pass(f"paddle_resnet_onednn_{op_type}", ctx)
+    passes.run(program)
+    names = [op.name() for op in program.global_block().ops]
+    left = [n for n in names if not n or n in {f"pd_op.{t}" for t in op_types}]
+    if left:
+        raise RuntimeError(f"oneDNN rewrite left {len(left)} ops ({left[0]!r})")
+    return sum(n.startswith("onednn_op.") for n in names)
+
+
 # ---------------------------------------------------------------- static programs
 def set_op_attr(op, name, value):
     """Set an attribute of a built op (e.g. ``use_mkldnn``): Paddle has no public setter."""

@@ -147,9 +147,9 @@ def calibration_batches(config, info):
 
 
 def export_and_describe(config):
-    note = devices.cpu_fallback_note()
-    if note:
-        print(note)
+    for note in (devices.cpu_fallback_note(), ir.legacy_note(config)):
+        if note:
+            print(note)
     report = export(config)
     sizes = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in report["files"].items())
     print(

@@ -24,7 +24,6 @@ either.
 """
 
 import collections
-import os
 
 import paddle
 
@@ -36,7 +35,6 @@ from paddle_resnet.core.errors import ConfigError
 LEGACY_ONLY = {
     "amp.fuse_resunit": "--fuse-resunit",
     "run.sync_bn": "--sync-bn",
-    "run.cpu_onednn": "--cpu-onednn",
 }
 
 
@@ -77,14 +75,13 @@ def _bf16_amp(config):
 
 
 def _legacy_onednn_faster(config):
-    """Whether the legacy IR would train ``config`` on oneDNN convolutions (the rule of
-    ``onednn.onednn_wanted``, before Fleet starts: a multi-rank CPU job has none)."""
-    ranks = int(os.environ.get("PADDLE_TRAINERS_NUM", "1") or 1)
+    """Whether the legacy IR trains ``config`` faster: on oneDNN convolutions, as
+    ``onednn.onednn_wanted`` decides when unset (a multi-rank CPU job on Paddle 3 has
+    plain kernels on both IRs and stays with the legacy IR's tested gradient exchange)."""
     return (
         config.run.cpu_onednn is not False
         and config.model.data_layout == "NCHW"
         and config.data.crop_size <= LARGEST_ONEDNN_CROP
-        and ranks == 1
     )
 
 
@@ -125,12 +122,16 @@ def _pir_refusal(config):
     return None
 
 
-def check(config):
-    """The options the IR of ``config`` cannot run, refused in one line."""
+def _check_available(config):
     if config.run.ir == "legacy" and bootstrap.pir_only():
         raise ConfigError(
             f"--ir legacy: {bootstrap.PIR_ONLY_VARIABLE}=1 makes the legacy IR unavailable"
         )
+
+
+def check(config):
+    """The options the IR of ``config`` cannot run, refused in one line."""
+    _check_available(config)
     if not is_pir(config):
         if _bf16_amp(config):  # Fleet's AMP is fp16; the legacy bf16 rewrite cannot train
             raise ConfigError("--amp-dtype bfloat16 is built on PIR only: use --ir pir")
@@ -149,6 +150,7 @@ def check(config):
 
 def selected(config):
     """The IR of ``config`` for the enclosed building and running."""
+    _check_available(config)
     return paddle_internals.static_ir(is_pir(config))
 
 

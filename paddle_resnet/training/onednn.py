@@ -1,8 +1,9 @@
 """oneDNN kernels for chosen ops of a static training program on the CPU.
 
 Paddle's global ``FLAGS_use_mkldnn=1`` breaks static training (``reduce_mean_grad``
-cannot reshape a oneDNN memory descriptor), but the op attribute ``use_mkldnn`` can be
-set op by op. Which ops, as measured when this was written (ResNet-18, 32 px, batch 64,
+cannot reshape a oneDNN memory descriptor; on PIR the max-pool gradient fails), but ops
+can be chosen one by one: the attribute ``use_mkldnn`` on the legacy IR, a rewrite into
+PIR's oneDNN dialect there (Paddle 3.3.1; ``paddle_internals.onednn_ops_on_pir``). Which ops, as measured when this was written (ResNet-18, 32 px, batch 64,
 Paddle 2.6.2, random data, 2 cores): oneDNN on conv2d and its gradient, then relu and
 its gradient, each added speed; moving batch_norm, pool2d, elementwise_add and sum as
 well lost most of it (Paddle's oneDNN batch_norm and its gradient took 5x the plain
@@ -24,8 +25,8 @@ with fp32.
 from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.devices import gpu_available
 from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.training import ir
 from paddle_resnet.training.distributed import uses_gloo
-from paddle_resnet.training.ir import LARGEST_ONEDNN_CROP
 
 # Forward and backward ops that run faster on oneDNN (see above); the rest stay plain.
 TRAINING_OPS = ("conv2d", "conv2d_grad", "relu", "relu_grad")
@@ -37,6 +38,7 @@ def onednn_wanted(config):
     Never for NHWC tensors (wrong gradients, above). Unset, not for gloo ranks on Paddle
     3.x: there a resumed 2-rank run departed from the uninterrupted one (BN biases 0.009
     apart after an epoch; uninterrupted runs repeat exactly, and 2.6.2 resumes exactly).
+    Unset, not on PIR either: its oneDNN rewrite is new (asked for with --cpu-onednn).
     Call after ``distributed.init_fleet``."""
     nchw = config.model.data_layout == "NCHW"
     if config.run.cpu_onednn and not nchw:
@@ -48,16 +50,21 @@ def onednn_wanted(config):
         return config.run.cpu_onednn
     return (
         nchw
-        and config.data.crop_size <= LARGEST_ONEDNN_CROP
+        and config.data.crop_size <= ir.LARGEST_ONEDNN_CROP
         and not (paddle_internals.PADDLE3 and uses_gloo())
+        and not ir.is_pir(config)
     )
 
 
 def mark_for_onednn(program, op_types=TRAINING_OPS):
-    """Set ``use_mkldnn`` on every op of ``program`` whose type is in ``op_types``;
-    returns how many. Does nothing on GPU machines (cuDNN runs those ops there)."""
+    """Put every op of ``program`` whose type is in ``op_types`` on oneDNN kernels: the
+    ``use_mkldnn`` attribute on the legacy IR, a rewrite into the oneDNN dialect on PIR
+    (``paddle_internals.onednn_ops_on_pir``); returns how many. Does nothing on GPU
+    machines (cuDNN runs those ops there)."""
     if gpu_available():
         return 0
+    if paddle_internals.is_pir_program(program):
+        return paddle_internals.onednn_ops_on_pir(program, op_types)
     marked = 0
     for block in program.blocks:
         for op in block.ops:

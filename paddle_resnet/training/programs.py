@@ -322,7 +322,7 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     programs.startup, programs.train, programs.model = startup, main, model
     programs.lr_scheduler, programs.optimizer = scheduler, optimizer
     programs.mixup_feed = feeds.MIXUP_LAMBDA if mixup_lambda is not None else None
-    if not pir and onednn_wanted(config):
+    if onednn_wanted(config):
         # Not the eval program: oneDNN's inference-mode convolutions cache their reordered
         # weights, and evaluation between epochs then saw stale ones (measured: 61 % top-1
         # where the same checkpoint evaluated plain gave 85 %).
