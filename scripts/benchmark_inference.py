@@ -55,7 +55,7 @@ from paddle_resnet.training import programs as program
 from paddle_resnet.deploy import exported, nncf_int8, predictor
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import InferenceConfig, build_config
-from paddle_resnet.core.errors import UserError
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core.metrics import latency_summary, time_steps
 from paddle_resnet.deploy.openvino_runtime import (
     HINTS,
@@ -434,12 +434,9 @@ def parse_args():
 
 def main():
     args = parse_args()
-    try:
-        onnxruntime = require("onnxruntime", "the ONNX peers of this benchmark")
-        ov = require("openvino", "the OpenVINO peers of this benchmark")
-        nncf_version = nncf_int8.version(args.nncf_site, "the NNCF int8 peer of this benchmark")
-    except UserError as err:
-        sys.exit(f"error: {err}")
+    onnxruntime = require("onnxruntime", "the ONNX peers of this benchmark")
+    ov = require("openvino", "the OpenVINO peers of this benchmark")
+    nncf_version = nncf_int8.version(args.nncf_site, "the NNCF int8 peer of this benchmark")
     threads = available_cores()
     workdir = tempfile.mkdtemp(prefix="bench_inference_")
     runtimes, trials, cpu_capabilities = build_runtimes(args, workdir, threads, onnxruntime, ov)
@@ -486,4 +483,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -35,6 +35,7 @@ import numpy as np
 import paddle
 
 
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.deploy import inference
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.core import feeds
@@ -263,4 +264,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))
