@@ -13,8 +13,10 @@ import paddle_resnet  # noqa: F401,I001  (first: sets the process environment be
 import argparse
 import json
 import os
+import sys
 import tempfile
 
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.commands import train
 from paddle_resnet.core.cli import parse
 
@@ -65,4 +67,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -26,6 +26,7 @@ import numpy as np
 import paddle
 import paddle.profiler as profiler
 
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core import feeds
 from paddle_resnet.training import programs as program
 from paddle_resnet.core.bootstrap import available_cores
@@ -250,4 +251,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

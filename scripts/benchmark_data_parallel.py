@@ -27,6 +27,7 @@ import time
 import numpy as np
 import paddle
 
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.training import distributed
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import ModelConfig
@@ -228,4 +229,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

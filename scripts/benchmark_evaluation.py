@@ -16,10 +16,12 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 
 import paddle
 
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.commands import train
 from paddle_resnet.core.config import build_config, read_recipe, resolve_config_path
 from paddle_resnet.data.folder import linked_subset
@@ -120,4 +122,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -57,7 +57,7 @@ from paddle_resnet.deploy import exported, nncf_int8, predictor
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import IRS, InferenceConfig, build_config
 from paddle_resnet.core.devices import cpu_has_int8_dot_products
-from paddle_resnet.core.errors import UserError
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core.metrics import latency_summary, time_steps
 from paddle_resnet.deploy.openvino_runtime import (
     HINTS,
@@ -223,7 +223,7 @@ def plain_openvino(core, model, image_shape, precision, threads, trials):
     )
 
 
-def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
+def build_runtimes(args, workdir, threads, onnxruntime, ov):
     """Every runtime of the benchmark, and plain OpenVINO's hint trials (by runtime)."""
     model_dir, int8_dir = export_random_models(args, workdir)
     onnx_path = exported.write_onnx(model_dir)
@@ -258,7 +258,15 @@ def build_runtimes(args, workdir, threads, nncf, onnxruntime, ov):
             "openvino int8 (nncf)",
             "int8",
             "peer",
-            nncf_int8.quantize(nncf, core, onnx_path, batches, NNCF_PRESET),
+            core.read_model(
+                nncf_int8.quantize(
+                    args.nncf_site,
+                    onnx_path,
+                    batches,
+                    NNCF_PRESET,
+                    os.path.join(workdir, "nncf_int8.xml"),
+                )
+            ),
         ),
         plain(
             "openvino int8 (export's scales)",
@@ -460,17 +468,12 @@ def parse_args():
 
 def main():
     args = parse_args()
-    try:
-        onnxruntime = require("onnxruntime", "the ONNX peers of this benchmark")
-        ov = require("openvino", "the OpenVINO peers of this benchmark")
-        nncf = nncf_int8.import_nncf(args.nncf_site, "the NNCF int8 peer of this benchmark")
-    except UserError as err:
-        sys.exit(f"error: {err}")
+    onnxruntime = require("onnxruntime", "the ONNX peers of this benchmark")
+    ov = require("openvino", "the OpenVINO peers of this benchmark")
+    nncf_version = nncf_int8.version(args.nncf_site, "the NNCF int8 peer of this benchmark")
     threads = available_cores()
     workdir = tempfile.mkdtemp(prefix="bench_inference_")
-    runtimes, trials, cpu_capabilities = build_runtimes(
-        args, workdir, threads, nncf, onnxruntime, ov
-    )
+    runtimes, trials, cpu_capabilities = build_runtimes(args, workdir, threads, onnxruntime, ov)
     image_shape = (3, args.size, args.size)
     warm(runtimes, args.batch_sizes, image_shape)
     rounds = timed_rounds(runtimes, args.batch_sizes, image_shape, args)
@@ -499,7 +502,7 @@ def main():
                     },
                 },
                 "nncf": {
-                    "version": nncf.__version__,
+                    "version": nncf_version,
                     "preset": NNCF_PRESET,
                     "calibration_images": CALIBRATION_IMAGES,
                     "quantized": "model.onnx as OpenVINO reads it (NNCF's OpenVINO backend)",
@@ -515,4 +518,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -29,6 +29,7 @@ import tempfile
 
 import paddle
 
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.commands import train
 from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.config import build_config, read_recipe, resolve_config_path
@@ -200,4 +201,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -10,9 +10,11 @@ import paddle_resnet  # noqa: F401,I001  (first: sets the process environment be
 
 import argparse
 import json
+import sys
 
 import numpy as np
 
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.deploy import inference
 from paddle_resnet.core import feeds
 from paddle_resnet.deploy import model_input
@@ -63,4 +65,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

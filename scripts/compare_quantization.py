@@ -35,6 +35,7 @@ import numpy as np
 import paddle
 
 
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.deploy import inference
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.core import feeds
@@ -97,14 +98,15 @@ def nncf_predictions(fp32_config, preset, site):
     """Top-1 classes of every validation image by OpenVINO's own int8 of the fp32 export
     (NNCF with ``preset``, calibrated on the images the PTQ exports were)."""
     ov = require("openvino", "--nncf")
-    nncf = nncf_int8.import_nncf(site, "--nncf")
     config = build_config(fp32_config)
     info = exported.read_info(config.inference.directory)
     calibration = [batch[feeds.IMAGE] for batch in exporting.calibration_batches(config, info)]
-    core = ov.Core()
     onnx_path = os.path.join(config.inference.directory, exported.ONNX_FILE)
-    model = nncf_int8.quantize(nncf, core, onnx_path, calibration, preset)
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    # beside the fp32 export (in the script's scratch folder), not inside it
+    folder = os.path.dirname(os.path.abspath(config.inference.directory))
+    quantized = os.path.join(folder, f"nncf_{preset}.xml")
+    model = nncf_int8.quantize(site, onnx_path, calibration, preset, quantized)
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     return np.concatenate(
         [compiled(batch[feeds.IMAGE])[0].argmax(1) for batch in validation_batches(config, info)]
     )
@@ -140,7 +142,7 @@ def versions(args):
     for module in ("onnxruntime", "openvino", "paddle2onnx"):
         found[module] = require(module, "scripts/compare_quantization.py").__version__
     if args.nncf:
-        found["nncf"] = nncf_int8.import_nncf(args.nncf_site, "--nncf").__version__
+        found["nncf"] = nncf_int8.version(args.nncf_site, "--nncf")
     return found
 
 
@@ -262,4 +264,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -7,7 +7,7 @@
 import argparse
 import sys
 
-from paddle_resnet.core.errors import UserError
+from paddle_resnet.core.errors import UserError, exit_status
 from paddle_resnet.core.optional import require
 from paddle_resnet.core.report import read_report
 
@@ -34,15 +34,12 @@ def main():
     parser.add_argument("--output", default="report.png")
     args = parser.parse_args()
 
-    try:
-        require("matplotlib", "plotting a report").use("Agg")  # files only: no display needed
-        plt = require("matplotlib.pyplot", "plotting a report")
-    except UserError as err:
-        sys.exit(f"error: {err}")
+    require("matplotlib", "plotting a report").use("Agg")  # files only: no display needed
+    plt = require("matplotlib.pyplot", "plotting a report")
 
     records = last_run(read_report(args.report))
     if records is None:
-        sys.exit(f"error: {args.report}: no run in it logged training steps")
+        raise UserError(f"{args.report}: no run in it logged training steps")
     steps = [r for r in records if r["type"] == "LOG"]
     steps_per_epoch = max(int(r["data"]["progress"].split("/")[1]) for r in steps)
     x = [(r["step"][0] - 1) + r["step"][1] / steps_per_epoch for r in steps]
@@ -69,4 +66,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -226,3 +226,17 @@ def test_every_tool_has_a_console_script_that_answers_help():
         path = os.path.join(os.path.dirname(sys.executable), script)
         result = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0 and "usage:" in result.stdout, (script, result.stderr[-1000:])
+
+
+def test_a_script_ends_bad_input_in_one_line(tmp_path):
+    """scripts/*.py end a UserError as the tools do (``errors.exit_status``): one line,
+    exit status 2, no traceback; here the benchmark's calibration images are missing."""
+    missing = tmp_path / "nowhere"
+    result = run_python(
+        os.path.join("scripts", "benchmark_inference.py"),
+        *("--arch", "resnet18", "--size", "32", "--calibration-root", str(missing)),
+        *("--output", str(tmp_path / "benchmark.json")),
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert only_line(result) == f"error: image root '{missing}' does not exist or is not a folder"
+    assert not (tmp_path / "benchmark.json").exists()

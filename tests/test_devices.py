@@ -1,6 +1,6 @@
 """Without a usable GPU, on either build of Paddle: GPU-only options are one-line
 refusals naming the missing GPU, everything else runs on the CPU and says so; and the
-preflight (``python -m paddle_resnet.core.doctor``) reports what this machine can run.
+preflight (``python -m paddle_resnet.commands.doctor``) reports what this machine can run.
 
 The commands run as users run them, in subprocesses whose GPUs are hidden
 (CUDA_VISIBLE_DEVICES empty), so they check the same thing on a GPU machine."""
@@ -128,7 +128,7 @@ def test_export_and_inference_run_on_the_cpu_and_gpu_backends_are_refused(traine
 
 
 def doctor(*args):
-    return run("-m", "paddle_resnet.core.doctor", *args)
+    return run("-m", "paddle_resnet.commands.doctor", *args)
 
 
 def test_doctor_reports_the_build_and_what_it_means():

@@ -20,7 +20,7 @@ from paddle_resnet.core import feeds
 from paddle_resnet.core.config import build_config
 from paddle_resnet.models.registry import get_arch
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import gpu_tuning
+from paddle_resnet.training import gpu_tuning, prepare
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.qat import quantize_eval_program
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
@@ -187,7 +187,7 @@ def test_pure_fp16_keeps_fp32_masters_and_an_fp16_eval_program(tmp_path):
     # fp16 parameters in the scope, an fp16 eval program
     place = paddle.CPUPlace()
     paddle.static.Executor(place).run(programs.startup)
-    program.init_pure_fp16(programs, place)
+    prepare.init_pure_fp16(programs, place)
     scope = paddle.static.global_scope()
     first = weights[0].name
     assert np.array(scope.find_var(first).get_tensor()).dtype == np.float16
@@ -208,7 +208,7 @@ def test_pretrained_weights_reach_the_pure_fp16_masters(trained):
     programs = build_for_gpu(config)
     place = paddle.CPUPlace()
     paddle.static.Executor(place).run(programs.startup)
-    program.init_pure_fp16(programs, place)
+    prepare.init_pure_fp16(programs, place)
     folder = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3)
     state = ckpt.read_checkpoint(folder)[1]
     ckpt.load_pretrained(programs.train, state, folder, "resnet18")

@@ -214,7 +214,7 @@ def test_make_records_script(fmnist_root, tmp_path):
     failed = run_script(
         "--image-root", str(tmp_path / "nowhere"), "--output", str(tmp_path), "--format", "tfrecord"
     )
-    assert failed.returncode == 1
+    assert failed.returncode == 2
     assert failed.stderr.startswith("error: ") and failed.stderr.count("\n") == 1
     assert "holds no train/ or val/ folder" in failed.stderr
 

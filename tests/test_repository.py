@@ -320,6 +320,7 @@ GRAPH_BUILDERS = (
     "models/resnet.py",
     "training/programs.py",
     "training/pir_strategies.py",
+    "training/graph_apis.py",
     "training/qat.py",
     "training/sparsity/masks.py",
 )

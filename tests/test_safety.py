@@ -19,6 +19,7 @@ from paddle_resnet.core import devices
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import CheckpointError, ConfigError, DataError
 from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import epochs
 from paddle_resnet.training import run as training_run
 
 
@@ -389,7 +390,7 @@ def test_the_report_is_closed_when_a_step_raises(fmnist_root, tmp_path, monkeypa
         raise RuntimeError("a step failed")
 
     monkeypatch.setattr(training_run, "Report", WatchedReport)
-    monkeypatch.setattr(training_run, "train_one_epoch", broken_epoch)
+    monkeypatch.setattr(epochs, "train_one_epoch", broken_epoch)
     config = small_config(fmnist_root, tmp_path / "out", **{"run.epochs": 1})
     with pytest.raises(RuntimeError, match="a step failed"):
         train.run(config, report_stream=open(os.devnull, "w"))

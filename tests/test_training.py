@@ -284,7 +284,7 @@ def test_plot_report_draws_the_last_run_that_trained(trained, tmp_path):
     with Report(str(evaluations)) as evaluation:
         evaluation.log([3], {"val.top1": 0.5, "val.loss": 1.0}, kind="VAL", console=False)
     refused = plot(str(evaluations), tmp_path / "none.png")
-    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert refused.stderr.strip() == f"error: {evaluations}: no run in it logged training steps"
 
 

@@ -6,7 +6,7 @@ is not 2:4."""
 import argparse
 import sys
 
-from paddle_resnet.core.errors import UserError
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.deploy import sparsity_report
 
 
@@ -23,12 +23,7 @@ def main(argv=None):
     parser.add_argument("path")
     parser.add_argument("--json", help="also write the tables to this JSON file")
     args = parser.parse_args(argv)
-    try:
-        failures = sparsity_report.report(args.path, args.json)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 1 if failures else 0
+    return exit_status(lambda: 1 if sparsity_report.report(args.path, args.json) else 0)
 
 
 if __name__ == "__main__":

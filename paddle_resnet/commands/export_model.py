@@ -10,7 +10,7 @@ model.json) and the JSON export report.
 
 import sys
 
-from paddle_resnet.commands.flag_table import REGISTRY_CHOICES
+from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core.cli import main_with
 from paddle_resnet.deploy import export
 

@@ -1,12 +1,8 @@
 """The README's flag table, generated from the config keys (``python -m
 paddle_resnet.commands.flag_table``; a test says when the README's copy is stale)."""
 
+from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core.cli import flag_table_markdown
-from paddle_resnet.data import records
-from paddle_resnet.deploy import backends
-
-# The keys whose values a registry above core/ holds.
-REGISTRY_CHOICES = {"data.format": records.DATA_FORMATS, "inference.backend": backends.CHOICES}
 
 
 def table():

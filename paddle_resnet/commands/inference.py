@@ -13,7 +13,7 @@ model.json, written by export_model.py, so it always matches training.
 
 import sys
 
-from paddle_resnet.commands.flag_table import REGISTRY_CHOICES
+from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core.cli import main_with
 from paddle_resnet.deploy import inference
 

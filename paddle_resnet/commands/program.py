@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from paddle_resnet.commands.flag_table import REGISTRY_CHOICES
+from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core.cli import main_with
 from paddle_resnet.training import describe, ir, programs
 

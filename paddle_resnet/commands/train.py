@@ -9,7 +9,7 @@ import dataclasses
 import os
 import sys
 
-from paddle_resnet.commands.flag_table import REGISTRY_CHOICES
+from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core.cli import main_with
 from paddle_resnet.deploy import export
 from paddle_resnet.training import checkpoint as ckpt

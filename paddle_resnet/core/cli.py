@@ -24,7 +24,7 @@ from paddle_resnet.core.config import (
     resolve_config_path,
     to_yaml,
 )
-from paddle_resnet.core.errors import ConfigError, UserError
+from paddle_resnet.core.errors import ConfigError, exit_status
 
 # The parser's group of each section.
 GROUPS = {
@@ -251,28 +251,22 @@ def main_with(tool, description, action, argv=None, choices=None):
     """Parse ``argv`` into the Config of ``tool`` and run ``action(config)``; returns the
     exit code (``choices`` as for build_parser).
 
-    --list-configs and --show-config answer and stop; bad input (UserError) and a
-    file that cannot be written or read (OSError: read-only, full disk, a folder where
-    a file should be) become one ``error: ...`` line on stderr and exit code 2.
+    --list-configs and --show-config answer and stop; bad input and unreadable or
+    unwritable files end in one line (``errors.exit_status``).
     """
     args = build_parser(tool, description, choices).parse_args(argv)
-    try:
+
+    def run():
         if getattr(args, "list_configs", False):
             print("\n".join(list_recipes()))
-            return 0
+            return
         config = config_from_args(args)
         set_verbose(config.run.verbose or is_verbose(argv=[]))  # or the environment's
         show = getattr(args, "show_config", None)
         if show is not None and (show == "exit" or parse_bool(show, "--show-config")):
             print(to_yaml(config), end="")
             if show == "exit":
-                return 0
+                return
         action(config)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
-        return 2
-    return 0
+
+    return exit_status(run)

@@ -124,7 +124,7 @@ def require_tensorrt(option):
         raise ConfigError(
             f"{option} needs TensorRT{' ' + built if built else ''}, which "
             f"{build_name()} cannot load (add its lib folder to LD_LIBRARY_PATH; "
-            "python -m paddle_resnet.core.doctor says more)"
+            "paddle-resnet-doctor says more)"
         )
 
 

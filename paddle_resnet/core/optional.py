@@ -41,14 +41,19 @@ paddle2onnx_major = (
 has_int8_onnx = paddle2onnx_major == 1
 
 
+def not_installed(package, purpose):
+    """The UserError saying that ``purpose`` needs ``package`` and how to install it."""
+    return UserError(
+        f"{purpose} needs the optional package {PACKAGES[package]}: "
+        f"{INSTALL.get(package, DEFAULT_INSTALL)}"
+    )
+
+
 def require(module, purpose):
     """``module`` imported, or a UserError saying that ``purpose`` needs it and how to install it."""
     package = module.split(".")[0]
     if not _installed(package):
-        raise UserError(
-            f"{purpose} needs the optional package {PACKAGES[package]}: "
-            f"{INSTALL.get(package, DEFAULT_INSTALL)}"
-        )
+        raise not_installed(package, purpose)
     try:
         return importlib.import_module(module)
     except ImportError as err:  # installed but broken: a missing dependency of its own

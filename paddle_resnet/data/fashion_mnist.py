@@ -19,7 +19,7 @@ import sys
 import numpy as np
 from PIL import Image
 
-from paddle_resnet.core.errors import DataError
+from paddle_resnet.core.errors import DataError, exit_status
 
 SOURCE = "/usr/share/datasets/fashion-mnist"
 CLASSES = (
@@ -103,11 +103,10 @@ def main():
         help="validation images per class (default: all 1,000)",
     )
     args = parser.parse_args()
-    try:
-        write_tree(args.output, args.train_per_class, args.val_per_class, args.source)
-    except DataError as err:
-        sys.exit(f"error: {err}")
+    return exit_status(
+        lambda: write_tree(args.output, args.train_per_class, args.val_per_class, args.source)
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,13 +6,20 @@ scales (docs/measurements.md, "CPU inference"), which serve Paddle Inference, ON
 and OpenVINO alike.
 
 NNCF lives outside the venv (scripts/setup_nncf.sh: its numpy 2 would replace the numpy
-1.26 Paddle 2.6 needs), in a folder found by ``site``.
+1.26 Paddle 2.6 needs), in a folder that only a child process sees: ``nncf_quantize.py``
+runs with that folder on its PYTHONPATH and hands back an OpenVINO IR file, as
+``pir_tensorrt.py`` runs Paddle-TRT's conversion in a process of its own.
 """
 
 import os
+import subprocess
 import sys
+import tempfile
 
-from paddle_resnet.core.optional import require
+import numpy as np
+
+from paddle_resnet.core.errors import UserError
+from paddle_resnet.core.optional import not_installed
 
 # where scripts/setup_nncf.sh installs NNCF, beside the repository's venv
 DEFAULT_SITE = os.path.join(
@@ -21,24 +28,40 @@ DEFAULT_SITE = os.path.join(
 # NNCF's presets: "performance" (symmetric int8 throughout, its choice for CNNs on the
 # CPU) and "mixed" (asymmetric activations, for accuracy)
 PRESETS = ("performance", "mixed")
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nncf_quantize.py")
 
 
-def import_nncf(site, purpose):
-    """nncf, from ``site`` when it is there. Appended to the path, so that the venv's own
-    packages (numpy 1.26 for Paddle) win over the copies nncf brought."""
-    if os.path.isdir(site) and site not in sys.path:
-        sys.path.append(site)
-    return require("nncf", purpose)
-
-
-def quantize(nncf, core, onnx_path, batches, preset):
-    """The fp32 ``onnx_path`` as OpenVINO reads it, quantized by NNCF (its OpenVINO
-    backend, the path OpenVINO documents) with ``preset`` on the images of ``batches``,
-    one per item so that subset_size counts images."""
-    images = [image[None] for batch in batches for image in batch]
-    return nncf.quantize(
-        core.read_model(onnx_path),
-        nncf.Dataset(images),
-        preset=nncf.QuantizationPreset(preset),
-        subset_size=len(images),
+def _run_child(site, purpose, *args):
+    """``nncf_quantize.py args`` in NNCF's environment; its output, or a UserError in one
+    line (NNCF not in ``site``, or its last line when it failed)."""
+    if not os.path.isdir(os.path.join(site, "nncf")):
+        raise not_installed("nncf", purpose)
+    paths = [site] + [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
+    # -P: the child's own folder (the toolkit's deploy/) stays off its path
+    done = subprocess.run(
+        [sys.executable, "-P", CHILD, *args],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(paths)),
+        capture_output=True,
+        text=True,
     )
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
+        raise UserError(f"NNCF ({site}) failed for {purpose}: {lines[-1]}")
+    return done.stdout.strip()
+
+
+def version(site, purpose):
+    """The version of the NNCF in ``site``; a UserError naming scripts/setup_nncf.sh
+    when there is none, said as what ``purpose`` needs."""
+    return _run_child(site, purpose, "version")
+
+
+def quantize(site, onnx_path, batches, preset, out_path):
+    """``out_path``: an OpenVINO IR (.xml and .bin) of the fp32 ``onnx_path`` quantized
+    by NNCF with ``preset``, calibrated on the images of ``batches``."""
+    with tempfile.TemporaryDirectory(prefix="nncf_images_") as scratch:
+        images = os.path.join(scratch, "images.npy")
+        np.save(images, np.concatenate(list(batches)))
+        purpose = f"the {preset} int8 of {onnx_path}"
+        _run_child(site, purpose, "quantize", onnx_path, images, preset, out_path)
+    return out_path

@@ -23,7 +23,7 @@ import sys
 
 from paddle_resnet.core import feeds, paddle_internals
 from paddle_resnet.core.atomic import staged_directory
-from paddle_resnet.core.errors import ConfigError, UserError
+from paddle_resnet.core.errors import ConfigError, UserError, exit_status
 from paddle_resnet.deploy import exported
 from paddle_resnet.deploy.predictor import ConfigCall, workspace_bytes
 
@@ -117,12 +117,7 @@ def convert(model_dir, settings, out_dir):
 
 def main(argv=None):
     model_dir, settings, out_dir = sys.argv[1:] if argv is None else argv
-    try:
-        convert(model_dir, json.loads(settings), out_dir)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_status(lambda: convert(model_dir, json.loads(settings), out_dir))
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
-"""Training: the static programs (programs.py), the epoch loop (loop.py, run.py), the
-optimiser, checkpoints, start weights, 2:4 sparsity, QAT, data parallelism and the
-CPU/GPU tuning of the train program."""
+"""Training: the static programs (programs.py), one run of train.py (run.py) and its
+steps (prepare.py, epochs.py, benchmark.py, loop.py), the optimiser, checkpoints,
+start weights, 2:4 sparsity, QAT, data parallelism and the CPU/GPU tuning of the
+train program."""

@@ -21,7 +21,6 @@ import paddle
 
 from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.atomic import recover_staged, remove_directory, staged_directory
-from paddle_resnet.core.config import run_differences
 from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.training import ir
 from paddle_resnet.training.qat import QAT_SUFFIXES, is_qat_variable
@@ -97,19 +96,6 @@ def saved_checkpoints(folder):
     return sorted(found)
 
 
-def describe_saved(saved):
-    """ "epochs 1-5 and 6-step31" for the message that names a folder's checkpoints."""
-    epochs = [progress[0] for progress, _ in saved if not progress[1]]
-    within = [os.path.basename(path) for progress, path in saved if progress[1]]
-    parts = []
-    if epochs:
-        parts.append(
-            f"epoch {epochs[0]}" if len(epochs) == 1 else f"epochs {epochs[0]}-{epochs[-1]}"
-        )
-    parts += within[-1:]
-    return " and ".join(parts)
-
-
 def newest_verified(folder, warn):
     """The newest checkpoint in ``folder`` whose files verify, or None; each newer one
     that does not (damaged outside the toolkit's atomic writes) is passed to ``warn``
@@ -138,44 +124,6 @@ def remove_superseded(folder, keep_epochs):
             remove_directory(path)
             removed.append(os.path.basename(path))
     return removed
-
-
-def check_same_run(meta, config, source):
-    """CheckpointError unless ``config`` continues the run that wrote ``meta``."""
-    differences = run_differences(meta.get("config", {}), config)
-    if differences:
-        raise CheckpointError(
-            f"{source} belongs to another run: {'; '.join(differences[:4])}"
-            f"{' ...' if len(differences) > 4 else ''} (only where files go "
-            "and how often to log, save and validate may change on resume)"
-        )
-
-
-def continues_the_run(meta, config, training):
-    """Training from a checkpoint resumes its run, unless it starts quantization-aware
-    training from a model trained without (NVIDIA's QAT phase, e.g. of a 2:4 model: new
-    optimizer state and schedule; the weights, and the ASP masks, are kept)."""
-    if not training or meta is None:
-        return False
-    return not (config.qat.enabled and not meta["config"].get("qat", {}).get("enabled"))
-
-
-def check_output_free(config, resuming_meta):
-    """A training run writes <output-dir>/<arch>/<epoch>: refuse to mix its checkpoints
-    with those of another run already there."""
-    folder = os.path.join(config.run.output_dir, config.model.arch)
-    saved = saved_checkpoints(folder)
-    if not saved:
-        return
-    if resuming_meta is None:
-        raise CheckpointError(
-            f"{folder} already holds checkpoints of an earlier run "
-            f"({describe_saved(saved)}): continue it with --from-checkpoint {AUTO} (or "
-            f"name one of its checkpoints), or choose another --output-dir"
-        )
-    newest = saved[-1][1]
-    with open(os.path.join(newest, META)) as handle:
-        check_same_run(json.load(handle), config, newest)
 
 
 def resolve_checkpoint(path):

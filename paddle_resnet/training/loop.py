@@ -1,11 +1,14 @@
-"""The training loop: plain functions over the programs that ``programs.py`` builds."""
+"""The step, the epoch and the evaluation pass: plain functions over a run's ``Session``
+(the programs that ``programs.py`` builds, prepared by ``prepare.py``)."""
 
 import time
 
 import numpy as np
 
 from paddle_resnet.core import feeds, watchdog
+from paddle_resnet.core.bootstrap import threads_per_process
 from paddle_resnet.core.metrics import Meter, accuracy_from_counts, eval_counts
+from paddle_resnet.training import eval_predictor
 from paddle_resnet.training.profiling import NoProfiler
 
 
@@ -35,27 +38,16 @@ def train_step(exe, programs, feed, mixup_weight=None):
     return dict(values, lr=lr)
 
 
-def train_one_epoch(
-    exe,
-    programs,
-    loader,
-    epoch,
-    report,
-    print_interval,
-    world_size=1,
-    mixup_alpha=0.0,
-    seed=0,
-    profiler=NoProfiler(),
-    skip=0,
-    stop=None,
-):
+def train_one_epoch(session, loader, epoch, profiler=NoProfiler(), skip=0, stop=None):
     """One pass of ``loader`` through the train program; returns the epoch's averages,
     with ``train.steps`` done. ``profiler`` (profiling.step_profiler) wraps each step.
     The first ``skip`` batches are read but not trained on (a mid-epoch resume: the data
     and MixUp streams advance as they did); the pass ends early once
     ``stop.should_stop()`` (``stopping.StopRequests``: every rank at the same step),
     after the step in flight."""
-    weights = mixup_weights(mixup_alpha, seed, epoch)
+    config, report, world_size = session.config, session.report, session.world_size
+    print_interval = config.run.print_interval
+    weights = mixup_weights(config.loss.mixup_alpha, config.data.seed, epoch)
     meter, timing = Meter(), Meter()
     total = len(loader)
     bar = report.progress(total, f"epoch {epoch}")
@@ -68,7 +60,7 @@ def train_one_epoch(
             continue
         fed = time.perf_counter()
         with profiler.step((epoch - 1) * total + step):
-            values = train_step(exe, programs, feed, next(weights))
+            values = train_step(session.exe, session.programs, feed, next(weights))
         done = time.perf_counter()
         images = _num_images(feed)
         meter.update(values, images)
@@ -98,13 +90,18 @@ def train_one_epoch(
     return summary
 
 
-def evaluate(exe, programs, loader, epoch, report, all_reduce=None, predictor=None):
-    """Exact top-1 / top-k / loss over every image of ``loader``, by ``predictor``
-    (``eval_predictor.EvalPredictor``) or else the executor.
+def evaluate(session, split, epoch):
+    """Exact top-1 / top-k / loss over every image of ``split`` at the weights of this
+    moment, by a predictor built from the eval program where one serves
+    (``eval_predictor.usable``), else by the executor.
 
     Counts are summed on the host (the loader cuts the padded last batch), then
-    across ranks with ``all_reduce`` when there are several.
+    across ranks when there are several.
     """
+    exe, programs, report = session.exe, session.programs, session.report
+    loader = session.loader(split, training=False)
+    fast = eval_predictor.usable(session.config, session.device_id is not None)
+    predictor = eval_predictor.EvalPredictor(programs, exe, threads_per_process()) if fast else None
     fetch_list = [programs.eval_fetches["topk"], programs.eval_fetches["loss"]]
     run = predictor or (
         lambda feed: exe.run(
@@ -120,8 +117,8 @@ def evaluate(exe, programs, loader, epoch, report, all_reduce=None, predictor=No
         watchdog.beat()
         bar.update()
     bar.close()
-    if all_reduce is not None:
-        totals = all_reduce(totals)
+    if session.all_reduce is not None:
+        totals = session.all_reduce(totals)
     result = accuracy_from_counts(totals, programs.eval_fetches["topk"].shape[-1], prefix="val.")
     result["val.seconds"] = time.perf_counter() - start
     report.log([epoch], result, kind="VAL")

@@ -137,7 +137,7 @@ def _forward(config, mixup, training, sync_bn=False, optimizer=None, pir_amp=Fal
         feeds.IMAGE, [None] + input_shape(config), "float16" if fp16_input else "float32"
     )
     # fp16 from DALI goes straight into fp16 convolutions: AMP's (training) and pure
-    # fp16's (the eval program too, after init_pure_fp16); fp32 convolutions, and MixUp's
+    # fp16's (the eval program too, after prepare.init_pure_fp16); fp32 convolutions, and MixUp's
     # fp32 blend, get a cast.
     fp16_convolutions = config.amp.enabled and (training or config.amp.use_pure_fp16)
     if fp16_input and (mixup or not fp16_convolutions):
@@ -172,15 +172,6 @@ def _network_precision(config, pir_amp):
     if config.amp.use_pure_fp16:
         return paddle.static.amp.fp16_guard()
     return contextlib.nullcontext()
-
-
-def init_pure_fp16(programs, place):
-    """After the startup program ran: pure fp16 casts the parameters to fp16 (the
-    optimizer keeps fp32 masters) and rewrites the eval program to read them as fp16
-    (NVIDIA's ``amp_init`` with ``use_fp16_test``)."""
-    programs.optimizer.amp_init(
-        place, scope=paddle.static.global_scope(), test_program=programs.eval, use_fp16_test=True
-    )
 
 
 def applied_strategies(program, meta_optimizers=()):

@@ -1,9 +1,11 @@
 """Where a run starts: ``--from-checkpoint auto`` resolved to this run's newest
-checkpoint (the same on every rank), the checks that a resumed checkpoint belongs to
-this run, and the start weights loaded (resume, pretrained or none)."""
+checkpoint (the same on every rank), the start weights read and checked (a resumed
+checkpoint belongs to this run, ``run_folder.py``), and once the programs are
+prepared, loaded (resume, pretrained or none)."""
 
 import dataclasses
 import os
+from typing import Any, List, Optional
 
 import numpy as np
 
@@ -11,7 +13,36 @@ from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.data.folder import check_class_names
 from paddle_resnet.models import model_entry
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training.weights import program_state
+from paddle_resnet.training import run_folder
+from paddle_resnet.training.weights import check_quantization, program_state, read_weights
+
+
+@dataclasses.dataclass
+class Start:
+    """The start weights chosen and checked before anything is built: ``config`` with
+    --from-checkpoint auto resolved, the checkpoint's ``meta`` (None for other
+    weights), the ``state`` read (None: the initialisation), whether training
+    ``resumes`` the checkpoint's run, and the ``lines`` to print once the report is open."""
+
+    config: Any
+    meta: Optional[dict]
+    state: Optional[dict]
+    resumes: bool
+    lines: List[str]
+
+
+def choose(config, classes, training, rank, all_reduce):
+    """The ``Start`` of this run, checked against its output folder and ``classes``."""
+    config, lines = resolve_auto(config, rank, all_reduce)
+    meta, state = read_weights(config.run)
+    resumes = run_folder.continues_the_run(meta, config, training)
+    check_start(config, meta, classes, training, resumes)
+    if not training and state is not None:
+        run_cfg = config.run
+        check_quantization(
+            meta, state, config, run_cfg.from_checkpoint or run_cfg.from_pretrained_params
+        )
+    return Start(config, meta, state, resumes, lines)
 
 
 def resolve_auto(config, rank, all_reduce):
@@ -51,9 +82,9 @@ def check_start(config, meta, classes, training, resuming):
     must be the checkpoint's."""
     resuming = meta if resuming else None
     if resuming:
-        ckpt.check_same_run(meta, config, config.run.from_checkpoint)
+        run_folder.check_same_run(meta, config, config.run.from_checkpoint)
     if training and not config.run.benchmark:
-        ckpt.check_output_free(config, resuming)
+        run_folder.check_output_free(config, resuming)
     if meta is not None:
         check_class_names(
             classes,
@@ -63,13 +94,15 @@ def check_start(config, meta, classes, training, resuming):
         )
 
 
-def load(config, programs, training, report, world_size, steps_per_epoch, meta, state, resuming):
-    """Resume, or load pretrained weights, or keep the initialisation; returns the
-    number of epochs already done."""
-    run_cfg = config.run
+def load(session, start):
+    """Resume, or load pretrained weights, or keep the initialisation; returns where the
+    training goes on: (epochs done, steps done in the next)."""
+    config, programs, report = session.config, session.programs, session.report
+    run_cfg, meta, state = config.run, start.meta, start.state
+    world_size, steps_per_epoch = session.world_size, session.steps_per_epoch
     if state is None:
-        return 0
-    if resuming:
+        return 0, 0
+    if start.resumes:
         ckpt.restore_state(programs.train, state)
         steps_done = meta.get("step_in_epoch", 0)
         if steps_done and meta.get("world_size", 1) != world_size:
@@ -97,10 +130,11 @@ def load(config, programs, training, report, world_size, steps_per_epoch, meta, 
                 f"{config.data.batch_size * world_size} instead of "
                 f"{config.data.batch_size * saved_world} (the LR follows linear scaling)"
             )
-        return meta["epoch"]
+        return meta["epoch"], steps_done
     source = run_cfg.from_checkpoint or run_cfg.from_pretrained_params
     state, note = program_state(state, meta, programs.model, config, source)
     report.print(note)
+    training = session.training
     if meta is not None and training:
         report.print(
             f"quantization-aware training starts from the weights of {source} "
@@ -122,4 +156,4 @@ def load(config, programs, training, report, world_size, steps_per_epoch, meta, 
     for name in skipped:
         report.print(f"warning: pretrained parameter skipped: {name}")
     report.log("PRETRAINED", {"file": source, "skipped": skipped}, kind="PARAMETER", console=False)
-    return 0
+    return 0, 0

@@ -8,7 +8,7 @@ See paddle_resnet/data/records.py for the files it writes.
 import argparse
 import sys
 
-from paddle_resnet.core.errors import DataError
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.data.records import FORMATS, write_records
 
 
@@ -24,13 +24,9 @@ def main():
     )
     parser.add_argument("--format", required=True, choices=FORMATS)
     args = parser.parse_args()
-    try:
-        written = write_records(args.image_root, args.output, args.format)
-    except DataError as err:
-        sys.exit(f"error: {err}")
-    for path in written:
+    for path in write_records(args.image_root, args.output, args.format):
         print(path)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

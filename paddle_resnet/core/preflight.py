@@ -1,21 +1,13 @@
 """A preflight before a long job: what this machine and its Paddle can run, and what
-each finding means for the toolkit's options.
+each finding means for the toolkit's options. The doctor (``commands/doctor.py``)
+prints them and checks its ``--require`` list against them.
 
-    python -m paddle_resnet.core.doctor                      # the findings, one table
-    python -m paddle_resnet.core.doctor --require gpu,trt    # exit 1 unless both are here
-    python -m paddle_resnet.core.doctor --json               # the same findings as JSON
-
-Requirements (``--require``): gpu, trt, nccl, dali-gpu, bf16, int8, onnx, legacy, pir
-(the IRs whose programs build on this Paddle). Exit status 0
-when every one is met, 1 when one is not (a line each names it and why), 2 for a
-requirement name it does not know.
+Requirements: gpu, trt, nccl, dali-gpu, bf16, int8, onnx, legacy, pir (the IRs whose
+programs build on this Paddle).
 """
 
-import argparse
-import json
 import os
-import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 import nvidia.dali as dali
@@ -23,6 +15,7 @@ import nvidia.dali.backend as dali_backend
 import paddle
 
 from paddle_resnet.core import devices, optional, paddle_internals
+from paddle_resnet.core.errors import UserError
 
 # The CPU's instruction-set extensions that decide its kernels, and what each gives.
 CPU_EXTENSIONS = (
@@ -186,103 +179,12 @@ def package_findings():
     )
 
 
-# The Paddle APIs the toolkit's program builders call (training/programs.py, the
-# models, pir_strategies.py), each as a tiny static graph over an image batch ``x`` and
-# its labels ``y``: a Paddle that moves one of them out of reach of an IR (APIs moved to
-# C++ bindings take no legacy variable) is named before a long job starts.
-GRAPH_APIS = {
-    "paddle.static.data": lambda x, y: x,
-    "paddle.nn.Conv2D": lambda x, y: paddle.nn.Conv2D(3, 4, 3, padding=1)(x),
-    "paddle.nn.BatchNorm2D": lambda x, y: paddle.nn.BatchNorm2D(3)(x),
-    "paddle.nn.ReLU": lambda x, y: paddle.nn.ReLU()(x),
-    "paddle.nn.MaxPool2D": lambda x, y: paddle.nn.MaxPool2D(2)(x),
-    "paddle.nn.AdaptiveAvgPool2D": lambda x, y: paddle.nn.AdaptiveAvgPool2D(1)(x),
-    "paddle.flatten": lambda x, y: paddle.flatten(x, 1),
-    "paddle.nn.Linear": lambda x, y: paddle.nn.Linear(48, 4)(paddle.flatten(x, 1)),
-    "paddle.cast": lambda x, y: paddle.cast(x, "float32"),
-    "paddle.flip": lambda x, y: paddle.flip(x, [0]),
-    "paddle.reshape": lambda x, y: paddle.reshape(x, [-1, 48]),
-    "paddle.nn.functional.one_hot": lambda x, y: paddle.nn.functional.one_hot(y, 4),
-    "paddle.nn.functional.label_smooth": lambda x, y: paddle.nn.functional.label_smooth(
-        paddle.reshape(paddle.nn.functional.one_hot(y, 4), [-1, 4]), epsilon=0.1
-    ),
-    "paddle.nn.functional.cross_entropy": lambda x, y: paddle.nn.functional.cross_entropy(
-        paddle.reshape(x, [-1, 48])[:, :4], y
-    ),
-    "paddle.nn.functional.softmax": lambda x, y: paddle.nn.functional.softmax(x),
-    "paddle.topk": lambda x, y: paddle.topk(paddle.reshape(x, [-1, 48]), k=2)[1],
-    "paddle.mean": lambda x, y: paddle.mean(x),
-    "paddle.metric.accuracy": lambda x, y: paddle.metric.accuracy(
-        input=paddle.reshape(x, [-1, 48]), label=y, k=1
-    ),
-    "paddle.assign": lambda x, y: paddle.assign(x * 2.0, output=x),
-}
-
-
-def _mixed_precision_step(x, y):
-    """PIR's AMP as the builders use it (pir_strategies.py), in bf16: fp16 builds on GPU
-    builds only."""
-    conv, optimizer = paddle.amp.decorate(
-        models=paddle.nn.Conv2D(3, 4, 1),
-        optimizers=paddle.optimizer.Momentum(0.1),
-        level="O1",
-        dtype="bfloat16",
-    )
-    with paddle.amp.auto_cast(level="O1", dtype="bfloat16"):
-        out = conv(x)
-    scaler = paddle.amp.GradScaler(init_loss_scaling=2.0, use_dynamic_loss_scaling=False)
-    scaler.minimize(optimizer, paddle.mean(out.astype("float32")) * 2.0)
-
-
-# Built on PIR only (on the legacy IR Fleet's AMP rewrites the built program instead).
-PIR_GRAPH_APIS = {"paddle.amp (auto_cast, decorate, GradScaler)": _mixed_precision_step}
-# The newest Paddle on which every one of them built, per IR (this project's CI).
-LAST_KNOWN_GOOD = {"legacy": "3.3.1", "pir": "3.3.1"}
-
-
-def graph_apis(ir):
-    return dict(GRAPH_APIS, **(PIR_GRAPH_APIS if ir == "pir" else {}))
-
-
-def graph_api_failures(ir):
-    """{API: its error} of the GRAPH_APIS (and on PIR the PIR_GRAPH_APIS) that do not
-    build on ``ir`` ("legacy", "pir")."""
-    failures = {}
-    guard = paddle_internals.static_ir(ir == "pir")
-    with guard:
-        paddle.enable_static()
-        for name, build in graph_apis(ir).items():
-            main, startup = paddle.static.Program(), paddle.static.Program()
-            try:
-                with paddle.static.program_guard(main, startup):
-                    x = paddle.static.data("x", [None, 3, 4, 4], "float32")
-                    y = paddle.static.data("y", [None, 1], "int64")
-                    build(x, y)
-            except Exception as err:  # any refusal names the API
-                failures[name] = str(err).strip().splitlines()[-1][:160]
-    return failures
-
-
-def graph_findings():
-    for ir in ("legacy", "pir") if paddle_internals.PADDLE3 else ("legacy",):
-        failures = graph_api_failures(ir)
-        if failures:
-            name, error = next(iter(failures.items()))
-            found = f"{len(failures)} of {len(graph_apis(ir))} APIs fail, first {name}: {error}"
-            meaning = (
-                f"--ir {ir} cannot build the toolkit's programs on this Paddle "
-                f"(last known good: {LAST_KNOWN_GOOD[ir]})"
-            )
-        else:
-            found = f"the {len(graph_apis(ir))} Paddle APIs the builders use build"
-            meaning = f"--ir {ir} programs can be built"
-        yield Finding(f"static graph ({ir} IR)", found, meaning, provides=ir, met=not failures)
-
-
-def findings(cpuinfo="/proc/cpuinfo"):
+def findings(graph_findings=(), cpuinfo="/proc/cpuinfo"):
+    """Every finding, in the table's order; ``graph_findings`` are those of the static
+    graphs the builders make, which only training/ knows (``training/graph_apis.py``)."""
     return [
         *paddle_findings(),
-        *graph_findings(),
+        *graph_findings,
         *gpu_findings(),
         *tensorrt_findings(),
         *dali_findings(),
@@ -318,46 +220,7 @@ def parse_requirements(text):
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in REQUIREMENTS]
     if unknown:
-        raise ValueError(
+        raise UserError(
             f"--require: unknown requirement {unknown[0]!r}; known: {', '.join(REQUIREMENTS)}"
         )
     return names
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m paddle_resnet.core.doctor",
-        description=__doc__.splitlines()[0],
-        allow_abbrev=False,
-    )
-    parser.add_argument(
-        "--require",
-        default="",
-        metavar="NAMES",
-        help=f"comma-separated, of: {', '.join(REQUIREMENTS)}; exit 1 unless all are met",
-    )
-    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
-    args = parser.parse_args(argv)
-    try:
-        required = parse_requirements(args.require)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    found = findings()
-    missing = unmet(found, required)
-    if args.json:
-        print(
-            json.dumps(
-                {"findings": [asdict(f) for f in found], "required": required, "unmet": missing},
-                indent=1,
-            )
-        )
-    else:
-        print(table(found))
-    for line in missing:
-        print(f"error: required {line}", file=sys.stderr)
-    return 1 if missing else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

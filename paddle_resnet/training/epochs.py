@@ -1,0 +1,117 @@
+"""The epochs of a training run: train, check that the ranks agree, verify sparsity,
+save, validate; and the stop that Ctrl-C or SIGTERM asks for (``stopping.py``): the
+checkpoint at the step in flight, each rank's line and the exit."""
+
+import os
+
+import numpy as np
+
+from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import distributed, stopping
+from paddle_resnet.training.loop import evaluate, train_one_epoch
+from paddle_resnet.training.profiling import step_profiler
+from paddle_resnet.training.sparsity import masks as sparse_masks
+
+
+def train_epochs(session, train_split, val_split, start):
+    """From ``start`` (epochs done, steps done in the next) to ``run.epochs``, validating
+    on ``val_split`` unless it is None; returns the last epoch's metrics and the run's
+    (``run.*``). Ctrl-C / SIGTERM stop the run after the step in flight (every rank
+    after the same step), saved."""
+    config, programs, report = session.config, session.programs, session.report
+    run_cfg = config.run
+    metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
+    profiler = step_profiler(run_cfg)
+    start_epoch, skip = start
+    with stopping.StopRequests(session.all_reduce) as stop:
+        for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
+            metrics = train_one_epoch(
+                session,
+                session.loader(train_split, training=True, epoch=epoch - 1),
+                epoch,
+                profiler,
+                skip=skip if epoch == start_epoch + 1 else 0,
+                stop=stop,
+            )
+            if stop.signal_number is not None:
+                _save_stopped(session, epoch, metrics["train.steps"], stop)
+            last = epoch == run_cfg.epochs
+            if session.all_reduce:
+                checksum = distributed.check_ranks_agree(
+                    programs.train, session.all_reduce, f"after epoch {epoch}"
+                )
+                report.log(
+                    [epoch],
+                    {"parameter_checksum": checksum, "world_size": session.world_size},
+                    kind="RANKS",
+                    console=False,
+                )
+            if config.asp.enabled:
+                sparse_masks.verify(programs, report, where=f"epoch {epoch}")
+            # Saved before validating, so that a broken validation image never costs the epoch.
+            if session.rank == 0 and (epoch % run_cfg.save_interval == 0 or last):
+                directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
+                _save(session, directory, epoch, 0)
+            if val_split is not None and (epoch % run_cfg.eval_interval == 0 or last):
+                metrics.update(evaluate(session, val_split, epoch))
+                if metrics["val.top1"] > history.get("val.best_top1", -1.0):
+                    history.update({"val.best_top1": metrics["val.top1"], "val.best_epoch": epoch})
+            report.log([epoch], metrics, kind="EPOCH", console=False)
+            history["train.seconds"] += metrics["train.seconds"]
+            history["train.images"] += metrics["train.images"]
+    profiler.close()  # a window that outlasted the training
+    return dict(metrics, **{f"run.{key}": value for key, value in history.items()})
+
+
+def _save(session, directory, epochs_done, steps_done):
+    """A checkpoint after ``epochs_done`` epochs and ``steps_done`` steps of the next."""
+    config = session.config
+    ckpt.save_checkpoint(
+        session.programs.train,
+        directory,
+        {
+            "epoch": epochs_done,
+            "step_in_epoch": steps_done,
+            "global_step": epochs_done * session.steps_per_epoch + steps_done,
+            "world_size": session.world_size,
+            "arch": config.model.arch,
+            "classes": list(session.classes),
+            "config": config.to_dict(),
+        },
+        prefix=config.run.model_prefix,
+    )
+    session.report.print(f"saved {directory}")
+    removed = ckpt.remove_superseded(os.path.dirname(directory), config.run.keep_checkpoints)
+    if removed:
+        session.report.print(
+            f"removed older checkpoints (--keep-checkpoints): {', '.join(removed)}"
+        )
+
+
+def _save_stopped(session, epoch, steps_done, stop):
+    """The checkpoint of a run stopped by a signal in ``epoch`` after ``steps_done``
+    steps (``<arch>/<epoch>-step<k>``, by rank 0; the other ranks wait for it), each
+    rank's one line, and the exit."""
+    config, report, rank = session.config, session.report, session.rank
+    steps_per_epoch = session.steps_per_epoch
+    epochs_done, within = (epoch - 1, steps_done) if steps_done < steps_per_epoch else (epoch, 0)
+    name = ckpt.checkpoint_name(epochs_done, within)
+    directory = os.path.join(config.run.output_dir, config.model.arch, name)
+    if rank == 0:
+        _save(session, directory, epochs_done, within)
+    if session.all_reduce:  # no rank ends the job before the checkpoint is complete
+        session.all_reduce(np.zeros(4))
+    where = f"in epoch {epoch} after step {steps_done} of {steps_per_epoch}"
+    line, code = stopping.stopped(stop.signal_number, where, directory)
+    report.log(
+        [epoch, steps_done],
+        {"signal": stop.signal_number, "checkpoint": directory},
+        kind="STOPPED",
+        console=False,
+    )
+    if rank == 0:
+        report.print(line)
+        distributed.tell_launcher_console(line)
+    else:  # this rank's log (the launcher's --log_dir) says it too
+        print(f"rank {rank}: {line}", flush=True)
+    raise SystemExit(code)

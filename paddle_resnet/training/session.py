@@ -1,0 +1,47 @@
+"""What the steps of one training run share (``Session``): the prepared programs and
+their executor, the report, the data's classes and steps per epoch, and this
+process's place among the ranks."""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from paddle_resnet.core.report import Report
+from paddle_resnet.data.dali import make_loader
+from paddle_resnet.training.programs import Programs
+
+
+@dataclass
+class Session:
+    """Built once by ``run.run`` once the programs are prepared; the epochs, the
+    benchmark and the evaluation read it instead of a dozen parameters each."""
+
+    config: Any
+    exe: Any
+    programs: Programs
+    report: Report
+    rank: int
+    world_size: int
+    place: Any
+    device_id: Optional[int]
+    all_reduce: Optional[Callable]  # sums over the ranks (None with one rank)
+    classes: Sequence[str]
+    steps_per_epoch: Optional[int]  # None when the run does not train
+
+    @property
+    def training(self):
+        """Whether the run trains (eval_only builds no train program)."""
+        return self.programs.train is not None
+
+    def loader(self, split, training, epoch=0):
+        """This rank's loader of ``split`` for one epoch (training) or one pass."""
+        return make_loader(
+            split,
+            self.config.data,
+            self.config.model.data_layout,
+            training,
+            self.rank,
+            self.world_size,
+            epoch,
+            self.device_id,
+            self.config.model.image_channels,
+        )
