@@ -565,3 +565,28 @@ def test_the_pir_only_rehearsal_runs_on_pir_and_refuses_the_legacy_ir_in_one_lin
     with pytest.raises(UserError, match="needs Paddle's legacy IR, which PADDLE_RESNET_PIR_ONLY"):
         with paddle_internals.static_ir(False):
             pass
+
+
+@pir_only
+@pytest.mark.skipif(devices.gpu_available(), reason="the CPU's choice")
+def test_a_plain_run_at_imagenet_crops_is_on_pir_and_the_report_says_so(fmnist_root, tmp_path):
+    """train.py without --ir on Paddle 3 at ImageNet's 224-pixel crops: PIR (measured as
+    fast as the legacy IR there), said on the console and in the report; the demo's
+    32-pixel crops stay on the legacy IR, with one line saying why."""
+    if bootstrap.pir_only():
+        pytest.skip("the rehearsal chooses PIR always (its own test)")
+    out = tmp_path / "out"
+    result = run_python(
+        "train.py", "--model-arch-name", "resnet18", "--num-of-class", "10",
+        "--image-root", fmnist_root, "--output-dir", str(out), "--crop-size", "224",
+        "--resize-short", "256", "--batch-size", "32", "--epochs", "1",
+        "--run-scope", "train_only", "--warmup-epochs", "0",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "rank 0/1, CPU, PIR" in result.stdout, result.stdout
+    assert "on the legacy IR" not in result.stdout
+    parameters = next(r for r in read_report(str(out / "report.json")) if r["step"] == "PARAMETER")
+    assert parameters["data"]["ir"] == {"name": "pir", "why": None}
+    assert parameters["data"]["run"]["ir"] is None  # unset: chosen
+    note = ir.legacy_note(build_config({"data.crop_size": 32}))
+    assert note.startswith("on the legacy IR: its oneDNN convolutions train crops up to 64 px")

@@ -116,13 +116,19 @@ def open_report(config, rank, stream):
 def introduce(session, start_lines):
     """The first lines of a run: where it starts, its parameters (in the report only),
     the model, its classes and this process's place."""
-    report = session.report
+    report, config = session.report, session.config
     for line in start_lines:
         report.print(line)
-    report.log("PARAMETER", session.config.to_dict(), kind="PARAMETER", console=False)
+    # the IR chosen (``run.ir`` unset: ``ir.chosen``), beside the configuration
+    ir_name, why = ir.chosen(config)
+    parameters = dict(config.to_dict(), ir={"name": ir_name, "why": why})
+    report.log("PARAMETER", parameters, kind="PARAMETER", console=False)
+    if ir.legacy_note(config):
+        report.print(ir.legacy_note(config))
     report.print(
-        f"{session.config.model.arch}: {len(session.classes)} classes, "
-        f"rank {session.rank}/{session.world_size}, {devices.describe(session.device_id)}"
+        f"{config.model.arch}: {len(session.classes)} classes, "
+        f"rank {session.rank}/{session.world_size}, {devices.describe(session.device_id)}, "
+        f"{'PIR' if ir_name == 'pir' else 'legacy IR'}"
     )
 
 
