@@ -18,7 +18,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import PADDLE3, ROOT, once, pir_rehearsal, random_seed
+from conftest import PADDLE3, ROOT, assert_same_state, once, pir_rehearsal, random_seed
 from paddle_resnet.commands import train
 from paddle_resnet.core import devices
 from paddle_resnet.core.config import build_config
@@ -87,12 +87,6 @@ def ok(result):
 
 def weights(output_dir, epoch):
     return ckpt.read_checkpoint(ckpt.checkpoint_dir(str(output_dir), "resnet18", epoch))[1]
-
-
-def assert_same_weights(actual, expected):
-    assert set(actual) == set(expected)
-    for name in expected:
-        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +229,7 @@ def test_resume_with_two_ranks_continues_exactly(two_ranks, fmnist_root, tmp_pat
         )
     )
     assert "resumed from" in result.stdout
-    assert_same_weights(weights(out, 2), weights(two_ranks, 2))
+    assert_same_state(weights(out, 2), weights(two_ranks, 2))
 
 
 @once
@@ -271,7 +265,7 @@ def test_two_nodes_on_one_host_equal_two_local_ranks(two_ranks, fmnist_root, tmp
     ]
     outputs = [node.communicate(timeout=300)[0] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs
-    assert_same_weights(weights(out, 2), weights(two_ranks, 2))
+    assert_same_state(weights(out, 2), weights(two_ranks, 2))
 
 
 @once
@@ -588,7 +582,7 @@ def test_a_two_rank_job_killed_and_stopped_continues_with_the_same_command(
         command(tmp_path / "3"), cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     ok(final)
-    assert_same_weights(weights(out, 2), weights(two_ranks, 2))
+    assert_same_state(weights(out, 2), weights(two_ranks, 2))
 
 
 @once
@@ -674,4 +668,4 @@ def test_the_elastic_launcher_relaunches_a_killed_rank_and_the_run_continues(
     rank0 = (logs / "workerlog.0").read_text()
     assert rank0.count("--from-checkpoint auto: ") == 2, rank0[-3000:]  # two starts
     assert f"--from-checkpoint auto: {out}/resnet18/" in rank0
-    assert_same_weights(weights(out, 2), weights(two_ranks, 2))
+    assert_same_state(weights(out, 2), weights(two_ranks, 2))
