@@ -141,19 +141,10 @@ def random_seed():
 
 
 def assert_same_state(actual, expected):
-    """Two checkpoints' states hold the same variables with bit-identical values; in the
-    PIR-only rehearsal equal to float rounding: on PIR an evaluation between epochs (its
-    predictor, built in the training process) moves later training by rounding, so a run
-    resumed after it departs from one that went on (measured: 3e-8 at most in these
-    tests; runs without evaluation resume bit-identical; docs/pir.md)."""
+    """Two checkpoints' states hold the same variables with bit-identical values."""
     assert set(actual) == set(expected)
     for name in expected:
-        if bootstrap.pir_only():
-            np.testing.assert_allclose(
-                actual[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name
-            )
-        else:
-            np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
 
 
 def small_config(image_root, output_dir, **values):

@@ -108,7 +108,13 @@ def check_paddle_reads(model_dir):
     """UserError, in one line, where the running Paddle cannot read the export's program:
     PIR's inference.json needs Paddle 3 (Paddle 2.6's predictor crashed on it with a
     segmentation fault, without a word). ONNX Runtime and OpenVINO serve its model.onnx
-    on any Paddle."""
+    on any Paddle. In the PIR-only rehearsal a legacy export is refused: its program is
+    the legacy IR's."""
+    if not is_pir_export(model_dir) and bootstrap.pir_only():
+        raise UserError(
+            f"{model_dir}: exported from the legacy IR (inference.pdmodel), which "
+            f"{bootstrap.PIR_ONLY_VARIABLE}=1 makes unavailable: export it again with --ir pir"
+        )
     if not is_pir_export(model_dir) or paddle_internals.PADDLE3:
         return
     if os.path.exists(os.path.join(model_dir, ONNX_FILE)):

@@ -8,7 +8,7 @@ import numpy as np
 
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import distributed, stopping
-from paddle_resnet.training.loop import evaluate, train_one_epoch
+from paddle_resnet.training.loop import evaluate, settle_evaluation, train_one_epoch
 from paddle_resnet.training.profiling import step_profiler
 from paddle_resnet.training.sparsity import masks as sparse_masks
 
@@ -23,6 +23,8 @@ def train_epochs(session, train_split, val_split, start):
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
     profiler = step_profiler(run_cfg)
     start_epoch, skip = start
+    if val_split is not None:
+        settle_evaluation(session, val_split)
     with stopping.StopRequests(session.all_reduce) as stop:
         for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
             metrics = train_one_epoch(
