@@ -10,9 +10,9 @@ legacy IR and on PIR (``--ir``), in one run.
 
 1. Per-step losses of ``--steps`` training steps from the same initialisation and the
    same batches (DALI, seeded), dense and with 2:4 sparsity (pruned at step 0), both on
-   Paddle's plain CPU kernels (PIR trains on no others) and the legacy IR also with its
-   default oneDNN convolutions; dense also PIR with bf16 AMP; each variant in a fresh
-   process.
+   Paddle's plain CPU kernels, and each IR also with oneDNN convolutions (the legacy
+   IR's default at small crops; PIR's with --cpu-onednn); dense also PIR with bf16 AMP
+   (CPUs with bf16 only); each variant in a fresh process.
 2. Training and evaluation img/s of each, and their ratio PIR / legacy.
 3. With ``--demo-epochs N``: the demo recipe (configs/resnet18_demo.yaml) trained N
    epochs on each IR; top-1 of each.
@@ -41,6 +41,8 @@ VARIANTS = {
     "legacy plain": {"run.ir": "legacy", "run.cpu_onednn": False},
     "legacy oneDNN": {"run.ir": "legacy", "run.cpu_onednn": True},
     "pir": {"run.ir": "pir"},
+    # PIR's convolutions and ReLUs moved to its oneDNN dialect (onednn.py)
+    "pir oneDNN": {"run.ir": "pir", "run.cpu_onednn": True},
     # the one AMP a CPU can train on PIR (O1; fp16 and O2 need the GPU build)
     "pir bf16 AMP": {"run.ir": "pir", "amp.enabled": True, "amp.dtype": "bfloat16"},
 }
@@ -182,6 +184,8 @@ def main():
             for a, b in (
                 ("pir", "legacy plain"),
                 ("pir", "legacy oneDNN"),
+                ("pir oneDNN", "legacy oneDNN"),
+                ("pir oneDNN", "pir"),
                 ("pir bf16 AMP", "pir"),
                 ("pir bf16 AMP", "legacy oneDNN"),
             )
@@ -191,7 +195,9 @@ def main():
             dense["pir"]["eval_ips"] / dense["legacy plain"]["eval_ips"]
         )
         if args.demo_epochs:
-            demo_variants = [n for n in ("legacy oneDNN", "pir", "pir bf16 AMP") if n in variants]
+            demo_variants = [
+                n for n in ("legacy oneDNN", "pir", "pir oneDNN", "pir bf16 AMP") if n in variants
+            ]
             result["demo"] = {name: demo(args, name, scratch) for name in demo_variants}
     print(json.dumps({k: v for k, v in result.items() if k in ("ratios", "demo")}, indent=1))
     print("largest loss difference:", [result[kind]["largest_loss_difference"] for kind in kinds])

@@ -8,6 +8,10 @@ int8 (NNCF) of the same fp32 model.
     .venv/bin/python scripts/compare_quantization.py output/demo_asp/resnet18 \
         demo_data/fashion_mnist_demo --qat-checkpoint output/demo_sparse_qat/resnet18 \
         --dense-checkpoint output/demo/resnet18 --output benchmarks/sparse_int8_resnet18_demo.json
+    # on Paddle 3, from PIR: the toolkit's own calibration and int8 model.onnx
+    .venv-paddle3/bin/python scripts/compare_quantization.py output/demo/resnet18 \
+        demo_data/fashion_mnist_demo --ir pir --algos hist,abs_max --nncf performance \
+        --output benchmarks/int8_pir_resnet18_demo.json
     # the toolkit's int8 (PTQ, QAT) against NNCF's, all through OpenVINO (scripts/setup_nncf.sh)
     .venv/bin/python scripts/compare_quantization.py output/demo/resnet18 demo_data/fashion_mnist_demo \
         --algos hist,abs_max --qat-checkpoint output/demo_qat/resnet18 --nncf performance,mixed \
@@ -41,7 +45,7 @@ from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.core import feeds
 from paddle_resnet.deploy import model_input
 from paddle_resnet.deploy import exported
-from paddle_resnet.core.config import PTQ_ALGOS, build_config
+from paddle_resnet.core.config import IRS, PTQ_ALGOS, build_config
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.core.optional import require
 from paddle_resnet.deploy import export as exporting
@@ -61,14 +65,18 @@ def predictions(config, precision, batch_size):
     values = dict(config, **{"data.batch_size": batch_size})
     model = build_config(values)
     batches = validation_batches(model, exported.read_info(model.inference.directory))
+    # a PIR export's Paddle program is fp32 (PTQ) or simulates its quantization (QAT):
+    # Paddle Inference runs it in fp32, its int8 is model.onnx's
+    pir = exported.is_pir_export(model.inference.directory)
     tops = {}
     for key, (backend, _) in RUNTIMES.items():
+        model_precision = backend == "onnxruntime" or (backend == "cpu" and pir)
         backend_config = build_config(
             dict(
                 values,
                 **{
                     # onnxruntime runs the model's own precision and takes no flag for it
-                    "inference.cpu_precision": "fp32" if backend == "onnxruntime" else precision,
+                    "inference.cpu_precision": "fp32" if model_precision else precision,
                     "inference.backend": backend,
                 },
             )
@@ -184,6 +192,9 @@ def main():
         "calibration images",
     )
     parser.add_argument("--nncf-site", default=nncf_int8.DEFAULT_SITE)
+    parser.add_argument(
+        "--ir", choices=IRS, help="the IR to export from (pir: the toolkit's own int8 model.onnx)"
+    )
     parser.add_argument("--output", default="benchmarks/ptq_resnet18_demo.json")
     args = parser.parse_args()
     rows = []
@@ -197,6 +208,7 @@ def main():
                     "run.from_checkpoint": checkpoint,
                     "run.from_pretrained_params": None,
                     "inference.onnx": True,
+                    "run.ir": args.ir,
                     "data.image_root": args.image_root,
                     "inference.model_dir": os.path.join(workdir, name),
                     "inference.export_log_path": os.path.join(workdir, name + ".json"),
@@ -254,6 +266,7 @@ def main():
                 "dense_checkpoint": args.dense_checkpoint,
                 "images": int(len(top32)),
                 "calibration_images": args.calibration_images,
+                "ir": args.ir,
                 "versions": versions(args),
                 "rows": rows,
             },
