@@ -1,5 +1,6 @@
 """oneDNN training kernels (--cpu-onednn): the chosen ops and no others, the same learning
-as the plain kernels, and resume still bit-identical."""
+as the plain kernels, and resume still bit-identical; on the legacy IR (Paddle 2.6) and,
+in the PIR-only rehearsal, on PIR's oneDNN dialect."""
 
 import collections
 import os
@@ -10,7 +11,7 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import PADDLE3, ROOT, once, small_config
+from conftest import PADDLE3, ROOT, once, pir_rehearsal, small_config
 from paddle_resnet.commands import train
 from paddle_resnet.core import feeds
 from paddle_resnet.core.errors import ConfigError
@@ -105,6 +106,7 @@ def test_onednn_gradients_equal_the_plain_ones(fmnist_root, tmp_path, ir_name):
         )
 
 
+@pir_rehearsal
 @once
 def test_onednn_learns_like_the_plain_kernels(fmnist_root, tmp_path):
     """Four epochs from the same initial weights on the same batches, plain and oneDNN.
@@ -133,6 +135,7 @@ def test_onednn_learns_like_the_plain_kernels(fmnist_root, tmp_path):
     assert abs(finals[1] - finals[0]) < 0.15, finals
 
 
+@pir_rehearsal
 @once
 def test_resume_with_onednn_is_bit_identical(fmnist_root, tmp_path):
     common = [
@@ -160,6 +163,7 @@ def test_resume_with_onednn_is_bit_identical(fmnist_root, tmp_path):
         "0.9",
         "--run-scope",
         "train_only",
+        "--cpu-onednn",  # the default at 32 px on the legacy IR; asked for on PIR
     ]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     for extra in (
@@ -179,12 +183,15 @@ def test_resume_with_onednn_is_bit_identical(fmnist_root, tmp_path):
         np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
 
 
+@pir_rehearsal
 @once
 def test_validation_between_epochs_equals_a_fresh_evaluation(fmnist_root, tmp_path):
     """The evaluation a training run does after an epoch sees that epoch's weights: it
     equals evaluating the saved checkpoint in a new run (oneDNN's inference-mode
     convolutions once evaluated with weights cached from an earlier epoch)."""
-    config = small_config(fmnist_root, tmp_path / "train", **{"run.epochs": 2})
+    config = small_config(
+        fmnist_root, tmp_path / "train", **{"run.epochs": 2, "run.cpu_onednn": True}
+    )
     train.run(config, report_stream=open(os.devnull, "w"))
     during = [r["data"] for r in read_report(config.report_file) if r["type"] == "VAL"][-1]
     fresh = small_config(
