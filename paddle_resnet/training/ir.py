@@ -65,7 +65,7 @@ def chosen(config):
     if _legacy_onednn_faster(config):
         return "legacy", (
             f"its oneDNN convolutions train crops up to {LARGEST_ONEDNN_CROP} px faster "
-            "on the CPU (benchmarks/ir_parity_resnet18_demo.json)"
+            "on the CPU (benchmarks/ir_parity_resnet18_demo_avx2.json)"
         )
     return "pir", None
 
