@@ -89,6 +89,16 @@ def is_pir(config):
     return chosen(config)[0] == "pir"
 
 
+def record(config):
+    """The IR choice as the run's report records it."""
+    name, why = chosen(config)
+    return {"name": name, "why": why}
+
+
+def label(config):
+    return "PIR" if is_pir(config) else "legacy IR"
+
+
 def legacy_note(config):
     """One line saying why a run on Paddle 3 is on the legacy IR when it did not ask;
     None otherwise."""

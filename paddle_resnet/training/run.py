@@ -120,15 +120,15 @@ def introduce(session, start_lines):
     for line in start_lines:
         report.print(line)
     # the IR chosen (``run.ir`` unset: ``ir.chosen``), beside the configuration
-    ir_name, why = ir.chosen(config)
-    parameters = dict(config.to_dict(), ir={"name": ir_name, "why": why})
-    report.log("PARAMETER", parameters, kind="PARAMETER", console=False)
+    report.log(
+        "PARAMETER", dict(config.to_dict(), ir=ir.record(config)), kind="PARAMETER", console=False
+    )
     if ir.legacy_note(config):
         report.print(ir.legacy_note(config))
     report.print(
         f"{config.model.arch}: {len(session.classes)} classes, "
         f"rank {session.rank}/{session.world_size}, {devices.describe(session.device_id)}, "
-        f"{'PIR' if ir_name == 'pir' else 'legacy IR'}"
+        f"{ir.label(config)}"
     )
 
 
