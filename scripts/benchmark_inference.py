@@ -393,7 +393,7 @@ def compared_pairs(runtimes, ips, batch_size):
         names = [r.name for r in runtimes if r.role == role and r.precision == precision]
         return max(names, key=lambda name: ips[name, batch_size])
 
-    for precision in PRECISIONS:
+    for precision in machine_precisions():
         yield (
             f"best toolkit backend / fastest outside runtime, {precision}, batch {batch_size}",
             fastest("toolkit", precision),

@@ -24,7 +24,7 @@ def train_epochs(session, train_split, val_split, start):
     profiler = step_profiler(run_cfg)
     start_epoch, skip = start
     if val_split is not None:
-        settle_evaluation(session, val_split)
+        settle_evaluation(session)
     with stopping.StopRequests(session.all_reduce) as stop:
         for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
             metrics = train_one_epoch(

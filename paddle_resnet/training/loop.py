@@ -8,7 +8,7 @@ import numpy as np
 from paddle_resnet.core import feeds, watchdog
 from paddle_resnet.core.bootstrap import threads_per_process
 from paddle_resnet.core.metrics import Meter, accuracy_from_counts, eval_counts
-from paddle_resnet.training import eval_predictor
+from paddle_resnet.training import eval_predictor, ir
 from paddle_resnet.training.profiling import NoProfiler
 
 
@@ -90,16 +90,23 @@ def train_one_epoch(session, loader, epoch, profiler=NoProfiler(), skip=0, stop=
     return summary
 
 
-def settle_evaluation(session, split):
-    """Run the evaluation's predictor once, on one batch of ``split``, before training.
-    The first predictor run in a process changes how later plain-kernel training steps
-    round (measured: 2.4e-7 after one step, on both IRs; later runs change nothing), so
-    a run that evaluated between epochs departed from the same run resumed after that
-    evaluation. Settled at the start, both compute alike (resume bit-identical)."""
+def settle_evaluation(session):
+    """Run the evaluation's predictor once, on one blank image, before training. The
+    first predictor run in a process changes how later plain-kernel training steps round
+    (measured: 2.4e-7 after one step, on both IRs; later runs, of any images, change
+    nothing), so a run that evaluated between epochs departed from the same run resumed
+    after that evaluation. Settled at the start, both compute alike (resume
+    bit-identical). A blank image: the validation data are read when validation comes."""
     if not eval_predictor.usable(session.config, session.device_id is not None):
         return
-    feed = next(iter(session.loader(split, training=False)))
-    eval_predictor.EvalPredictor(session.programs, session.exe, threads_per_process())(feed)
+    programs = session.programs
+    image_shape = list(ir.feed_target(programs.eval, feeds.IMAGE).shape[1:])
+    dtype = np.float16 if session.config.data.output_fp16 else np.float32
+    blank = {
+        feeds.IMAGE: np.zeros([1, *image_shape], dtype),
+        feeds.LABEL: np.zeros([1, 1], np.int64),
+    }
+    eval_predictor.EvalPredictor(programs, session.exe, threads_per_process())(blank)
 
 
 def evaluate(session, split, epoch):
