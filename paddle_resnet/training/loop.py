@@ -9,6 +9,7 @@ from paddle_resnet.core import feeds, watchdog
 from paddle_resnet.core.bootstrap import threads_per_process
 from paddle_resnet.core.metrics import Meter, accuracy_from_counts, eval_counts
 from paddle_resnet.training import eval_predictor, ir
+from paddle_resnet.training.onednn import onednn_wanted
 from paddle_resnet.training.profiling import NoProfiler
 
 
@@ -96,8 +97,11 @@ def settle_evaluation(session):
     (measured: 2.4e-7 after one step, on both IRs; later runs, of any images, change
     nothing), so a run that evaluated between epochs departed from the same run resumed
     after that evaluation. Settled at the start, both compute alike (resume
-    bit-identical). A blank image: the validation data are read when validation comes."""
-    if not eval_predictor.usable(session.config, session.device_id is not None):
+    bit-identical). A blank image: the validation data are read when validation comes.
+    Not with oneDNN training kernels: those resumed bit-identical already, and a
+    predictor run before their first step made a resumed run depart (Paddle 2.6.2)."""
+    usable = eval_predictor.usable(session.config, session.device_id is not None)
+    if not usable or onednn_wanted(session.config):
         return
     programs = session.programs
     image_shape = list(ir.feed_target(programs.eval, feeds.IMAGE).shape[1:])
