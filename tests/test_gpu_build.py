@@ -18,7 +18,7 @@ from paddle.static.amp.fp16_lists import AutoMixedPrecisionLists
 from conftest import small_config
 from paddle_resnet.core import feeds
 from paddle_resnet.core.config import build_config
-from paddle_resnet.models.registry import get_arch
+from paddle_resnet.models import model_entry
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import gpu_tuning, prepare
 from paddle_resnet.training import programs as program
@@ -68,7 +68,7 @@ def counts(prog):
 
 
 def architecture(name):
-    arch = get_arch(name)
+    arch = model_entry(name).spec
     blocks = sum(arch.layers)
     projections = sum(1 for layer in arch.layers if layer)  # each stage's first block
     return blocks, projections

@@ -1,10 +1,16 @@
 import numpy as np
 import paddle
+import paddle.nn.functional as F
 import pytest
+from paddle import nn
 
-from paddle_resnet.core.config import ModelConfig
+from paddle_resnet.core.config import ModelConfig, build_config
 from paddle_resnet.core.errors import ConfigError
-from paddle_resnet.models import build_model, get_arch, list_models
+from paddle_resnet.models import build_model, list_models, model_entry, register_model, registry
+from paddle_resnet.models.family import ModelFamily
+from paddle_resnet.training import ir
+from paddle_resnet.training import programs as program
+from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +42,7 @@ def test_registry_lists_family_and_rejects_unknown_names():
         assert f"resnet{depth}" in names
     assert "resnet50_v1" in names and "resnext101_32x4d" in names
     with pytest.raises(ConfigError, match="unknown model.arch 'resnet51'"):
-        get_arch("resnet51")
+        model_entry("resnet51")
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "resnet50", "resnext50_32x4d"])
@@ -82,3 +88,82 @@ def test_nhwc_equals_nchw_for_the_same_weights():
     expected = nchw(image).numpy()
     actual = nhwc(paddle.transpose(image, [0, 2, 3, 1])).numpy()
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+class TinyConvNet(nn.Layer):
+    """Two convolutions and a classifier named ``head``: a family the toolkit has never
+    seen, defined here and nowhere else."""
+
+    def __init__(self, width, num_classes, in_channels, data_format):
+        super().__init__()
+        self.conv1 = nn.Conv2D(in_channels, width, 3, padding=1, data_format=data_format)
+        self.conv2 = nn.Conv2D(width, 2 * width, 3, stride=2, padding=1, data_format=data_format)
+        self.pool = nn.AdaptiveAvgPool2D(1, data_format=data_format)
+        self.head = nn.Linear(2 * width, num_classes)
+
+    def forward(self, x):
+        x = F.relu(self.conv2(F.relu(self.conv1(x))))
+        return self.head(paddle.flatten(self.pool(x), start_axis=1))
+
+
+TINY = ModelFamily(
+    "TinyConvNet",
+    lambda width, model: TinyConvNet(
+        width, model.num_classes, model.image_channels, model.data_layout
+    ),
+    classifier="head",
+    dense_under_sparsity=("head",),
+    layouts=("NCHW",),
+)
+
+
+@pytest.fixture
+def tiny_family(monkeypatch):
+    """``tiny_convnet`` (8 channels wide) registered for one test, as a family module
+    registers its members."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    register_model("tiny_convnet", TINY, spec=8)
+
+
+def tiny_config(**values):
+    base = {
+        "model.arch": "tiny_convnet",
+        "model.num_classes": 10,
+        "data.image_root": "x",
+        "data.crop_size": 32,
+        "data.resize_short": 32,
+        "run.epochs": 10,
+    }
+    return build_config(dict(base, **values))
+
+
+def test_a_family_registered_beside_its_model_builds_its_programs(tiny_family):
+    """docs/architecture.md, a new model family: its module and nothing else. The
+    programs are built through the registry; 2:4 sparsity keeps the family's classifier
+    (``head``, not ResNet's ``fc``) dense."""
+    paddle.enable_static()
+    programs = program.build_programs(
+        tiny_config(**{"asp.enabled": True}), steps_per_epoch=2, global_batch=16
+    )
+    assert isinstance(programs.model, TinyConvNet)
+    assert tuple(programs.model.conv1.weight.shape) == (8, 3, 3, 3)
+    masked = {
+        name[: -len(MASK_SUFFIX)]
+        for name in ir.persistable_names(programs.train)
+        if name.endswith(MASK_SUFFIX)
+    }
+    model = programs.model
+    assert masked == {model.conv1.weight.name, model.conv2.weight.name}
+    assert TINY.classifier_parameters(model) == (model.head.weight.name, model.head.bias.name)
+
+
+@pytest.mark.parametrize(
+    "values, refusal",
+    [
+        ({"model.zero_init_residual": True}, "tiny_convnet \\(TinyConvNet\\) has none"),
+        ({"model.data_layout": "NHWC"}, "tiny_convnet takes NCHW input"),
+    ],
+)
+def test_what_a_family_does_not_take_is_refused(tiny_family, values, refusal):
+    with pytest.raises(ConfigError, match=refusal):
+        build_model(tiny_config(**values).model)

@@ -1,12 +1,17 @@
-"""ResNet-family models: ``resnet.py`` (the network and its ``Arch`` description) and
-``registry.py`` (every architecture by name, with what the toolkit must know of it)."""
+"""Models by family: each family's module (``resnet_family.py`` beside the network of
+``resnet.py``) declares its ``family.ModelFamily`` and registers its members by name in
+``registry.py``.
 
-from paddle_resnet.models.registry import (
-    build_model,
-    get_arch,
-    list_models,
-    model_entry,
-    register_model,
-)
+Every module of this folder is imported here, so that each family's registration has
+run before anyone asks the registry: a new family is one new module, listed nowhere.
+"""
 
-__all__ = ["build_model", "get_arch", "list_models", "model_entry", "register_model"]
+import importlib
+import pkgutil
+
+from paddle_resnet.models.registry import build_model, list_models, model_entry, register_model
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["build_model", "list_models", "model_entry", "register_model"]

@@ -25,6 +25,7 @@ import paddle
 from paddle.distributed import passes
 
 from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.models import model_entry
 
 FLAGS = {"FLAGS_cudnn_exhaustive_search": True, "FLAGS_conv_workspace_size_limit": 4096}
 APPLY_PASSES = "FLAGS_apply_pass_to_program"
@@ -74,6 +75,11 @@ def check_resunit(config, on_gpu):
     """ConfigError when --fuse-resunit cannot run here."""
     if not config.amp.fuse_resunit:
         return
+    family = model_entry(config.model.arch).family
+    if not family.residual_units:
+        raise ConfigError(
+            f"--fuse-resunit fuses residual units; {config.model.arch} ({family.name}) has none"
+        )
     if not config.amp.enabled:
         raise ConfigError("--fuse-resunit fuses fp16 cuDNN kernels: it needs --amp")
     if not on_gpu:

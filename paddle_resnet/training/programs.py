@@ -1,4 +1,4 @@
-"""Static train and eval programs for a ResNet, on either IR (``ir.py``).
+"""Static train and eval programs for a registered model, on either IR (``ir.py``).
 
 The model, loss, metrics, optimiser and LR schedule are built by the same code on both.
 What differs is who applies the strategies: on the legacy IR Fleet's
@@ -302,7 +302,7 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
             logits, label, num_classes, config.loss.label_smoothing, mixup_lambda
         )
         set_weight_decay(ir.parameters(main), config.optimizer)
-        dense = model_entry(config.model.arch).dense_under_sparsity + config.asp.exclude
+        dense = model_entry(config.model.arch).family.dense_under_sparsity + config.asp.exclude
         kept_dense = excluded_parameters(model, dense) if config.asp.enabled else []
         if pir:
             pir_strategies.minimize(config, optimizer, programs.train_fetches["loss"], kept_dense)

@@ -143,8 +143,8 @@ def load(session, start):
         )
     # Training may start with a new classifier; evaluation needs every weight. A 2:4
     # model brings its masks, unless this run prunes anew.
-    entry = model_entry(config.model.arch)
-    classifier = entry.classifier_parameters(programs.model) if training else ()
+    family = model_entry(config.model.arch).family
+    classifier = family.classifier_parameters(programs.model) if training else ()
     skipped = ckpt.load_pretrained(
         programs.train if training else programs.eval,
         state,

@@ -6,18 +6,19 @@ files, PaddleClas ``.pdparams``).
     state, note = program_state(state, meta, programs.model, config, source)
     checkpoint.load_pretrained(program, state, ...)   # variable name -> array
 
-``files`` reads a file by its content; ``naming`` holds one mapping table per source.
+``files`` reads a file by its content; ``naming`` finds which of the model family's
+weight namings (declared beside the network, ``models/*_family.py``) a file uses.
 """
 
 import json
 import os
 
 from paddle_resnet.core.errors import CheckpointError
-from paddle_resnet.models import get_arch, model_entry
+from paddle_resnet.models import model_entry
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training.qat import is_qat_variable
 from paddle_resnet.training.weights.files import read_tensors
-from paddle_resnet.training.weights.naming import SOURCES
+from paddle_resnet.training.weights.naming import recognise
 
 
 def read_weights(run_config):
@@ -56,8 +57,9 @@ def program_state(state, meta, model, config, source):
     if variable_names & set(state):
         file_arch = _own_arch(meta, source)
         if file_arch is not None:
-            layout = "v1" if get_arch(file_arch).stride_in_1x1 else "v1.5"
-            _check_layout(layout, f"trained as {file_arch}", config.model.arch, source)
+            trained = model_entry(file_arch)
+            variant = trained.family.variant(trained.spec)
+            _check_variant(variant, f"trained as {file_arch}", config.model.arch, source)
         return state, f"{source}: this toolkit's parameters ({len(state)} tensors)"
     return _imported(state, structured, config, source)
 
@@ -99,32 +101,27 @@ def check_quantization(meta, state, config, source):
         )
 
 
-def _check_layout(file_layout, what, arch_name, source):
-    """A ResNet v1 file (stride in the 1x1 convolution) into a v1.5 model (stride in the
-    3x3 one), or the reverse, has the same shapes but computes something else: refuse it."""
-    arch = get_arch(arch_name)
-    ours = "v1" if arch.stride_in_1x1 else "v1.5"
-    if arch.block == "bottleneck" and file_layout not in (None, ours):
+def _check_variant(file_variant, what, arch_name, source):
+    """A file of another variant of the family (a ResNet v1 file into a v1.5 model) has
+    the same shapes but computes something else: refuse it."""
+    entry = model_entry(arch_name)
+    family = entry.family
+    ours = family.variant(entry.spec)
+    if ours is not None and file_variant not in (None, ours):
         raise CheckpointError(
-            f"{source}: holds a ResNet {file_layout} ({what}); {arch_name} is a "
-            f"ResNet {ours}: the shapes agree but the networks differ (v1 strides "
-            "in the 1x1 convolution, v1.5 in the 3x3 one)"
+            f"{source}: holds a {family.name} {file_variant} ({what}); {arch_name} is a "
+            f"{family.name} {ours}: the shapes agree but the networks differ "
+            f"({family.variant_difference})"
         )
 
 
 def _imported(state, structured, config, source):
     arch_name = config.model.arch
-    classifier = model_entry(arch_name).classifier_keys()  # a classifier may be new
-    arch = get_arch(arch_name)
-    tables = [(src, {src.rename(ours, arch): ours for ours in structured}) for src in SOURCES]
-    src, expected = max(tables, key=lambda table: len(set(table[1]) & set(state)))
-    if not set(expected) & set(state):
-        raise CheckpointError(
-            f"{source}: unknown naming: tensor {next(iter(state))!r} is named "
-            f"as in none of {', '.join(s.name for s in SOURCES)} "
-            "(nor as in this toolkit's files)"
-        )
-    _check_layout(src.layouts, f"{src.name} ResNets are {src.layouts}", arch_name, source)
+    entry = model_entry(arch_name)
+    classifier = entry.family.classifier_keys()  # a classifier may be new
+    src, expected = recognise(state, structured, entry, source)
+    what = f"{src.name} {entry.family.name}s are {src.variant}"
+    _check_variant(src.variant, what, arch_name, source)
     converted = {}
     for file_name, ours in expected.items():
         if file_name not in state:

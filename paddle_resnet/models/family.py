@@ -1,0 +1,61 @@
+"""What a model family declares once, beside its network module.
+
+A family is how the toolkit builds one kind of network and everything the rest of the
+code must know of it and would otherwise guess: its classifier layer (replaced when the
+class count changes), the layers 2:4 sparsity keeps dense, the input layouts it takes,
+whether it is made of residual units, and how other frameworks' weight files name its
+tensors. Its members are registered by name (``registry.register_model``), each with
+its ``spec``: what tells it apart from the other members, handed to ``build``.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Tuple
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class WeightNaming:
+    """How one source of pretrained weights (another framework's files) names the
+    family's tensors; ours are ``model.state_dict()``'s structured names."""
+
+    name: str
+    rename: Callable[[str, Any], str]  # (our structured name, the member's spec) -> the file's
+    transposed: Tuple[str, ...] = ()  # our names whose matrices the file stores [out, in]
+    ignored: Tuple[str, ...] = ()  # suffixes of file tensors with no counterpart
+    # What the source's models expect: RGB in [0, 1], then (x - mean) / std.
+    mean: Tuple[float, float, float] = IMAGENET_MEAN
+    std: Tuple[float, float, float] = IMAGENET_STD
+    variant: Optional[str] = None  # which of the family's variants the source's models are
+
+
+def no_variants(spec):
+    """A family whose members of equal shapes compute alike."""
+    return None
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    name: str  # as messages name it: "ResNet"
+    build: Callable[[Any, Any], Any]  # (spec, the model config section) -> a paddle.nn.Layer
+    classifier: str = "fc"  # the layer path of the classifier
+    dense_under_sparsity: Tuple[str, ...] = ("fc",)  # layer paths 2:4 pruning leaves dense
+    layouts: Tuple[str, ...] = ("NCHW", "NHWC")  # input layouts the network takes
+    weight_namings: Tuple[WeightNaming, ...] = ()  # the sources its weights import from
+    # Made of residual units whose last batch norm --zero-init-residual zeroes and which
+    # --fuse-resunit fuses (cuDNN's ResUnit pattern).
+    residual_units: bool = False
+    # Members with the same shapes that compute differently (ResNet v1 and v1.5): the
+    # variant of a spec, or None; a weight file of another variant is refused, saying
+    # what tells them apart (``variant_difference``).
+    variant: Callable[[Any], Optional[str]] = no_variants
+    variant_difference: str = ""
+
+    def classifier_parameters(self, model):
+        """The classifier's parameter names in a built ``model``'s programs."""
+        return tuple(p.name for p in getattr(model, self.classifier).parameters())
+
+    def classifier_keys(self):
+        """The classifier's structured names (``model.state_dict()``): weight and bias."""
+        return (f"{self.classifier}.weight", f"{self.classifier}.bias")
