@@ -63,7 +63,7 @@ def test_what_pir_cannot_do_is_refused_naming_the_ir_that_can(values, message):
 
 
 def test_bf16_amp_on_the_legacy_ir_is_refused_naming_pir():
-    config = build_config({"amp.enabled": True, "amp.dtype": "bfloat16"})
+    config = build_config({"amp.enabled": True, "amp.dtype": "bfloat16", "run.ir": "legacy"})
     with pytest.raises(
         ConfigError, match="--amp-dtype bfloat16 is built on PIR only: use --ir pir"
     ):
@@ -549,7 +549,8 @@ def test_the_pir_only_rehearsal_runs_on_pir_and_refuses_the_legacy_ir_in_one_lin
 ):
     """PADDLE_RESNET_PIR_ONLY=1, a Paddle without the legacy IR: the demo's settings run
     on PIR, and what needs the legacy IR is refused in one line naming the switch."""
-    assert bootstrap.pir_only(), "run by scripts/test.sh's rehearsal track"
+    if not bootstrap.pir_only():
+        pytest.skip("the rehearsal's own: scripts/test.sh runs it with PADDLE_RESNET_PIR_ONLY=1")
     assert ir.chosen(build_config({"data.crop_size": 32})) == ("pir", None)
     result = run_python(
         "train.py", "--config", "resnet18_demo", "--image-root", fmnist_root,
