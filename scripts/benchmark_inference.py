@@ -59,6 +59,7 @@ from paddle_resnet.core.config import IRS, InferenceConfig, build_config
 from paddle_resnet.core.devices import cpu_has_int8_dot_products
 from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core.metrics import latency_summary, time_steps
+from paddle_resnet.data.folder import scan_split
 from paddle_resnet.deploy.openvino_runtime import (
     HINTS,
     OpenVinoClassifier,
@@ -468,6 +469,7 @@ def parse_args():
 
 def main():
     args = parse_args()
+    scan_split(args.calibration_root, "train")  # its own input first, then the packages
     onnxruntime = require("onnxruntime", "the ONNX peers of this benchmark")
     ov = require("openvino", "the OpenVINO peers of this benchmark")
     nncf_version = nncf_int8.version(args.nncf_site, "the NNCF int8 peer of this benchmark")

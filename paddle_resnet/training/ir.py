@@ -71,7 +71,7 @@ def chosen(config):
 
 
 def _bf16_amp(config):
-    return config.amp.enabled and config.amp.dtype == "bfloat16"
+    return config.amp.dtype == "bfloat16" and config.amp.enabled
 
 
 def _legacy_onednn_faster(config):
