@@ -138,7 +138,9 @@ def test_int8_onnx_with_paddle2onnx_2_is_refused_before_any_work(learned, tmp_pa
         tmp_path / "int8",
         **{"inference.ptq_algo": "hist", "inference.calibration_images": 8, "inference.onnx": True},
     )
-    with pytest.raises(UserError, match=r"an int8 model to ONNX .* needs paddle2onnx 1.2.11"):
+    with pytest.raises(
+        UserError, match=r"an int8 legacy-IR model to ONNX .* needs paddle2onnx 1.2.11"
+    ):
         exporting.export(config)
     assert not os.path.exists(tmp_path / "int8")
 
