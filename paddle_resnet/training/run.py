@@ -123,8 +123,9 @@ def introduce(session, start_lines):
     report.log(
         "PARAMETER", dict(config.to_dict(), ir=ir.record(config)), kind="PARAMETER", console=False
     )
-    if ir.legacy_note(config):
-        report.print(ir.legacy_note(config))
+    note = ir.legacy_note(config)
+    if note:
+        report.print(note)
     report.print(
         f"{config.model.arch}: {len(session.classes)} classes, "
         f"rank {session.rank}/{session.world_size}, {devices.describe(session.device_id)}, "
