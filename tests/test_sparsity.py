@@ -32,6 +32,25 @@ def weights_of(config, epoch):
     )[1]
 
 
+# 4:8 for the algorithms that scale to it; mask_2d_best enumerates every valid block
+# (about 10^11 at 8x8), so it shows the pattern driving it at 1:4.
+@pytest.mark.parametrize(
+    "algo, kept, group", [("mask_1d", 4, 8), ("mask_2d_greedy", 4, 8), ("mask_2d_best", 1, 4)]
+)
+def test_the_pattern_is_data_the_mask_algorithms_follow(algo, kept, group):
+    """With another N:M pattern as data, each mask algorithm computes a mask of that
+    pattern: the 2:4 of the toolkit is declared once (``pattern.SPARSITY``), not in them."""
+    other = sparsity.Pattern(kept=kept, group=group)
+    weight = np.random.default_rng(0).normal(size=(16, 24, 3, 3))  # conv [out, in, kh, kw]
+    pruned = weight * sparsity.prune_mask(weight, algo, other)
+    assert sparsity.is_2to4(pruned, other) and not sparsity.is_2to4(pruned)
+    assert sparsity.density(pruned) == pytest.approx(kept / group, abs=0.02)  # greedy: at most
+    if algo != "mask_1d":  # 2-D masks also hold along the outputs of each block
+        rows = sparsity.paddle_rows(pruned)
+        blocks = rows[: rows.shape[0] // group * group].reshape(-1, group, rows.shape[1])
+        assert ((blocks != 0).sum(axis=1) <= kept).all()
+
+
 @pytest.mark.gpu_wheel
 @pytest.mark.parametrize("algo", ["mask_1d", "mask_2d_greedy", "mask_2d_best"])
 def test_mask_algorithms_give_2to4_on_real_weights(trained, algo):

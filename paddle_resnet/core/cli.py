@@ -13,6 +13,7 @@ import yaml
 
 from paddle_resnet.core.bootstrap import is_verbose, set_verbose
 from paddle_resnet.core.config import (
+    SECTION_TITLES,
     TOOLS,
     all_keys,
     build_config,
@@ -25,20 +26,6 @@ from paddle_resnet.core.config import (
     to_yaml,
 )
 from paddle_resnet.core.errors import ConfigError, exit_status
-
-# The parser's group of each section.
-GROUPS = {
-    "run": "Global",
-    "data": "Dataset and augmentation",
-    "model": "Model",
-    "lr": "Learning rate",
-    "optimizer": "Optimizer",
-    "loss": "Loss",
-    "amp": "Mixed precision",
-    "asp": "Sparsity (ASP)",
-    "qat": "Quantization-aware training",
-    "inference": "Paddle Inference",
-}
 
 
 def tool_reads(tool, dotted):
@@ -165,7 +152,7 @@ def build_parser(tool, description=None, choices=None):
             continue
         section = dotted.partition(".")[0]
         if section not in groups:
-            groups[section] = parser.add_argument_group(GROUPS[section])
+            groups[section] = parser.add_argument_group(SECTION_TITLES[section])
         group = groups[section]
         values = _choices(dotted, f, choices)
         text = f"{_help(f, values)} [{dotted}, default {f.default}]"
@@ -235,7 +222,7 @@ def flag_table_markdown(choices=None):
     for dotted, f in all_keys():
         if dotted.partition(".")[0] != section:
             section = dotted.partition(".")[0]
-            lines.append(f"| **{GROUPS[section]}** | | | | |")
+            lines.append(f"| **{SECTION_TITLES[section]}** | | | | |")
         meta = f.metadata
         names = ", ".join(f"`{flag}`" for flag in (meta["flag"],) + meta["aliases"])
         if meta["deprecated"]:

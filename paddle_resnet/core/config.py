@@ -24,6 +24,8 @@ CONFIG_DIR = os.path.join(REPOSITORY, "configs")
 RUN_SCOPES = ("train_eval", "train_only", "eval_only")
 IRS = ("legacy", "pir")
 LR_SCHEDULES = ("cosine", "step")
+# The sparsity mask algorithms, by the names of their functions in
+# training/sparsity/pattern.py (declared here, where the config checks --mask-algo).
 MASK_ALGOS = ("mask_1d", "mask_2d_greedy", "mask_2d_best")
 DATA_LAYOUTS = ("NCHW", "NHWC")
 INFERENCE_MODES = ("accuracy", "benchmark", "predict")
@@ -697,18 +699,24 @@ class InferenceConfig:
         return self.model_dir or DEFAULT_INFERENCE_DIR
 
 
+def section(keys, title):
+    """A section of the Config: the dataclass of its keys, and its title, which heads its
+    flags in each tool's --help and in the README's flag table."""
+    return field(default_factory=keys, metadata={"title": title})
+
+
 @dataclass(frozen=True)
 class Config:
-    run: RunConfig = field(default_factory=RunConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    lr: LRConfig = field(default_factory=LRConfig)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    amp: AmpConfig = field(default_factory=AmpConfig)
-    asp: AspConfig = field(default_factory=AspConfig)
-    qat: QatConfig = field(default_factory=QatConfig)
-    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    run: RunConfig = section(RunConfig, "Global")
+    data: DataConfig = section(DataConfig, "Dataset and augmentation")
+    model: ModelConfig = section(ModelConfig, "Model")
+    lr: LRConfig = section(LRConfig, "Learning rate")
+    optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer")
+    loss: LossConfig = section(LossConfig, "Loss")
+    amp: AmpConfig = section(AmpConfig, "Mixed precision")
+    asp: AspConfig = section(AspConfig, "Sparsity (ASP)")
+    qat: QatConfig = section(QatConfig, "Quantization-aware training")
+    inference: InferenceConfig = section(InferenceConfig, "Paddle Inference")
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -727,6 +735,7 @@ class Config:
 INFERENCE_SECTIONS = ("inference",)
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
+SECTION_TITLES = {f.name: f.metadata["title"] for f in dataclasses.fields(Config)}
 
 
 def config_field(dotted, source="config"):

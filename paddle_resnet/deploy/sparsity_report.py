@@ -13,7 +13,11 @@ from paddle_resnet.core.optional import require
 from paddle_resnet.deploy import exported, onnx_int8
 from paddle_resnet.training import checkpoint
 from paddle_resnet.training.qat import QAT_SUFFIXES
-from paddle_resnet.training.sparsity.pattern import compliance_table, sparse_parameters
+from paddle_resnet.training.sparsity.pattern import (
+    SPARSITY,
+    compliance_table,
+    sparse_parameters,
+)
 
 WEIGHT_SCALE = "@scale"
 
@@ -101,10 +105,9 @@ def print_rows(rows, title):
     print(title)
     print(f"  {'weight':32s} {'shape':20s} density pattern  precision")
     for row in rows:
-        pattern = "2:4" if row["is_2to4"] else "dense"
-        flag = (
-            "  <-- marked sparse but NOT 2:4" if row["marked_sparse"] and not row["is_2to4"] else ""
-        )
+        pattern = str(SPARSITY) if row["is_2to4"] else "dense"
+        broken = row["marked_sparse"] and not row["is_2to4"]
+        flag = f"  <-- marked sparse but NOT {SPARSITY}" if broken else ""
         print(
             f"  {row['param']:32s} {str(row['shape']):20s} {row['density']:.3f}   "
             f"{pattern:7s}  {row['precision']}{flag}"
@@ -143,8 +146,8 @@ def report(path, json_path=None):
         failures += [f"{where}: {name}" for name in bad + missing]
         print(
             f"{sum(r['marked_sparse'] for r in rows)} weights marked sparse, {len(bad)} "
-            f"violate 2:4, {len(missing)} missing, {sum(r['is_2to4'] for r in rows)} of "
-            f"{len(rows)} are 2:4, {sum(r['precision'] != 'fp32' for r in rows)} int8"
+            f"violate {SPARSITY}, {len(missing)} missing, {sum(r['is_2to4'] for r in rows)} "
+            f"of {len(rows)} are {SPARSITY}, {sum(r['precision'] != 'fp32' for r in rows)} int8"
         )
     if json_path:
         with open(json_path, "w") as handle:

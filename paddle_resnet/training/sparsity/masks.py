@@ -14,6 +14,7 @@ from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.training import ir
 from paddle_resnet.training.sparsity.pattern import (
     MASK_SUFFIX,
+    SPARSITY,
     SparsityViolation,
     density,
     is_2to4,
@@ -73,7 +74,7 @@ def layer_table(programs):
         elif param.name not in masked:
             status = "excluded (kept dense by configuration)"
         else:
-            status = "dense (too few input channels for 2:4)"
+            status = f"dense (too few input channels for {SPARSITY})"
         rows.append(
             {
                 "param": param.name,
@@ -133,9 +134,9 @@ def prepare(programs, asp_config, report, resumed, place):
     rows = layer_table(programs)
     if not any(row["status"] == "pruned" for row in rows):
         raise ConfigError(
-            "--asp without --prune-model continues a model that is already 2:4 "
+            f"--asp without --prune-model continues a model that is already {SPARSITY} "
             "sparse (an ASP checkpoint); these weights are dense: add "
-            "--prune-model (it keeps the zeros of weights that are already 2:4)"
+            f"--prune-model (it keeps the zeros of weights that are already {SPARSITY})"
         )
     report.log("ASP", {"layers": rows}, kind="PARAMETER", console=False)
     report.print(f"asp: {'layer':34s} {'shape':20s} density  status")
@@ -156,6 +157,6 @@ def verify(programs, report, where):
             continue
         weight = _scope_array(param.name)
         if not is_2to4(weight) or np.any(weight[mask == 0] != 0):
-            raise SparsityViolation(f"{param.name} lost its 2:4 pattern {where}")
+            raise SparsityViolation(f"{param.name} lost its {SPARSITY} pattern {where}")
         checked += 1
-    report.print(f"asp: {checked} weights hold the 2:4 pattern {where}")
+    report.print(f"asp: {checked} weights hold the {SPARSITY} pattern {where}")

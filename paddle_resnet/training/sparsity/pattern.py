@@ -1,5 +1,7 @@
-"""The 2:4 pattern on NumPy arrays, as Paddle's ASP and cuSPARSELt use it: in every
-group of 4 consecutive weights along the input dimension at least 2 are zero.
+"""The N:M sparsity pattern on NumPy arrays, as Paddle's ASP and cuSPARSELt use it: in
+every group of M consecutive weights along the input dimension at most N are nonzero.
+The pattern is data (``Pattern``), declared once (``SPARSITY``: 2:4, the only one the
+toolkit offers); every check, mask algorithm and report reads it.
 
 Conv weights are [out, in, kh, kw] (groups run along ``in``); FC weights are
 [in, out] (groups run along ``in``, the first axis).
@@ -7,17 +9,35 @@ Conv weights are [out, in, kh, kw] (groups run along ``in``); FC weights are
 
 import functools
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
+from paddle_resnet.core import config
 from paddle_resnet.core.errors import UserError
 
 # ASP keeps each pruned weight's mask in a variable of this suffix.
 MASK_SUFFIX = ".asp_mask"
 
 
+@dataclass(frozen=True)
+class Pattern:
+    """At most ``kept`` nonzero weights in every group of ``group`` consecutive weights
+    along the input dimension."""
+
+    kept: int
+    group: int
+
+    def __str__(self):
+        return f"{self.kept}:{self.group}"
+
+
+# What Ampere's sparse tensor cores (cuSPARSELt) and Paddle's ASP run.
+SPARSITY = Pattern(kept=2, group=4)
+
+
 class SparsityViolation(UserError):
-    """A weight that should hold the 2:4 pattern does not."""
+    """A weight that should hold the sparsity pattern does not."""
 
 
 def rows_along_input(weight):
@@ -27,16 +47,17 @@ def rows_along_input(weight):
         return weight.transpose(0, 2, 3, 1).reshape(-1, weight.shape[1])
     if weight.ndim == 2:  # fc [in, out]
         return weight.T
-    raise ValueError(f"no 2:4 layout for a weight of shape {weight.shape}")
+    raise ValueError(f"no {SPARSITY} layout for a weight of shape {weight.shape}")
 
 
-def is_2to4(weight):
-    """True when every group of 4 along the input dimension has at least 2 zeros."""
+def is_2to4(weight, pattern=SPARSITY):
+    """True when every group along the input dimension holds ``pattern`` (2:4: at most 2
+    nonzero of 4)."""
     rows = rows_along_input(weight)
-    if rows.shape[1] % 4:
+    if rows.shape[1] % pattern.group:
         return False
-    groups = rows.reshape(rows.shape[0], -1, 4)
-    return bool(((groups != 0).sum(axis=2) <= 2).all())
+    groups = rows.reshape(rows.shape[0], -1, pattern.group)
+    return bool(((groups != 0).sum(axis=2) <= pattern.kept).all())
 
 
 def density(weight):
@@ -46,7 +67,7 @@ def density(weight):
 
 def is_pruning_mask(mask):
     """ASP creates a mask for every supported layer, but leaves it all ones where the
-    weight cannot hold 2:4 (fewer than 4 input channels)."""
+    weight cannot hold the pattern (fewer input channels than a group)."""
     return mask is not None and not np.all(np.asarray(mask) != 0)
 
 
@@ -60,14 +81,16 @@ def sparse_parameters(state):
 
 
 def check_sparse(params, names, where):
-    """Raise SparsityViolation if any of ``names`` is missing from ``params`` or not 2:4."""
+    """Raise SparsityViolation if any of ``names`` is missing from ``params`` or does not
+    hold the pattern."""
     broken = [name for name in names if name not in params or not is_2to4(params[name])]
     if broken:
-        raise SparsityViolation(f"{where}: weights not 2:4 sparse: {broken[:3]}")
+        raise SparsityViolation(f"{where}: weights not {SPARSITY} sparse: {broken[:3]}")
 
 
 def compliance_table(params, marked):
-    """One row per weight of ``params``: shape, density, 2:4 or not, marked sparse or not."""
+    """One row per weight of ``params``: shape, density, whether it holds the pattern
+    (``is_2to4``), marked sparse or not."""
     rows = []
     for name in sorted(params):
         value = np.asarray(params[name])
@@ -89,9 +112,8 @@ def compliance_table(params, marked):
 # The toolkit's own, for the IR where Paddle has no ASP (PIR). Each gives, for the same
 # weights, the mask ``paddle.incubate.asp`` gives (tested): the same layout of a weight
 # as rows (``paddle_rows``), the same orderings and the same tie-breaks, so checkpoints
-# pruned on either IR look alike. Masks are float arrays of the weight's shape.
-
-N, M = 2, 4
+# pruned on either IR look alike. Masks are float arrays of the weight's shape; each
+# algorithm takes the pattern (``SPARSITY`` unless told).
 
 
 def paddle_rows(weight):
@@ -123,78 +145,88 @@ def _padded(rows, rows_multiple, cols_multiple):
     return padded
 
 
-def mask_1d(rows):
-    """In each group of 4 along a row, the 2 smallest magnitudes masked."""
-    groups = _padded(rows, 1, M).reshape(-1, M)
+def mask_1d(rows, pattern=SPARSITY):
+    """In each group along a row, the smallest magnitudes masked: all but ``kept``."""
+    group = pattern.group
+    groups = _padded(rows, 1, group).reshape(-1, group)
     mask = np.ones_like(groups)
-    smallest = np.argsort(np.absolute(groups), axis=1)[:, :N]
+    smallest = np.argsort(np.absolute(groups), axis=1)[:, : group - pattern.kept]
     np.put_along_axis(mask, smallest, 0.0, axis=1)
     return mask.reshape(rows.shape[0], -1)[:, : rows.shape[1]]
 
 
-def _blocks(rows):
-    """(4x4 blocks of ``rows`` as [count, 16], padded shape), row-major block order."""
-    padded = _padded(rows, M, M)
+def _blocks(rows, size):
+    """(size x size blocks of ``rows`` as [count, size**2], padded shape), row-major
+    block order."""
+    padded = _padded(rows, size, size)
     r, c = padded.shape
-    blocks = padded.reshape(r // M, M, c // M, M).transpose(0, 2, 1, 3).reshape(-1, M * M)
-    return blocks, padded.shape
+    blocks = padded.reshape(r // size, size, c // size, size).transpose(0, 2, 1, 3)
+    return blocks.reshape(-1, size * size), padded.shape
 
 
-def _unblocks(blocks, shape, rows):
+def _unblocks(blocks, shape, rows, size):
     r, c = shape
-    full = blocks.reshape(r // M, c // M, M, M).transpose(0, 2, 1, 3).reshape(r, c)
+    full = blocks.reshape(r // size, c // size, size, size).transpose(0, 2, 1, 3).reshape(r, c)
     return full[: rows.shape[0], : rows.shape[1]]
 
 
-def mask_2d_greedy(rows):
-    """In each 4x4 block, magnitudes kept largest first while their row and column have
-    fewer than 2 kept: at least 2 zeros in every row and column of the block."""
-    blocks, shape = _blocks(rows)
+def mask_2d_greedy(rows, pattern=SPARSITY):
+    """In each group x group block (2:4: 4x4), magnitudes kept largest first while their
+    row and column have fewer than ``kept`` kept: the pattern holds along the rows and
+    the columns of the block."""
+    size, kept = pattern.group, pattern.kept
+    blocks, shape = _blocks(rows, size)
     order = np.argsort(np.absolute(blocks), axis=1)
     mask = np.zeros_like(blocks)
-    kept_in_row = np.zeros((len(blocks), M), dtype=int)
-    kept_in_col = np.zeros((len(blocks), M), dtype=int)
+    kept_in_row = np.zeros((len(blocks), size), dtype=int)
+    kept_in_col = np.zeros((len(blocks), size), dtype=int)
     index = np.arange(len(blocks))
-    for position in range(M * M - 1, -1, -1):
+    for position in range(size * size - 1, -1, -1):
         entry = order[:, position]
-        row, col = entry // M, entry % M
-        free = (kept_in_row[index, row] < N) & (kept_in_col[index, col] < N)
+        row, col = entry // size, entry % size
+        free = (kept_in_row[index, row] < kept) & (kept_in_col[index, col] < kept)
         mask[index[free], entry[free]] = 1.0
         kept_in_row[index[free], row[free]] += 1
         kept_in_col[index[free], col[free]] += 1
-    return _unblocks(mask, shape, rows)
+    return _unblocks(mask, shape, rows, size)
 
 
-@functools.lru_cache(maxsize=1)
-def valid_2d_patterns():
-    """Every 4x4 0/1 pattern with 2 ones per row and at most 2 per column, in the order
-    ASP enumerates them (its tie-break between equally good patterns)."""
-    row = np.zeros(M)
-    row[:N] = 1
+@functools.lru_cache(maxsize=None)
+def valid_2d_patterns(pattern=SPARSITY):
+    """Every group x group 0/1 block with ``kept`` ones per row and at most ``kept`` per
+    column, in the order ASP enumerates them (its tie-break between equally good
+    blocks). A row can repeat at most ``kept`` times. The enumeration grows as
+    (rows x kept)! / (rows x kept - group)!: fine for 2:4 (and 1:M), not for 4:8."""
+    size, kept = pattern.group, pattern.kept
+    row = np.zeros(size)
+    row[:kept] = 1
     rows = list(set(itertools.permutations(row.tolist())))
-    patterns = np.asarray(list(set(itertools.permutations(rows + rows, M))))
-    valid = ((patterns.sum(axis=1) <= N).sum(axis=1) == M).nonzero()[0]
+    patterns = np.asarray(list(set(itertools.permutations(rows * kept, size))))
+    valid = ((patterns.sum(axis=1) <= kept).sum(axis=1) == size).nonzero()[0]
     return patterns[valid]
 
 
-def mask_2d_best(rows):
-    """In each 4x4 block, the valid 2-D pattern with the largest sum of kept values. As
-    in Paddle's ASP the sum is of the signed values (NVIDIA's apex sums magnitudes)."""
-    blocks, shape = _blocks(rows)
-    patterns = valid_2d_patterns()
+def mask_2d_best(rows, pattern=SPARSITY):
+    """In each group x group block, the valid 2-D pattern with the largest sum of kept
+    values. As in Paddle's ASP the sum is of the signed values (NVIDIA's apex sums
+    magnitudes)."""
+    blocks, shape = _blocks(rows, pattern.group)
+    patterns = valid_2d_patterns(pattern)
     best = np.argmax(blocks @ patterns.reshape(len(patterns), -1).T, axis=1)
-    return _unblocks(patterns[best].reshape(len(blocks), -1), shape, rows)
+    return _unblocks(patterns[best].reshape(len(blocks), -1), shape, rows, pattern.group)
 
 
-MASK_ALGOS = {"mask_1d": mask_1d, "mask_2d_greedy": mask_2d_greedy, "mask_2d_best": mask_2d_best}
+# --mask-algo's choices are declared in core/config.py (the config checks the flag); each
+# names its function here.
+MASK_ALGOS = {name: globals()[name] for name in config.MASK_ALGOS}
 
 
-def prune_mask(weight, algo):
-    """The 2:4 mask of ``weight`` (conv or fc) by ``algo``; all ones where the input
-    dimension has fewer than 4 channels (ASP leaves those dense)."""
+def prune_mask(weight, algo, pattern=SPARSITY):
+    """The mask of ``weight`` (conv or fc) by ``algo``; all ones where the input
+    dimension has fewer channels than a group (ASP leaves those dense)."""
     weight = np.asarray(weight)
     inputs = weight.shape[1] if weight.ndim == 4 else weight.shape[0]
-    if inputs < M:
+    if inputs < pattern.group:
         return np.ones_like(weight)
-    mask = from_paddle_rows(MASK_ALGOS[algo](paddle_rows(weight)), weight.shape)
+    mask = from_paddle_rows(MASK_ALGOS[algo](paddle_rows(weight), pattern), weight.shape)
     return mask.astype(weight.dtype)
