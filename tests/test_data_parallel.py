@@ -296,6 +296,7 @@ def test_resume_across_world_sizes_keeps_the_epoch_schedule(two_ranks, fmnist_ro
         for r in read_report(str(out / "report.json"))
         if r["type"] == "LOG"
     }
+    assert logged, "the resumed run logged no step"
     for step, lr in logged.items():  # step counts from 1 within epoch 2
         assert lr == pytest.approx(lr_at_step(lr_config, 10 + step - 1, 10, 2, 16))
     meta, _ = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(out), "resnet18", 2))

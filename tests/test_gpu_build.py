@@ -267,7 +267,9 @@ def test_qat_with_amp_quantizes_both_programs_and_keeps_the_scales_evaluable():
         quantized = ops(prog, "conv2d", "matmul_v2")
         assert len(quantized) == 53 + 1
         for op in quantized:
-            for name in float_inputs(prog, op):
+            inputs = float_inputs(prog, op)
+            assert len(inputs) == 2, (op.type, inputs)  # the activation and the weight
+            for name in inputs:
                 assert producers[name] == "dequantize_linear", (op.type, name)
                 assert dtype(prog, name) == precision
     assert "cast" in counts(programs.train) and "cast" not in counts(programs.eval)

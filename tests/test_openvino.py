@@ -230,11 +230,9 @@ def test_the_export_proves_its_formats_agree_and_refuses_when_they_do_not(traine
     config, report = export(
         trained, folder, **{"inference.onnx": True, "inference.verify_images": 100}
     )
-    backends = {row["backend"] for row in report["verification"]}
-    assert {"cpu fp32 (reference)", "openvino fp32", "onnxruntime"} <= backends
-    assert all(
-        row["agreement"] >= verify.MIN_AGREEMENT[row["precision"]] for row in report["verification"]
-    )
+    rows = report["verification"]
+    assert {"cpu fp32 (reference)", "openvino fp32", "onnxruntime"} <= {r["backend"] for r in rows}
+    assert all(row["agreement"] >= verify.MIN_AGREEMENT[row["precision"]] for row in rows)
     # another model's ONNX file (the initial random weights) beside these: they disagree
     programs = program.build_programs(config, training=False)
     paddle.static.Executor(paddle.CPUPlace()).run(programs.startup)

@@ -57,14 +57,17 @@ def test_train_program_has_forward_loss_metrics_and_momentum():
 def test_weight_decay_only_on_conv_and_fc_weights():
     programs = program.build_programs(config(), steps_per_epoch=10, global_batch=256)
     shapes = {p.name: p.shape for p in programs.train.all_parameters() if p.trainable}
-    decayed, plain = [], []
+    decayed, plain, coefficients = [], [], []
     for op in programs.train.global_block().ops:
         if op.type == "momentum":
             name = op.input("Param")[0]
-            (decayed if op.attr("regularization_method") == "l2_decay" else plain).append(name)
             if op.attr("regularization_method") == "l2_decay":
-                assert op.attr("regularization_coeff") == pytest.approx(1 / 32768)
+                decayed.append(name)
+                coefficients.append(op.attr("regularization_coeff"))
+            else:
+                plain.append(name)
     assert decayed and plain
+    assert coefficients == pytest.approx([1 / 32768] * len(decayed))
     assert all(len(shapes[name]) > 1 for name in decayed)  # conv and FC weights
     assert all(len(shapes[name]) == 1 for name in plain)  # BN scale/shift, FC bias
     assert sorted(decayed + plain) == sorted(shapes)

@@ -107,7 +107,7 @@ def test_recipe_builds_and_trains_a_step_on_the_cpu(name):
     arch, momentum, nesterov, wd, *_ = RECIPES[name]
     programs = program.build_programs(config, steps_per_epoch=10, global_batch=2)
     momentum_ops = [op for op in programs.train.global_block().ops if op.type == "momentum"]
-    assert all(op.attr("mu") == pytest.approx(momentum) for op in momentum_ops)
+    assert momentum_ops and all(op.attr("mu") == pytest.approx(momentum) for op in momentum_ops)
     assert {op.attr("use_nesterov") for op in momentum_ops} == {nesterov}
     decayed = [
         op.attr("regularization_coeff")

@@ -71,6 +71,7 @@ def test_records_give_the_same_val_batches_as_the_files(fmnist_root, record_root
     images = scan_split(fmnist_root, "val")
     from_files = decoded_epoch(read_files(images), len(images))
     from_records = decoded_epoch(read_in_order(record_root, "val", fmt), len(images))
+    assert len(from_files) == len(from_records) == 2  # images, labels
     for expected, got in zip(from_files, from_records):
         assert got.dtype == expected.dtype and got.shape == expected.shape
         np.testing.assert_array_equal(got, expected)

@@ -2,6 +2,7 @@
 of docs/architecture.md holds."""
 
 import ast
+import builtins
 import glob
 import json
 import os
@@ -112,12 +113,13 @@ def test_shell_scripts_parse_and_name_real_recipes():
     scripts = glob.glob(os.path.join(ROOT, "scripts", "**", "*.sh"), recursive=True)
     assert len(scripts) > 20
     recipes = set(list_recipes())
+    launched = []
     for script in scripts + [os.path.join(ROOT, ".ci", "run")]:
         subprocess.run(["bash", "-n", script], check=True)
         with open(script) as handle:
             text = handle.read()
-        for name in re.findall(r'launch\.sh" (\S+) ', text):
-            assert name in recipes, (script, name)
+        launched += re.findall(r'launch\.sh" (\S+) ', text)
+    assert launched and set(launched) <= recipes, set(launched) - recipes
 
 
 def test_launch_script_rejects_bad_arguments():
@@ -274,7 +276,7 @@ def test_quoted_figures_are_the_benchmark_files():
         r"<!-- figures: (benchmarks/[\w.]+) -->\n(.*?)<!-- /figures -->", page, re.S
     )
     assert len(blocks) >= 6
-    ratios = 0
+    ratios = figures = 0
     for source, text in blocks:
         with open(os.path.join(ROOT, source)) as handle:
             document = json.load(handle)
@@ -295,7 +297,8 @@ def test_quoted_figures_are_the_benchmark_files():
             assert any(round(value, decimals) == number for value in candidates), (
                 f"{figure} is not in {source}"
             )
-    assert ratios >= 6
+            figures += 1
+    assert ratios >= 6 and figures >= len(blocks)
 
 
 def test_commands_parse_and_call():
@@ -357,3 +360,112 @@ def test_scripts_set_the_environment_before_paddle_loads():
         if first == "paddle":
             late.append(os.path.relpath(path, ROOT))
     assert not late, late
+
+
+# A test's assertion over a collection passes when the collection is empty: ``assert
+# all(...)`` over nothing, or a loop of assertions that never runs. The guard below asks
+# that such a collection be asserted on before (``assert ops and all(...)``, ``assert
+# len(results) == 3``), unless it is literal data (a list or tuple written in the test, a
+# module's CONSTANT, ``range(3)``) or the loop counts its rounds into a number asserted
+# after it.
+BUILTIN_NAMES = set(dir(builtins))
+
+
+def collection_names(node):
+    """The variables an expression reads, without builtins and module constants."""
+    constants = set()
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Attribute) and inner.attr.isupper():
+            constants |= {id(n) for n in ast.walk(inner.value)}
+    return {
+        n.id
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name) and id(n) not in constants and not n.id.isupper()
+    } - BUILTIN_NAMES
+
+
+def is_literal_collection(node, literals):
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+        return True
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "range":
+        return all(isinstance(a, ast.Constant) for a in node.args)
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "enumerate":
+        return is_literal_collection(node.args[0], literals)
+    return isinstance(node, ast.Name) and node.id in literals
+
+
+def calls_of_all(test, asserted_before=frozenset()):
+    """(all(...) call, names asserted before it in the same ``and``) in an assertion."""
+    if isinstance(test, ast.Call) and getattr(test.func, "id", None) == "all":
+        yield test, asserted_before
+    elif isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        seen = set(asserted_before)
+        for value in test.values:
+            yield from calls_of_all(value, frozenset(seen))
+            seen |= collection_names(value)
+
+
+def unguarded_collections(function):
+    """``path:line`` of each assertion of ``function`` over a collection that may be empty."""
+    asserts = [
+        (n.lineno, collection_names(n.test))
+        for n in ast.walk(function)
+        if isinstance(n, ast.Assert)
+    ]
+    literals = {
+        target.id
+        for n in ast.walk(function)
+        if isinstance(n, ast.Assign) and isinstance(n.value, (ast.List, ast.Tuple))
+        for target in n.targets
+        if isinstance(target, ast.Name)
+    }
+
+    def asserted(names, before=None, after=None):
+        return any(
+            names & found and (before is None or line < before) and (after is None or line > after)
+            for line, found in asserts
+        )
+
+    found = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assert):
+            for call, before in calls_of_all(node.test):
+                comprehension = call.args[0] if call.args else None
+                if not isinstance(comprehension, (ast.GeneratorExp, ast.ListComp)):
+                    continue
+                source = comprehension.generators[0].iter
+                names = collection_names(source)
+                if is_literal_collection(source, literals) or not names or names & before:
+                    continue
+                if not asserted(names, before=node.lineno):
+                    found.append(node.lineno)
+        elif isinstance(node, ast.For):
+            body = [inner for statement in node.body for inner in ast.walk(statement)]
+            if not any(isinstance(inner, ast.Assert) for inner in body):
+                continue
+            names = collection_names(node.iter)
+            if is_literal_collection(node.iter, literals) or not names:
+                continue
+            counters = {
+                inner.target.id
+                for inner in body
+                if isinstance(inner, ast.AugAssign) and isinstance(inner.target, ast.Name)
+            }
+            if asserted(names, before=node.lineno) or asserted(counters, after=node.lineno):
+                continue
+            found.append(node.lineno)
+    return found
+
+
+def test_no_assertion_over_a_collection_passes_when_it_is_empty():
+    unguarded = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
+        with open(path) as handle:
+            tree = ast.parse(handle.read())
+        for function in ast.walk(tree):
+            if isinstance(function, ast.FunctionDef) and function.name.startswith("test_"):
+                where = os.path.relpath(path, ROOT)
+                unguarded += [f"{where}:{line}" for line in unguarded_collections(function)]
+    assert not unguarded, (
+        f"assertions over collections that may be empty (assert the collection first): {unguarded}"
+    )

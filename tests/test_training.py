@@ -73,6 +73,7 @@ def test_evaluation_is_exact_whatever_the_batch_size(trained, fmnist_root):
             )
         )
         results.append(run(config))
+    assert len(results) == 3
     for result in results:
         assert result["val.images"] == 130
         assert result["val.top1"] * 130 == pytest.approx(round(result["val.top1"] * 130))
