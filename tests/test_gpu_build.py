@@ -24,6 +24,7 @@ from paddle_resnet.training import gpu_tuning, prepare
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.qat import quantize_eval_program
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
+from paddle_resnet.training.weights import into_program
 
 pytestmark = [pytest.mark.cuda_build, pytest.mark.gpu_wheel]
 
@@ -171,7 +172,7 @@ def test_pure_fp16_keeps_fp32_masters_and_an_fp16_eval_program(tmp_path):
     statistics = {n for op in ops(programs.train, *BATCH_NORMS) for n in op.input_arg_names}
     weights = [p for p in programs.train.all_parameters() if p.name not in statistics]
     assert {p.dtype for p in weights} == {FP16}  # convolutions, classifier
-    masters = ckpt.master_weights(programs.train)
+    masters = into_program.master_weights(programs.train)
     assert set(masters) == {p.name for p in weights}
     for op in ops(programs.train, "momentum"):
         if op.input("Param")[0] in masters:
@@ -211,9 +212,9 @@ def test_pretrained_weights_reach_the_pure_fp16_masters(trained):
     prepare.init_pure_fp16(programs, place)
     folder = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3)
     state = ckpt.read_checkpoint(folder)[1]
-    ckpt.load_pretrained(programs.train, state, folder, "resnet18")
+    into_program.load_pretrained(programs.train, state, folder, "resnet18")
     scope = paddle.static.global_scope()
-    masters = ckpt.master_weights(programs.train)
+    masters = into_program.master_weights(programs.train)
     assert masters
     for param, master in masters.items():
         np.testing.assert_array_equal(
@@ -274,7 +275,7 @@ def test_qat_with_amp_quantizes_both_programs_and_keeps_the_scales_evaluable():
                 assert dtype(prog, name) == precision
     assert "cast" in counts(programs.train) and "cast" not in counts(programs.eval)
     scales = {n for op in ops(programs.eval, "quantize_linear") for n in op.input("Scale")}
-    trained_names = {v.name for v in ckpt.persistable_variables(programs.train)}
+    trained_names = {v.name for v in into_program.persistable_variables(programs.train)}
     assert scales and scales <= trained_names
     assert_fused_ops_pair_up(programs.train)
 

@@ -26,6 +26,7 @@ from paddle_resnet.deploy import inference as inference_lib
 from paddle_resnet.deploy import model_input, predictor
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
+from paddle_resnet.training.weights import into_program
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,7 @@ def test_predictor_agrees_with_eval_program(exported, fmnist_root):
     programs = program.build_programs(config, training=False)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)
-    ckpt.load_pretrained(
+    into_program.load_pretrained(
         programs.eval,
         ckpt.read_checkpoint(config.run.from_checkpoint)[1],
         config.run.from_checkpoint,

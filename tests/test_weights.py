@@ -23,7 +23,7 @@ from paddle_resnet.core.report import read_report
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.sparsity.pattern import is_2to4
-from paddle_resnet.training.weights import program_state, read_weights
+from paddle_resnet.training.weights import into_program, program_state, read_weights
 from paddle_resnet.training.weights.files import read_tensors
 
 # The import is plain Python over NumPy arrays and the program's parameter names, which
@@ -88,7 +88,7 @@ def paddle_logits(config, path, images):
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(programs.startup)
     state, _ = program_state(read_tensors(path)[1], None, programs.model, config, path)
-    assert not ckpt.load_pretrained(programs.eval, state, path, config.model.arch)
+    assert not into_program.load_pretrained(programs.eval, state, path, config.model.arch)
     softmax = next(op for op in programs.eval.global_block().ops if op.type == "softmax")
     logits = programs.eval.global_block().var(softmax.input("X")[0])
     labels = np.zeros((len(images), 1), np.int64)

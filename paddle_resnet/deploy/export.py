@@ -29,6 +29,7 @@ from paddle_resnet.training.qat import (
 from paddle_resnet.training.sparsity.pattern import check_sparse, sparse_parameters
 from paddle_resnet.training.weights import (
     check_quantization,
+    into_program,
     pretrained_file,
     program_state,
     read_weights,
@@ -86,7 +87,7 @@ def _export(config):
     if legacy_qat:  # PIR: the model was quantized as it was built
         quantize_eval_program(programs.eval, paddle.CPUPlace())
     state, _ = program_state(state, meta, programs.model, config, source)
-    ckpt.load_pretrained(programs.eval, state, source, config.model.arch)
+    into_program.load_pretrained(programs.eval, state, source, config.model.arch)
     sparse = sparse_parameters(state)
     info = exported.describe(config, program_builder.input_shape(config), sparse)
     if config.qat.enabled:

@@ -14,7 +14,12 @@ from paddle_resnet.data.folder import check_class_names
 from paddle_resnet.models import model_entry
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import run_folder
-from paddle_resnet.training.weights import check_quantization, program_state, read_weights
+from paddle_resnet.training.weights import (
+    check_quantization,
+    into_program,
+    program_state,
+    read_weights,
+)
 
 
 @dataclasses.dataclass
@@ -103,7 +108,7 @@ def load(session, start):
     if state is None:
         return 0, 0
     if start.resumes:
-        ckpt.restore_state(programs.train, state)
+        into_program.restore_state(programs.train, state)
         steps_done = meta.get("step_in_epoch", 0)
         if steps_done and meta.get("world_size", 1) != world_size:
             raise CheckpointError(
@@ -145,7 +150,7 @@ def load(session, start):
     # model brings its masks, unless this run prunes anew.
     family = model_entry(config.model.arch).family
     classifier = family.classifier_parameters(programs.model) if training else ()
-    skipped = ckpt.load_pretrained(
+    skipped = into_program.load_pretrained(
         programs.train if training else programs.eval,
         state,
         source,

@@ -4,7 +4,7 @@ files, PaddleClas ``.pdparams``).
 
     meta, state = read_weights(config.run)        # before the programs are built
     state, note = program_state(state, meta, programs.model, config, source)
-    checkpoint.load_pretrained(program, state, ...)   # variable name -> array
+    into_program.load_pretrained(program, state, ...)   # variable name -> array
 
 ``files`` reads a file by its content; ``naming`` finds which of the model family's
 weight namings (declared beside the network, ``models/*_family.py``) a file uses.
