@@ -161,7 +161,8 @@ def check(config):
 def selected(config):
     """The IR of ``config`` for the enclosed building and running."""
     _check_available(config)
-    return paddle_internals.static_ir(is_pir(config))
+    pir = is_pir(config)
+    return paddle_internals.static_ir(pir)
 
 
 def op_sequence(program):
