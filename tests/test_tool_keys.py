@@ -66,7 +66,8 @@ def test_train_reads_every_key_it_accepts(recorded_reads, fmnist_root, tmp_path)
         train.main,
         argv[:-1]
         + [str(tmp_path / "b"), "--benchmark", "--benchmark-steps", "2"]
-        + ["--lr-scheduler", "step", "--warmup-epochs", "0.5", "--asp", "--prune-model"],
+        + ["--benchmark-warmup-steps", "1"]
+        + ["--lr-scheduler", "step", "--warmup-epochs", "0.1", "--asp", "--prune-model"],
     )
     # AMP is GPU-only: its Fleet strategy is built here as data, as on a GPU machine
     amp = dataclasses.replace(Config(), amp=AmpConfig(enabled=True))
@@ -96,7 +97,11 @@ def test_export_and_inference_read_every_key_they_accept(recorded_reads, trained
     assert not unread("export_model", recorded_reads)
     recorded_reads.clear()
     images = os.path.join(trained.data.image_root, "val", "bag")
-    for mode in (["accuracy"], ["benchmark", "--use-synthetic"], ["predict", "--images", images]):
+    for mode in (
+        ["accuracy"],
+        ["benchmark", "--use-synthetic", "--benchmark-steps", "2", "--benchmark-warmup-steps", "1"],
+        ["predict", "--images", images],
+    ):
         run_tool(inference.main, ["--inference-dir", model_dir, "--mode"] + mode + common[:2])
     # TensorRT is GPU-only: its predictor settings are built here as data
     trt_int8 = InferenceConfig(trt_precision="INT8")
