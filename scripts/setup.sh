@@ -24,13 +24,17 @@ case "$PADDLE_BUILD" in
   *) echo "setup: PADDLE_BUILD must be auto, gpu or cpu, not $PADDLE_BUILD" >&2; exit 2 ;;
 esac
 
-if [ ! -d /usr/share/datasets/fashion-mnist ]; then
-  echo "setup: installing the Debian package dataset-fashion-mnist"
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq dataset-fashion-mnist >/dev/null
-fi
+# One apt-get at a time: the test command sets up its environments side by side.
+(
+  flock 9
+  if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+    echo "setup: installing the Debian package dataset-fashion-mnist"
+    sudo_cmd=""
+    [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq dataset-fashion-mnist >/dev/null
+  fi
+) 9> "${TMPDIR:-/tmp}/paddle-resnet-setup.lock"
 
 python=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test suite: set up, lint (ruff check and ruff format --check, configured in
-# pyproject.toml), then run pytest in three tracks, one after the other:
+# pyproject.toml), then run pytest in four tracks, one after the other:
 #   1. Paddle 2.6.2 in .venv (the pinned version; the GPU build on GPU machines): all tests;
 #   2. the GPU build, paddlepaddle-gpu 2.6.2, in .venv-gpu, executing on the CPU: the tests
 #      whose behaviour can differ on that build (marker gpu_wheel) and the GPU programs
@@ -12,25 +12,27 @@
 #      (PADDLE_RESNET_PIR_ONLY=1), the tests of what users do (marker pir_rehearsal: train,
 #      ASP prune-then-retrain, QAT, PTQ, export, int8 deployment, 2 ranks, evaluation,
 #      resume), which track 3 leaves to it.
-# The environments of tracks 2 and 3 are set up in the background while track 1 runs.
-# Extra arguments go to every pytest run; the exit status is non-zero if any failed.
+# The environments of tracks 2 and 3 are set up in the background, beside .venv's and
+# then while track 1 runs. Extra arguments go to every pytest run; the exit status is
+# non-zero if any failed.
 #
-# One Paddle process tree at a time. Two test runs side by side on two cores went into
-# futex storms (threads of a training subprocess spent 65 s in the kernel for 3 s of
-# user time; a run took over 36 minutes, CI's 25), where each version's suite alone
-# takes about 7 minutes. Idle OpenMP threads sleep instead of spinning (KMP_BLOCKTIME,
-# OMP_WAIT_POLICY): the multi-rank tests run two ranks of two threads on the two cores.
+# Each track runs on TEST_WORKERS pytest processes (pytest-xdist; default 2, one a core),
+# a test file at a time each (--dist loadfile: a file's module fixtures are built once).
+# Much of a test's time is a single-threaded Python process, a launcher waiting on its
+# ranks or a timeout running out: one process at a time left a core idle (track 1 on 2
+# cores: 20 min 20 s alone, 13 min 40 s on two). Idle OpenMP threads sleep instead of
+# spinning (KMP_BLOCKTIME, OMP_WAIT_POLICY): two Paddle processes side by side, or a
+# 2-rank job of two threads a rank, share the cores without futex storms.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export KMP_BLOCKTIME=0 OMP_WAIT_POLICY=PASSIVE
-bash scripts/setup.sh
-bash scripts/setup_slurm.sh            # Slurm for tests/test_slurm.py (skipped without it)
-bash scripts/setup_etcd.sh             # etcd for the elastic launcher's test (skipped without it)
+workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
 
 gpu_wheel_track=1
 [ "${SKIP_GPU_WHEEL:-0}" = 1 ] && gpu_wheel_track=0
-if .venv/bin/python -c 'import sys, paddle_resnet, paddle; sys.exit(0 if paddle.is_compiled_with_cuda() else 1)'; then
-  gpu_wheel_track=0                # .venv is the GPU build already: track 1 covers it
+# A machine with an NVIDIA GPU gets the GPU build in .venv (scripts/setup.sh): track 1 covers it.
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  gpu_wheel_track=0
 fi
 paddle3_track=1
 [ "${SKIP_PADDLE3:-0}" = 1 ] && paddle3_track=0
@@ -38,17 +40,20 @@ paddle3_track=1
 setup_log=$(mktemp)
 trap 'rm -f "$setup_log"' EXIT
 (
-  [ "$gpu_wheel_track" = 1 ] && { VENV=.venv-gpu PADDLE_BUILD=gpu bash scripts/setup.sh || exit 1; }
   [ "$paddle3_track" = 1 ] && { VENV=.venv-paddle3 PADDLE_VERSION=3.3.1 bash scripts/setup.sh || exit 1; }
+  [ "$gpu_wheel_track" = 1 ] && { VENV=.venv-gpu PADDLE_BUILD=gpu bash scripts/setup.sh || exit 1; }
   exit 0
 ) > "$setup_log" 2>&1 &
 setup_pid=$!
+bash scripts/setup.sh
+bash scripts/setup_slurm.sh            # Slurm for tests/test_slurm.py (skipped without it)
+bash scripts/setup_etcd.sh             # etcd for the elastic launcher's test (skipped without it)
 
 status=0
 echo "== lint: ruff check, ruff format --check"
 { .venv/bin/ruff check --quiet . && .venv/bin/ruff format --check --quiet .; } || status=$?
 echo "== track 1: the suite on Paddle 2.6.2"
-.venv/bin/python -m pytest tests "$@" || status=$?
+.venv/bin/python -m pytest tests "${workers[@]}" "$@" || status=$?
 
 if ! wait "$setup_pid"; then
   cat "$setup_log"
@@ -57,12 +62,13 @@ fi
 grep '^setup: paddle' "$setup_log" || true
 if [ "$gpu_wheel_track" = 1 ]; then
   echo "== track 2: the GPU build (paddlepaddle-gpu 2.6.2) without a GPU"
-  .venv-gpu/bin/python -m pytest tests -m "gpu_wheel or cuda_build" "$@" || status=$?
+  .venv-gpu/bin/python -m pytest tests -m "gpu_wheel or cuda_build" "${workers[@]}" "$@" || status=$?
 fi
 if [ "$paddle3_track" = 1 ]; then
   echo "== track 3: the suite on Paddle 3.3.1 (legacy IR and PIR)"
-  .venv-paddle3/bin/python -m pytest tests -m "not pir_rehearsal" "$@" || status=$?
+  .venv-paddle3/bin/python -m pytest tests -m "not pir_rehearsal" "${workers[@]}" "$@" || status=$?
   echo "== track 4: the PIR-only rehearsal on Paddle 3.3.1 (the legacy IR unavailable)"
-  PADDLE_RESNET_PIR_ONLY=1 .venv-paddle3/bin/python -m pytest tests -m pir_rehearsal "$@" || status=$?
+  PADDLE_RESNET_PIR_ONLY=1 .venv-paddle3/bin/python -m pytest tests -m pir_rehearsal \
+    "${workers[@]}" "$@" || status=$?
 fi
 exit "$status"
