@@ -7,6 +7,7 @@ import os
 import subprocess
 
 import numpy as np
+import onnx
 import paddle
 import pytest
 from paddle.incubate import asp
@@ -18,7 +19,7 @@ from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.deploy import export as exporting
-from paddle_resnet.deploy import exported, pir_tensorrt, predictor, sparsity_report
+from paddle_resnet.deploy import exported, onnx_int8, pir_tensorrt, predictor, sparsity_report
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import ir, programs, qat
 from paddle_resnet.training.loop import train_step
@@ -484,7 +485,8 @@ def served_in_int8(model_dir, image_root, top1):
 @pir_only
 def test_pir_post_training_quantization_writes_an_int8_model_onnx(trained, fmnist_root, tmp_path):
     """--ptq-algo on PIR, without the legacy IR: the toolkit calibrates the 21 inputs of
-    the convolutions and the classifier over the PIR export, keeps its Paddle program fp32
+    the convolutions and the classifier and both inputs of the residual adds over the PIR
+    export, keeps its Paddle program fp32
     (what Paddle Inference serves at the fp32 top-1) and writes an int8 model.onnx that
     OpenVINO runs in int8 near that top-1; Paddle's legacy-only algorithms refused in one
     line."""
@@ -502,6 +504,15 @@ def test_pir_post_training_quantization_writes_an_int8_model_onnx(trained, fmnis
     assert quantization["ir"] == "pir" and quantization["calibration_images"] == 64
     assert len(quantization["input_ranges"]) == 21
     assert all(value > 0 for value in quantization["input_ranges"].values())
+    # both inputs of ResNet-18's 8 residual adds too, as NNCF quantizes them
+    add_ranges = quantization["add_input_ranges"]
+    assert len(add_ranges) == 8 and all(r > 0 for pair in add_ranges for r in pair)
+    graph = onnx_int8._Graph(onnx.load(os.path.join(model_dir, "model.onnx")).graph)
+    adds = onnx_int8.residual_adds(graph)
+    assert len(adds) == 8
+    assert {graph.producers[name].op_type for add in adds for name in add.input} == {
+        "DequantizeLinear"
+    }
     argv = ["--inference-dir", model_dir, "--mode", "accuracy", "--image-root", fmnist_root]
     fp32 = run_python("inference.py", *argv, "--backend", "cpu")
     assert fp32.returncode == 0, fp32.stderr[-2000:]

@@ -289,7 +289,7 @@ def write_onnx(model_dir):
             ranges = quantization.get("input_ranges") or pir_int8.qat_ranges(model)
             with pir_int8.fp32_model(os.path.join(model_dir, PREFIX), model) as fp32_prefix:
                 _paddle2onnx(model_dir, f"{fp32_prefix}.json", path)
-        onnx_int8.from_fp32(path, ranges)
+        onnx_int8.from_fp32(path, ranges, quantization.get("add_input_ranges", ()))
         return path
     _paddle2onnx(model_dir, model_file(model_dir), path)
     if quantization:

@@ -121,15 +121,37 @@ INT8_WEIGHT_SUFFIX = ".int8"
 WEIGHT_CHANNEL_AXIS = {"Conv": 0, "MatMul": 1}
 
 
-def _quantize_weighted(graph, input_ranges, op_types):
+def _input_pair(graph, data, abs_range, name, shared_inputs):
+    """(new nodes, the dequantized name) of a signed quantize/dequantize pair of tensor
+    ``data`` over [-abs_range, abs_range], its constants named after ``name``; a pair
+    already made for the same tensor and range is reused (``shared_inputs``: (tensor,
+    range) -> dequantized name), so each tensor is quantized once."""
+    helper = require("onnx.helper", "int8 ONNX export")
+    dequantized = shared_inputs.get((data, abs_range))
+    if dequantized is not None:
+        return [], dequantized
+    dequantized = shared_inputs[data, abs_range] = f"{name}.int8.dequantized"
+    data_range = [
+        graph.add_constant(f"{name}.int8_scale", np.asarray(abs_range / 127, np.float32)),
+        graph.add_constant(f"{name}.int8_zero_point", np.asarray(0, np.int8)),
+    ]
+    quantized = f"{name}.quantized"
+    nodes = [
+        helper.make_node("QuantizeLinear", [data, *data_range], [quantized]),
+        helper.make_node("DequantizeLinear", [quantized, *data_range], [dequantized]),
+    ]
+    return nodes, dequantized
+
+
+def _quantize_weighted(graph, input_ranges, op_types, shared_inputs):
     """Quantize each fp32 op of ``op_types`` whose constant weight is named in
     ``input_ranges`` ({weight name: its input's absolute maximum}): the input by a signed
-    pair over that range (made unsigned after ReLUs by ``_unsigned_after_relu``), the
-    weight per output channel by its absolute maximum (a legacy export's matmul weights
-    lie on Paddle's int8 grid already, so they come back exactly); returns how many."""
+    pair over that range (``_input_pair``; made unsigned after ReLUs by
+    ``_unsigned_after_relu``), the weight per output channel by its absolute maximum (a
+    legacy export's matmul weights lie on Paddle's int8 grid already, so they come back
+    exactly); returns how many."""
     helper = require("onnx.helper", "int8 ONNX export")
     quantized = 0
-    shared_inputs = {}  # (input, range) -> its dequantized name: one pair per tensor
     for node in [n for n in graph.graph.node if n.op_type in op_types]:
         data, weight_name = node.input[:2]
         weight = graph.constant(weight_name)
@@ -151,24 +173,10 @@ def _quantize_weighted(graph, input_ranges, op_types):
         ]
         dequantized_weight = f"{weight_name}.int8.dequantized"
         nodes = [helper.make_node("DequantizeLinear", int8_weight, [dequantized_weight], axis=axis)]
-        dequantized_data = shared_inputs.get((data, input_ranges[weight_name]))
-        if dequantized_data is None:
-            dequantized_data = f"{weight_name}.input.int8.dequantized"
-            shared_inputs[data, input_ranges[weight_name]] = dequantized_data
-            data_range = [
-                graph.add_constant(
-                    f"{weight_name}.input.int8_scale",
-                    np.asarray(input_ranges[weight_name] / 127, np.float32),
-                ),
-                graph.add_constant(f"{weight_name}.input.int8_zero_point", np.asarray(0, np.int8)),
-            ]
-            quantized_data = f"{weight_name}.input.quantized"
-            nodes += [
-                helper.make_node("QuantizeLinear", [data, *data_range], [quantized_data]),
-                helper.make_node(
-                    "DequantizeLinear", [quantized_data, *data_range], [dequantized_data]
-                ),
-            ]
+        pair, dequantized_data = _input_pair(
+            graph, data, input_ranges[weight_name], f"{weight_name}.input", shared_inputs
+        )
+        nodes += pair
         position = list(graph.graph.node).index(node)
         for offset, new_node in enumerate(nodes):
             graph.graph.node.insert(position + offset, new_node)
@@ -177,6 +185,57 @@ def _quantize_weighted(graph, input_ranges, op_types):
             graph.remove_constant(weight_name)
         quantized += 1
     return quantized
+
+
+def residual_adds(graph):
+    """The Add nodes of two activations (ResNet's residual adds; a bias add has a
+    constant), in graph order."""
+    return [
+        node
+        for node in graph.graph.node
+        if node.op_type == "Add" and all(graph.constant(name) is None for name in node.input)
+    ]
+
+
+def _quantize_residual_adds(graph, add_ranges, shared_inputs):
+    """Both inputs of each residual add quantized by a pair over its range (``add_ranges``:
+    [[range of input 0, of input 1]] per add, in the order of ``residual_adds``); a
+    shortcut already quantized for a convolution keeps that pair. Returns how many adds."""
+    adds = residual_adds(graph)
+    if len(adds) != len(add_ranges):
+        raise UserError(
+            f"model.onnx has {len(adds)} residual adds, the calibration {len(add_ranges)}: "
+            "paddle2onnx changed the program's adds; export again without --onnx, or with "
+            "another paddle2onnx"
+        )
+    for k, (node, ranges) in enumerate(zip(adds, add_ranges)):
+        for i, abs_range in enumerate(ranges):
+            if abs_range <= 0:
+                continue
+            nodes, dequantized = _input_pair(
+                graph, node.input[i], abs_range, f"residual_add_{k}.input_{i}", shared_inputs
+            )
+            position = list(graph.graph.node).index(node)
+            for offset, new_node in enumerate(nodes):
+                graph.graph.node.insert(position + offset, new_node)
+            node.input[i] = dequantized
+    return len(adds)
+
+
+def _sort_topologically(graph):
+    """Order the nodes so that each comes after the producers of its inputs (a shared
+    pair may have been made in front of a later reader first), keeping the order
+    otherwise."""
+    nodes = list(graph.graph.node)
+    made = {i.name for i in graph.graph.input} | set(graph.initializers)
+    ordered = []
+    while nodes:
+        ready = next(n for n in nodes if all(name in made or not name for name in n.input))
+        nodes.remove(ready)
+        ordered.append(ready)
+        made.update(ready.output)
+    del graph.graph.node[:]
+    graph.graph.node.extend(ordered)
 
 
 def _unsigned_after_relu(graph):
@@ -217,24 +276,31 @@ def for_cpu_int8(path, matmul_input_ranges):
     model = onnx.load(path)
     counts = {"dropped before a ReLU": _drop_requantize_before_relu(_Graph(model.graph))}
     counts["matmuls quantized"] = _quantize_weighted(
-        _Graph(model.graph), matmul_input_ranges, ("MatMul",)
+        _Graph(model.graph), matmul_input_ranges, ("MatMul",), {}
     )
     counts["made unsigned"] = _unsigned_after_relu(_Graph(model.graph))
     onnx.save(model, path)
     return counts
 
 
-def from_fp32(path, input_ranges):
+def from_fp32(path, input_ranges, add_ranges=()):
     """Rewrite the fp32 model.onnx at ``path`` (of a PIR export) into int8: each
     convolution and matmul whose weight is named in ``input_ranges`` quantized as
-    ``_quantize_weighted`` does, after-ReLU inputs unsigned. Only inputs are quantized,
+    ``_quantize_weighted`` does, both inputs of each residual add over ``add_ranges``
+    (PTQ's; a QAT model has none), after-ReLU inputs unsigned. Only inputs are quantized,
     never outputs, so there is no requantization in front of a ReLU to remove (NNCF
     quantizes the same places); returns {rewrite: how many}."""
     onnx = require("onnx", "int8 ONNX export")
     model = onnx.load(path)
+    graph, shared_inputs = _Graph(model.graph), {}
     counts = {
-        "quantized": _quantize_weighted(_Graph(model.graph), input_ranges, WEIGHT_CHANNEL_AXIS)
+        "quantized": _quantize_weighted(graph, input_ranges, WEIGHT_CHANNEL_AXIS, shared_inputs)
     }
+    if add_ranges:
+        counts["residual adds quantized"] = _quantize_residual_adds(
+            _Graph(model.graph), add_ranges, shared_inputs
+        )
+        _sort_topologically(_Graph(model.graph))
     if counts["quantized"] < len(input_ranges):
         raise UserError(
             f"{path}: {len(input_ranges) - counts['quantized']} of the {len(input_ranges)} "

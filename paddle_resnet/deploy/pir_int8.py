@@ -10,7 +10,12 @@ PIR int8 export stays fp32 (PTQ) or keeps QAT's simulated quantization, and int8
 from model.onnx in OpenVINO and ONNX Runtime.
 
 Ranges are keyed by the weight each input meets (``conv2d_3.w_0``): paddle2onnx keeps
-parameter names, so the same key finds the convolution in model.onnx.
+parameter names, so the same key finds the convolution in model.onnx. PTQ also calibrates
+both inputs of each residual add (the branch's batch-normalised output and the shortcut),
+as NNCF does: OpenVINO then adds in int8 and writes each convolution's output in int8,
+which halves the memory traffic of large batches. Adds have no parameter to name them;
+they are listed in program order, which paddle2onnx keeps (``onnx_int8`` checks the
+count).
 """
 
 import contextlib
@@ -80,8 +85,19 @@ def _inputs_by_weight(program):
     return found
 
 
+def residual_adds(program):
+    """The adds of ``program`` whose two operands are activations (ResNet's residual
+    adds; a classifier's bias add has a parameter), in program order."""
+    return [
+        op
+        for op in program.global_block().ops
+        if op.name() == "pd_op.add" and not any(op.operand_source(i).persistable for i in range(2))
+    ]
+
+
 def calibrate(loaded, batches, algo):
-    """{weight name: the absolute range of its input} over the image ``batches`` (feed
+    """({weight name: the absolute range of its input}, [[the absolute ranges of both
+    inputs] of each residual add, in program order]) over the image ``batches`` (feed
     arrays), by ``algo``: abs_max, the largest absolute value seen; avg, the mean of each
     batch's; hist, the value below which ``HIST_PERCENT`` of the absolute values lie (a
     second pass over a histogram up to abs_max). ``loaded``: (program, scope) of an
@@ -92,7 +108,9 @@ def calibrate(loaded, batches, algo):
     _remove_fetch_ops(program)
     with paddle.static.scope_guard(scope):
         inputs = _inputs_by_weight(program)
-        names, values = list(inputs), list(inputs.values())
+        adds = residual_adds(program)
+        names = list(inputs) + [f"add {k}.{i}" for k in range(len(adds)) for i in range(2)]
+        values = list(inputs.values()) + [op.operand_source(i) for op in adds for i in range(2)]
 
         def each_batch():
             for images in batches:
@@ -109,7 +127,11 @@ def calibrate(loaded, batches, algo):
                 for row, (array, top) in enumerate(zip(arrays, ranges)):
                     histograms[row] += np.histogram(np.abs(array), HIST_BINS, (0, top))[0]
             ranges = [_percentile_edge(h, top) for h, top in zip(histograms, ranges)]
-    return {name: float(r) for name, r in zip(names, ranges) if r > 0}
+    ranges = [float(r) for r in ranges]
+    weighted = {name: r for name, r in zip(names, ranges[: len(inputs)]) if r > 0}
+    return weighted, [
+        ranges[len(inputs) + 2 * k : len(inputs) + 2 * k + 2] for k in range(len(adds))
+    ]
 
 
 def _percentile_edge(histogram, top):

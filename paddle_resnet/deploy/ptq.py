@@ -69,8 +69,16 @@ def quantize_in_place(model_dir, batches, algo, count):
     }
     if exported.is_pir_export(model_dir):
         with exported.loaded(model_dir) as loaded:
-            ranges = pir_int8.calibrate(loaded, [b[feeds.IMAGE] for b in calibration], algo)
-        return dict(how, ops=list(pir_int8.QUANTIZED_OPS), ir="pir", input_ranges=ranges)
+            ranges, add_ranges = pir_int8.calibrate(
+                loaded, [b[feeds.IMAGE] for b in calibration], algo
+            )
+        return dict(
+            how,
+            ops=list(pir_int8.QUANTIZED_OPS) + ["residual pd_op.add"],
+            ir="pir",
+            input_ranges=ranges,
+            add_input_ranges=add_ranges,
+        )
     _legacy_quantize(model_dir, calibration, algo)
     return dict(how, ops=list(QUANTIZABLE_OPS))
 
