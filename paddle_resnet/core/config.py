@@ -514,9 +514,9 @@ class QatConfig:
     enabled: bool = key(
         False,
         "--qat",
-        "quantization-aware training (Fleet strategy.qat, "
-        "NVIDIA's settings); give it to export_model.py too, for an INT8 model "
-        "with the trained scales",
+        "quantization-aware training, NVIDIA's settings (legacy IR: Fleet strategy.qat; "
+        "PIR: paddle.quantization's QAT); give it to export_model.py too, for an INT8 "
+        "model with the trained scales (from PIR: an int8 model.onnx with --onnx)",
         tools=TRAIN_EXPORT,
     )
 
