@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import numpy as np
-import paddle
 import pytest
 
 from paddle_resnet.commands import train
@@ -63,16 +62,6 @@ def pytest_collection_modifyitems(config, items):
         for marker, reason in SKIP_REASONS.items():
             if reason and marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
-
-
-@pytest.fixture(autouse=True)
-def scope_of_its_own():
-    """Each test's Paddle variables in a scope of its own, freed after the test. In-process
-    runs otherwise leave theirs in the global scope: a pytest process of the whole suite
-    grew to 17.5 GB, and two of them (scripts/test.sh runs two) filled the 24 GB machine.
-    Session fixtures are set up before it, in the global scope."""
-    with paddle.static.scope_guard(paddle.static.Scope()):
-        yield
 
 
 TRAIN_PER_CLASS = 16  # 160 training images: 10 steps of 16
