@@ -143,6 +143,13 @@ def _input_pair(graph, data, abs_range, name, shared_inputs):
     return nodes, dequantized
 
 
+def _insert_before(graph, node, nodes):
+    """Insert ``nodes``, in order, in front of ``node``."""
+    position = list(graph.graph.node).index(node)
+    for offset, new_node in enumerate(nodes):
+        graph.graph.node.insert(position + offset, new_node)
+
+
 def _quantize_weighted(graph, input_ranges, op_types, shared_inputs):
     """Quantize each fp32 op of ``op_types`` whose constant weight is named in
     ``input_ranges`` ({weight name: its input's absolute maximum}): the input by a signed
@@ -177,9 +184,7 @@ def _quantize_weighted(graph, input_ranges, op_types, shared_inputs):
             graph, data, input_ranges[weight_name], f"{weight_name}.input", shared_inputs
         )
         nodes += pair
-        position = list(graph.graph.node).index(node)
-        for offset, new_node in enumerate(nodes):
-            graph.graph.node.insert(position + offset, new_node)
+        _insert_before(graph, node, nodes)
         node.input[:2] = [dequantized_data, dequantized_weight]
         if graph.consumers[weight_name] == [node]:  # the fp32 copy, read by no one now
             graph.remove_constant(weight_name)
@@ -215,9 +220,7 @@ def _quantize_residual_adds(graph, add_ranges, shared_inputs):
             nodes, dequantized = _input_pair(
                 graph, node.input[i], abs_range, f"residual_add_{k}.input_{i}", shared_inputs
             )
-            position = list(graph.graph.node).index(node)
-            for offset, new_node in enumerate(nodes):
-                graph.graph.node.insert(position + offset, new_node)
+            _insert_before(graph, node, nodes)
             node.input[i] = dequantized
     return len(adds)
 
