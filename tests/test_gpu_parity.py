@@ -180,8 +180,10 @@ def test_export_at_the_end_equals_export_model(four_channel_run, tmp_path):
     exporting.export(again)
     at_end, by_tool = str(config.inference.model_dir), str(tmp_path / "again")
     assert exported.read_info(at_end) == exported.read_info(by_tool)
-    for name, value in exported.read_params(by_tool).items():
-        np.testing.assert_array_equal(exported.read_params(at_end)[name], value, err_msg=name)
+    expected, actual = exported.read_params(by_tool), exported.read_params(at_end)
+    assert expected and set(actual) == set(expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(actual[name], value, err_msg=name)
 
 
 def test_profiling_window_writes_a_trace_on_the_cpu(four_channel_run):

@@ -184,11 +184,11 @@ def loaded(model_dir):
     """(program, scope holding its persistables) of an exported model, while in use."""
     check_paddle_reads(model_dir)
     paddle.enable_static()  # load_inference_model works in static mode only
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    scope = paddle.static.Scope()
     ir = paddle_internals.static_ir(is_pir_export(model_dir))
-    with ir, paddle.static.scope_guard(scope):
+    with ir, paddle_internals.private_scope() as scope:
+        exe = paddle.static.Executor(paddle.CPUPlace())
         program, _, _ = paddle.static.load_inference_model(os.path.join(model_dir, PREFIX), exe)
+        del exe  # gone before its scope
         yield program, scope
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import paddle
 from paddle.static.quantization import PostTrainingQuantization
 
-from paddle_resnet.core import bootstrap, feeds
+from paddle_resnet.core import bootstrap, feeds, paddle_internals
 from paddle_resnet.core.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.deploy import exported, pir_int8
@@ -86,8 +86,7 @@ def quantize_in_place(model_dir, batches, algo, count):
 def _legacy_quantize(model_dir, calibration, algo):
     """Paddle's PostTrainingQuantization of the legacy export in ``model_dir``, in place."""
     model_file, params_file = (os.path.basename(p) for p in exported.model_paths(model_dir))
-    scope = paddle.static.Scope()
-    with paddle.static.scope_guard(scope), tempfile.TemporaryDirectory() as out:
+    with paddle_internals.private_scope() as scope, tempfile.TemporaryDirectory() as out:
         ptq = PostTrainingQuantization(
             executor=paddle.static.Executor(paddle.CPUPlace()),
             model_dir=model_dir,
@@ -110,5 +109,6 @@ def _legacy_quantize(model_dir, calibration, algo):
         with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
             ptq.quantize()
             ptq.save_quantized_model(out, model_filename=model_file, params_filename=params_file)
+        del ptq  # and its executor, before their scope
         for name in (model_file, params_file):
             shutil.move(os.path.join(out, name), os.path.join(model_dir, name))
