@@ -169,9 +169,11 @@ def test_benchmark_mode_reports_latency_percentiles(exported, tmp_path):
         percentiles = [row[f"latency_p{p}"] for p in (50, 90, 95, 99)]
         assert 0 < percentiles[0] and percentiles == sorted(percentiles)
         # Images per second, not batches or milliseconds: the 5 timed steps happened inside
-        # this call, and the throughput of a typical step is near the reported one.
+        # this call, and throughput and average latency (ms) describe the same steps
+        # (a typical step's p50 is not compared: a step stalled by another process skews
+        # the average, not the median).
         assert row["ips"] >= 5 * row["batch_size"] / elapsed
-        assert 1 / 3 < row["ips"] * row["latency_p50"] / (1000.0 * row["batch_size"]) < 3
+        assert row["ips"] * row["latency_avg"] / 1000.0 == pytest.approx(row["batch_size"])
         assert row["input"] == "synthetic" and row["backend"] == "cpu"
     saved = [r["data"] for r in read_report(str(log)) if r["step"] == "BENCHMARK"]
     assert saved == rows
