@@ -48,10 +48,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   echo "setup: installing $paddle_package and requirements into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # The project itself is installed editable: the library, and the entry points as
-  # modules, importable from scripts/ and tests/ without touching sys.path. No
-  # byte-compiling of every module of Paddle, torch and the rest (--no-compile): Python
-  # compiles what is imported, once (27 s of CPU less per environment, measured).
-  "$VENV/bin/python" -m pip install -q --no-compile "$paddle_package" -r requirements-test.txt -c "$constraints" -e .
+  # modules, importable from scripts/ and tests/ without touching sys.path.
+  "$VENV/bin/python" -m pip install -q "$paddle_package" -r requirements-test.txt -c "$constraints" -e .
   # foolbox ships 20 real ImageNet validation JPEGs (tests use them); its own
   # dependencies are not needed.
   "$VENV/bin/python" -m pip install -q --no-deps foolbox==3.3.4
