@@ -16,21 +16,21 @@
 # then while track 1 runs. Extra arguments go to every pytest run; the exit status is
 # non-zero if any failed.
 #
-# Tracks 2-4 run on TEST_WORKERS pytest processes (pytest-xdist; default 2, one a core),
+# Each track runs on TEST_WORKERS pytest processes (pytest-xdist; default 2, one a core),
 # a test file at a time each (--dist loadfile: a file's module fixtures are built once).
 # Much of a test's time is a single-threaded Python process, a launcher waiting on its
-# ranks or a timeout running out: one process at a time left a core idle (track 3: 7 min
-# 53 s alone, 4 min 05 s on two). Track 1 runs on TRACK1_WORKERS, default 1: its
-# in-process training runs grow a pytest process to 14-17 GB, and on two processes the
-# kernel's OOM killer ended one at 15.9 GB of the 24 GB machine (13 min 42 s on two when it
-# did not). Idle OpenMP threads sleep instead of spinning (KMP_BLOCKTIME,
-# OMP_WAIT_POLICY): two Paddle processes side by side, or a 2-rank job of two threads a
-# rank, share the cores without futex storms.
+# ranks or a timeout running out: one process at a time left a core idle (track 1: 14 min
+# 13 s alone, 9 min 34 s on two, on the 2-core AVX-512 Xeon). Two processes of track 1 fit in memory since the scopes
+# made to read exports are freed (paddle_internals.private_scope; a worker peaked at
+# 10.3 GB, both at 15.7 GB of 24 GB); TRACK1_WORKERS=1 runs it on one. Idle OpenMP
+# threads sleep instead of spinning (KMP_BLOCKTIME, OMP_WAIT_POLICY): two Paddle
+# processes side by side, or a 2-rank job of two threads a rank, share the cores without
+# futex storms.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export KMP_BLOCKTIME=0 OMP_WAIT_POLICY=PASSIVE
 workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
-track1_workers=(-n "${TRACK1_WORKERS:-1}" --dist loadfile)
+track1_workers=(-n "${TRACK1_WORKERS:-${TEST_WORKERS:-2}}" --dist loadfile)
 
 gpu_wheel_track=1
 [ "${SKIP_GPU_WHEEL:-0}" = 1 ] && gpu_wheel_track=0
