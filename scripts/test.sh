@@ -19,13 +19,13 @@
 # Each track runs on TEST_WORKERS pytest processes (pytest-xdist; default 2, one a core),
 # a test file at a time each (--dist loadfile: a file's module fixtures are built once).
 # Much of a test's time is a single-threaded Python process, a launcher waiting on its
-# ranks or a timeout running out: one process at a time left a core idle (track 1: 14 min
-# 13 s alone, 9 min 34 s on two, on the 2-core AVX-512 Xeon). Two processes of track 1 fit in memory since the scopes
-# made to read exports are freed (paddle_internals.private_scope; a worker peaked at
-# 10.3 GB, both at 15.7 GB of 24 GB); TRACK1_WORKERS=1 runs it on one. Idle OpenMP
-# threads sleep instead of spinning (KMP_BLOCKTIME, OMP_WAIT_POLICY): two Paddle
-# processes side by side, or a 2-rank job of two threads a rank, share the cores without
-# futex storms.
+# ranks or a timeout running out: one process at a time left a core idle (track 1 on the
+# 2-core AVX-512 Xeon: 14 min 13 s alone, 9 min 34 s on two). Two processes of track 1 fit
+# in memory since the scopes made to read exports are freed (paddle_internals.
+# private_scope; a worker peaked at 10.3 GB, both at 15.7 GB of 24 GB); TRACK1_WORKERS=1
+# runs it on one. Idle OpenMP threads sleep instead of spinning (KMP_BLOCKTIME,
+# OMP_WAIT_POLICY): two Paddle processes side by side, or a 2-rank job of two threads a
+# rank, share the cores without futex storms.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export KMP_BLOCKTIME=0 OMP_WAIT_POLICY=PASSIVE
