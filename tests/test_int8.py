@@ -18,7 +18,7 @@ from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported as exported_model
-from paddle_resnet.deploy import inference, model_input
+from paddle_resnet.deploy import inference, model_input, onnx_int8
 from paddle_resnet.training import qat as quantization
 
 needs_int8_cpu = pytest.mark.skipif(
@@ -219,3 +219,44 @@ def test_the_quantized_onnx_model_agrees_with_fp32(models):
     assert [producers[name] for name in classifier.input] == ["DequantizeLinear"] * 2
     weight_dequantize = next(n for n in graph.node if n.output[0] == classifier.input[1])
     assert dtypes[weight_dequantize.input[0]] == np.int8
+
+
+def test_a_max_pools_quantization_moved_in_front_of_it_changes_no_value(tmp_path):
+    """onnx_int8's max-pool rewrite (PIR int8 exports): ReLU -> max pool -> quantize pair
+    -> convolution becomes ReLU -> quantize pair -> max pool -> convolution, and ONNX
+    Runtime computes the very same output (max and a quantization commute)."""
+    helper = onnx.helper
+    scale = onnx.numpy_helper.from_array(np.asarray(0.05, np.float32), "scale")
+    zero = onnx.numpy_helper.from_array(np.asarray(0, np.int8), "zero")
+    weight = onnx.numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "weight"
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["relu"]),
+        helper.make_node("MaxPool", ["relu"], ["pool"], kernel_shape=[3, 3], strides=[2, 2]),
+        helper.make_node("QuantizeLinear", ["pool", "scale", "zero"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["dq"]),
+        helper.make_node("Conv", ["dq", "weight"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pool",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [scale, zero, weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    images = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32) * 4
+
+    def served(onnx_model):
+        session = onnxruntime.InferenceSession(onnx_model.SerializeToString())
+        return session.run(None, {"x": images})[0]
+
+    before = served(model)
+    assert onnx_int8._quantize_before_max_pool(onnx_int8._Graph(model.graph)) == 1
+    onnx_int8._sort_topologically(onnx_int8._Graph(model.graph))
+    rewritten = onnx_int8._Graph(model.graph)
+    (pool,) = [node for node in model.graph.node if node.op_type == "MaxPool"]
+    assert rewritten.producers[pool.input[0]].op_type == "DequantizeLinear"
+    assert rewritten.producers["relu"].op_type == "Relu"
+    np.testing.assert_array_equal(served(model), before)

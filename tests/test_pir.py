@@ -510,8 +510,14 @@ def test_pir_post_training_quantization_writes_an_int8_model_onnx(trained, fmnis
     graph = onnx_int8._Graph(onnx.load(os.path.join(model_dir, "model.onnx")).graph)
     adds = onnx_int8.residual_adds(graph)
     assert len(adds) == 8
+    # the stem's max pool behind its quantization, so that it runs on int8 (as NNCF's
+    # does): its output, the first block's shortcut, is on the int8 grid as it is
+    (pool,) = [node for node in graph.graph.node if node.op_type == "MaxPool"]
+    assert graph.producers[pool.input[0]].op_type == "DequantizeLinear"
+    assert {reader.op_type for reader in graph.consumers[pool.output[0]]} == {"Conv", "Add"}
     assert {graph.producers[name].op_type for add in adds for name in add.input} == {
-        "DequantizeLinear"
+        "DequantizeLinear",
+        "MaxPool",
     }
     argv = ["--inference-dir", model_dir, "--mode", "accuracy", "--image-root", fmnist_root]
     fp32 = run_python("inference.py", *argv, "--backend", "cpu")
