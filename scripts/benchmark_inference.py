@@ -53,7 +53,7 @@ import paddle
 from paddle_resnet.core import feeds
 from paddle_resnet.training import ir
 from paddle_resnet.training import programs as program
-from paddle_resnet.deploy import exported, nncf_int8, predictor
+from paddle_resnet.deploy import exported, nncf_int8, onnx_runtime, predictor
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import IRS, InferenceConfig, build_config
 from paddle_resnet.core.devices import cpu_has_int8_dot_products
@@ -150,10 +150,8 @@ def calibration_batches(model_dir, calibration_root):
     return [batch[feeds.IMAGE] for batch in batches]
 
 
-def onnx_runner(onnxruntime, path, threads):
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+def onnx_runner(path, threads):
+    session = onnx_runtime.session(path, threads)
     name = session.get_inputs()[0].name
     return lambda x: session.run(None, {name: x})[0]
 
@@ -224,7 +222,7 @@ def plain_openvino(core, model, image_shape, precision, threads, trials):
     )
 
 
-def build_runtimes(args, workdir, threads, onnxruntime, ov):
+def build_runtimes(args, workdir, threads, ov):
     """Every runtime of the benchmark, and plain OpenVINO's hint trials (by runtime)."""
     model_dir, int8_dir = export_random_models(args, workdir)
     onnx_path = exported.write_onnx(model_dir)
@@ -242,12 +240,12 @@ def build_runtimes(args, workdir, threads, onnxruntime, ov):
     # the exported Paddle program as OpenVINO reads it (a PIR export: through its ONNX)
     fp32_file = core.read_model(onnx_path if pir else exported.model_paths(model_dir)[0])
     runtimes = [
-        Runtime("onnxruntime fp32", "fp32", "peer", onnx_runner(onnxruntime, onnx_path, threads)),
+        Runtime("onnxruntime fp32", "fp32", "peer", onnx_runner(onnx_path, threads)),
         Runtime(
             "onnxruntime int8",
             "int8",
             "peer",
-            onnx_runner(onnxruntime, ort_static_int8(onnx_path, batches, workdir), threads),
+            onnx_runner(ort_static_int8(onnx_path, batches, workdir), threads),
         ),
         plain("openvino fp32", "fp32", "peer", fp32_file),
         *(
@@ -475,7 +473,7 @@ def main():
     nncf_version = nncf_int8.version(args.nncf_site, "the NNCF int8 peer of this benchmark")
     threads = available_cores()
     workdir = tempfile.mkdtemp(prefix="bench_inference_")
-    runtimes, trials, cpu_capabilities = build_runtimes(args, workdir, threads, onnxruntime, ov)
+    runtimes, trials, cpu_capabilities = build_runtimes(args, workdir, threads, ov)
     image_shape = (3, args.size, args.size)
     warm(runtimes, args.batch_sizes, image_shape)
     rounds = timed_rounds(runtimes, args.batch_sizes, image_shape, args)

@@ -12,6 +12,18 @@ from paddle_resnet.core.optional import require
 from paddle_resnet.deploy import exported
 
 
+def session(path, threads=0):
+    """An ONNX Runtime CPU session of the model at ``path`` on ``threads`` threads (0:
+    ONNX Runtime's choice)."""
+    onnxruntime = require("onnxruntime", "--backend onnxruntime")
+    options = onnxruntime.SessionOptions()
+    # its warnings (initializers paddle2onnx left unused) are chatter: errors only
+    options.log_severity_level = 0 if bootstrap.verbose() else 3
+    if threads:
+        options.intra_op_num_threads = threads
+    return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
 class OnnxClassifier:
     """An ONNX Runtime session: float images in, class probabilities out."""
 
@@ -19,15 +31,7 @@ class OnnxClassifier:
         path = os.path.join(model_dir, exported.ONNX_FILE)
         if not os.path.exists(path):
             raise UserError(f"{path} does not exist: export with --onnx first")
-        onnxruntime = require("onnxruntime", "--backend onnxruntime")
-        options = onnxruntime.SessionOptions()
-        # its warnings (initializers paddle2onnx left unused) are chatter: errors only
-        options.log_severity_level = 0 if bootstrap.verbose() else 3
-        if inference_config.cpu_threads:
-            options.intra_op_num_threads = inference_config.cpu_threads
-        self.session = onnxruntime.InferenceSession(
-            path, options, providers=["CPUExecutionProvider"]
-        )
+        self.session = session(path, inference_config.cpu_threads)
         self.input = self.session.get_inputs()[0].name
 
     def __call__(self, images):
