@@ -154,7 +154,7 @@ def test_both_irs_take_the_same_steps_from_the_same_seed():
                 "data.crop_size": 32,
                 "lr.warmup_epochs": 0.0,
                 "run.ir": name,
-                "run.cpu_onednn": False if name == "legacy" else None,
+                "run.cpu_onednn": False,  # plain kernels on both: the same sums
             }
         )
         with ir.selected(config), paddle.static.scope_guard(paddle.static.Scope()):
@@ -253,7 +253,7 @@ def test_a_legacy_checkpoint_resumes_on_pir_as_on_legacy_and_exports(trained, tm
                 **{
                     "run.ir": name,
                     "run.epochs": 4,
-                    "run.cpu_onednn": False if name == "legacy" else None,
+                    "run.cpu_onednn": False,  # plain kernels on both: the same sums
                     "run.output_dir": str(tmp_path / name),
                     "run.from_checkpoint": ckpt.checkpoint_dir(
                         trained.run.output_dir, "resnet18", 3
@@ -538,7 +538,7 @@ def test_pir_post_training_quantization_writes_an_int8_model_onnx(trained, fmnis
     [
         ({"data.crop_size": 224}, ("pir", None)),
         ({"data.crop_size": 96, "model.arch": "resnet50"}, ("pir", None)),
-        ({"data.crop_size": 32}, ("legacy", "its oneDNN convolutions train crops up to 64 px")),
+        ({"data.crop_size": 32}, ("pir", None)),  # on oneDNN convolutions, as the legacy IR
         ({"data.crop_size": 32, "run.cpu_onednn": False}, ("pir", None)),
         ({"data.crop_size": 32, "amp.enabled": True, "amp.dtype": "bfloat16"}, ("pir", None)),
         ({"data.crop_size": 224, "run.sync_bn": True}, ("legacy", "--sync-bn is built on")),
@@ -591,11 +591,14 @@ def test_the_pir_only_rehearsal_runs_on_pir_and_refuses_the_legacy_ir_in_one_lin
 
 @pir_only
 @pytest.mark.skipif(devices.gpu_available(), reason="the CPU's choice")
-def test_a_plain_run_at_imagenet_crops_is_on_pir_and_the_report_says_so(fmnist_root, tmp_path):
+def test_a_plain_run_at_imagenet_crops_is_on_pir_and_the_report_says_so(
+    fmnist_root, tmp_path, monkeypatch
+):
     """train.py without --ir on Paddle 3 at ImageNet's 224-pixel crops (one benchmark step:
     the choice is made before any): PIR (measured as fast as the legacy IR there), said on
-    the console and in the report; the demo's
-    32-pixel crops stay on the legacy IR, with one line saying why."""
+    the console and in the report; the demo's 32-pixel crops on PIR too (its oneDNN
+    convolutions, faster than the legacy IR's), but for a multi-process CPU job, which
+    stays on the legacy IR with one line saying why."""
     if bootstrap.pir_only():
         pytest.skip("the rehearsal chooses PIR always (its own test)")
     out = tmp_path / "out"
@@ -611,5 +614,8 @@ def test_a_plain_run_at_imagenet_crops_is_on_pir_and_the_report_says_so(fmnist_r
     parameters = next(r for r in read_report(str(out / "report.json")) if r["step"] == "PARAMETER")
     assert parameters["data"]["ir"] == {"name": "pir", "why": None}
     assert parameters["data"]["run"]["ir"] is None  # unset: chosen
+    assert ir.legacy_note(build_config({"data.crop_size": 32})) is None
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
     note = ir.legacy_note(build_config({"data.crop_size": 32}))
-    assert note.startswith("on the legacy IR: its oneDNN convolutions train crops up to 64 px")
+    assert note.startswith("on the legacy IR: a multi-process CPU job trains crops up to 64 px")
+    assert ir.legacy_note(build_config({"data.crop_size": 224})) is None

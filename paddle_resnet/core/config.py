@@ -276,8 +276,8 @@ class RunConfig:
         "Paddle's static graph to build on: legacy (Fleet's AMP, ASP, QAT and data "
         "parallelism; the only one on Paddle 2.6) or pir (Paddle 3.x; the toolkit's own "
         "2:4 masks, int8 through model.onnx; exports inference.json); unset: pir on Paddle "
-        "3 but for CPU crops up to 64 px (legacy oneDNN is faster there), GPUs and "
-        "legacy-only options, each said in one line",
+        "3 but for GPUs, multi-process CPU jobs at crops up to 64 px and legacy-only "
+        "options, each said in one line",
         choices=IRS,
         resume_may_change=True,
         tools=TRAIN_EXPORT,

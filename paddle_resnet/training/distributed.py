@@ -59,8 +59,9 @@ def launcher_ranks(environ=os.environ):
 
 
 def uses_gloo():
-    """True for a multi-rank job without GPUs (after ``init_fleet``)."""
-    return fleet.worker_num() > 1 and not gpu_available()
+    """True for a multi-rank job without GPUs (after ``init_fleet``; a process that has not
+    joined a job, e.g. ``program.py`` building PIR programs, is one rank)."""
+    return paddle_internals.fleet_initialized() and fleet.worker_num() > 1 and not gpu_available()
 
 
 def init_fleet():

@@ -38,7 +38,7 @@ def onednn_wanted(config):
     Never for NHWC tensors (wrong gradients, above). Unset, not for gloo ranks on Paddle
     3.x: there a resumed 2-rank run departed from the uninterrupted one (BN biases 0.009
     apart after an epoch; uninterrupted runs repeat exactly, and 2.6.2 resumes exactly).
-    Unset, not on PIR either: its oneDNN rewrite is new (asked for with --cpu-onednn).
+    Unset, not with bf16 AMP, which cannot run through these kernels (above).
     Call after ``distributed.init_fleet``."""
     nchw = config.model.data_layout == "NCHW"
     if config.run.cpu_onednn and not nchw:
@@ -52,7 +52,7 @@ def onednn_wanted(config):
         nchw
         and config.data.crop_size <= ir.LARGEST_ONEDNN_CROP
         and not (paddle_internals.PADDLE3 and uses_gloo())
-        and not ir.is_pir(config)
+        and not (config.amp.enabled and config.amp.dtype == "bfloat16")
     )
 
 
