@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import once
+from conftest import once, run_python
 from paddle_resnet.core import feeds
 from paddle_resnet.core.class_index import read_class_index, write_class_index
 from paddle_resnet.core.config import DataConfig
@@ -154,3 +154,14 @@ def test_corrupt_jpeg_is_named(tmp_path):
                 False,
             )
         )
+
+
+def test_the_demos_data_writer_exits_0_when_it_writes_and_when_all_is_there(tmp_path):
+    """scripts/demo.sh runs it under ``set -e``: its exit status must be 0, the first time
+    (it writes) and the next (already complete), with nothing on stderr."""
+    output = str(tmp_path / "fm")
+    argv = ["scripts/data/fashion_mnist_to_jpeg.py", "--output", output]
+    for _ in range(2):
+        result = run_python(*argv, "--train-per-class", "2", "--val-per-class", "1")
+        assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert len(os.listdir(os.path.join(output, "train"))) == 10

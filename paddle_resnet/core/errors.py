@@ -21,11 +21,14 @@ class CheckpointError(UserError):
 
 
 def exit_status(action):
-    """``action()``'s exit status (0 when it returns None). Bad input (UserError) and a
-    file that cannot be written or read (OSError: read-only, full disk, a folder where
-    a file should be) become one ``error: ...`` line on stderr and exit status 2."""
+    """``action()``'s exit status: the int it returns, else 0 (a function that returns what
+    it wrote, e.g. a folder, succeeded: ``sys.exit`` of a string would print it and exit
+    1). Bad input (UserError) and a file that cannot be written or read (OSError:
+    read-only, full disk, a folder where a file should be) become one ``error: ...`` line
+    on stderr and exit status 2."""
     try:
-        return action() or 0
+        status = action()
+        return status if isinstance(status, int) else 0
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
     except OSError as err:
