@@ -617,5 +617,5 @@ def test_a_plain_run_at_imagenet_crops_is_on_pir_and_the_report_says_so(
     assert ir.legacy_note(build_config({"data.crop_size": 32})) is None
     monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
     note = ir.legacy_note(build_config({"data.crop_size": 32}))
-    assert note.startswith("on the legacy IR: a multi-process CPU job trains crops up to 64 px")
+    assert note.startswith("on the legacy IR: a multi-process CPU job at crops up to 64 px")
     assert ir.legacy_note(build_config({"data.crop_size": 224})) is None

@@ -66,8 +66,9 @@ def chosen(config):
         return "legacy", "PIR on GPUs is not measured yet (NVIDIA's workflow is legacy-IR)"
     if _multi_rank_small_crops(config):
         return "legacy", (
-            f"a multi-process CPU job trains crops up to {LARGEST_ONEDNN_CROP} px on plain "
-            "kernels, where the legacy IR's gradient exchange is the tested one"
+            f"a multi-process CPU job at crops up to {LARGEST_ONEDNN_CROP} px stays on the "
+            "legacy IR's tested gradient exchange (its ranks train on plain kernels unless "
+            "--cpu-onednn)"
         )
     return "pir", None
 
