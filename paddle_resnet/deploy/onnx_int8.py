@@ -87,6 +87,11 @@ class _Graph:
             node = self.producers.get(node.input[0])
         return node is not None and node.op_type == "Relu"
 
+    def redirect(self, old, new):
+        """Each reader of tensor ``old`` reads tensor ``new`` in its place."""
+        for reader in self.consumers[old]:
+            reader.input[list(reader.input).index(old)] = new
+
     def quantize_pairs(self):
         """(quantize, its dequantizes) for each quantize read by dequantizes only."""
         for quantize in [n for n in self.graph.node if n.op_type == "QuantizeLinear"]:
@@ -107,8 +112,7 @@ def _drop_requantize_before_relu(graph):
         if any(n.op_type != "Relu" for n in readers):
             continue
         for dequantize in dequantizes:
-            for relu in graph.consumers[dequantize.output[0]]:
-                relu.input[list(relu.input).index(dequantize.output[0])] = quantize.input[0]
+            graph.redirect(dequantize.output[0], quantize.input[0])
         dropped += [quantize, *dequantizes]
     for node in dropped:
         graph.graph.node.remove(node)
@@ -255,8 +259,7 @@ def _quantize_before_max_pool(graph):
         if len(graph.consumers[pool.output[0]]) != 1:
             continue
         (dequantize,) = dequantizes
-        for reader in graph.consumers[dequantize.output[0]]:
-            reader.input[list(reader.input).index(dequantize.output[0])] = pool.output[0]
+        graph.redirect(dequantize.output[0], pool.output[0])
         quantize.input[0] = pool.input[0]
         pool.input[0] = dequantize.output[0]
         moved += 1

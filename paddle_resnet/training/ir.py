@@ -57,7 +57,7 @@ def chosen(config):
         return config.run.ir, None
     if not paddle_internals.PADDLE3:
         return "legacy", None
-    if bootstrap.pir_only() or _bf16_amp(config):  # bf16 AMP trains on PIR only
+    if bootstrap.pir_only() or bf16_amp(config):  # bf16 AMP trains on PIR only
         return "pir", None
     refusal = _pir_refusal(config)
     if refusal:
@@ -73,7 +73,7 @@ def chosen(config):
     return "pir", None
 
 
-def _bf16_amp(config):
+def bf16_amp(config):
     return config.amp.dtype == "bfloat16" and config.amp.enabled
 
 
@@ -85,9 +85,14 @@ def _multi_rank_small_crops(config):
     return (
         int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1
         and config.run.cpu_onednn is not False
-        and config.model.data_layout == "NCHW"
-        and config.data.crop_size <= LARGEST_ONEDNN_CROP
+        and onednn_sized(config)
     )
+
+
+def onednn_sized(config):
+    """Whether ``config``'s tensors are those oneDNN trains faster by default: NCHW crops up
+    to ``LARGEST_ONEDNN_CROP`` (NHWC: wrong oneDNN gradients, ``onednn.py``)."""
+    return config.model.data_layout == "NCHW" and config.data.crop_size <= LARGEST_ONEDNN_CROP
 
 
 def is_pir(config):
@@ -119,7 +124,7 @@ def _pir_refusal(config):
         section, name = dotted.split(".")
         if getattr(getattr(config, section), name):
             return f"{flag} is built on the legacy IR only"
-    bf16 = _bf16_amp(config)
+    bf16 = bf16_amp(config)
     if bf16 and config.amp.use_dynamic_loss_scaling:
         return "--use-dynamic-loss-scaling is for float16: bfloat16 has float32's range"
     # PIR checks kernel dtypes while building: on the CPU build conv2d has no float16
@@ -148,7 +153,7 @@ def check(config):
     """The options the IR of ``config`` cannot run, refused in one line."""
     _check_available(config)
     if not is_pir(config):
-        if _bf16_amp(config):  # Fleet's AMP is fp16; the legacy bf16 rewrite cannot train
+        if bf16_amp(config):  # Fleet's AMP is fp16; the legacy bf16 rewrite cannot train
             raise ConfigError("--amp-dtype bfloat16 is built on PIR only: use --ir pir")
         return
     if not paddle_internals.PADDLE3:

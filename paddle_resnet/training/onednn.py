@@ -49,10 +49,9 @@ def onednn_wanted(config):
     if config.run.cpu_onednn is not None:
         return config.run.cpu_onednn
     return (
-        nchw
-        and config.data.crop_size <= ir.LARGEST_ONEDNN_CROP
+        ir.onednn_sized(config)
         and not (paddle_internals.PADDLE3 and uses_gloo())
-        and not (config.amp.enabled and config.amp.dtype == "bfloat16")
+        and not ir.bf16_amp(config)
     )
 
 
