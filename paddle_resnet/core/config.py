@@ -475,6 +475,34 @@ class LossConfig:
     mixup_alpha: float = key(
         0.0, "--mixup-alpha", "MixUp Beta(alpha, alpha); 0 disables it", at_least(0)
     )
+    class_weights: Optional[str] = key(
+        None,
+        "--class-weights",
+        "weigh each class's images in the training loss: balanced (inverse class frequency "
+        "in the training split, N / (classes x images of the class)) or a JSON / CSV file of "
+        "weights by class name; the loss is then the weighted mean over the batch (label "
+        "smoothing keeps an image's weight, MixUp blends the two images' weights)",
+    )
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    frozen_stages: int = key(
+        -1,
+        "--frozen-stages",
+        "freeze the stem (0), or the stem and the first N stages (N; a ResNet has 4, so 4 "
+        "trains the classifier only): their weights and batch-norm statistics stay as "
+        "loaded (-1: nothing frozen; MMPretrain's frozen_stages)",
+        at_least(-1),
+    )
+    lr_mult_list: Tuple[float, ...] = key(
+        (),
+        "--lr-mult-list",
+        "learning-rate multipliers of the stem and of each stage, in order (PaddleClas' "
+        "lr_mult_list; a ResNet takes 5, e.g. 0.1,0.1,0.2,0.2,0.3); the classifier keeps "
+        "the base rate (empty: 1 everywhere)",
+        each(at_least(0)),
+    )
 
 
 @dataclass(frozen=True)
@@ -713,6 +741,7 @@ class Config:
     lr: LRConfig = section(LRConfig, "Learning rate")
     optimizer: OptimizerConfig = section(OptimizerConfig, "Optimizer")
     loss: LossConfig = section(LossConfig, "Loss")
+    finetune: FinetuneConfig = section(FinetuneConfig, "Fine-tuning")
     amp: AmpConfig = section(AmpConfig, "Mixed precision")
     asp: AspConfig = section(AspConfig, "Sparsity (ASP)")
     qat: QatConfig = section(QatConfig, "Quantization-aware training")

@@ -89,3 +89,71 @@ def format_latency_table(rows):
             + "".join(f" {row[f'latency_p{p}']:>8.2f}" for p in PERCENTILES)
         )
     return "\n".join(lines)
+
+
+# Classes up to this many get the whole confusion matrix and every class's accuracy in the
+# report; more (ImageNet's 1,000) get the worst classes and the most confused pairs only.
+FULL_CONFUSION_CLASSES = 100
+WORST_CLASSES = 20
+CONFUSED_PAIRS = 50
+
+
+def confusion_counts(top_classes, labels, num_classes):
+    """The ``num_classes`` x ``num_classes`` counts of one evaluated batch: row the true
+    class, column the top-1 prediction; summed over batches and ranks, exact."""
+    labels = np.asarray(labels).reshape(-1).astype(np.int64)
+    predicted = np.asarray(top_classes)[:, 0].astype(np.int64)
+    cells = np.bincount(labels * num_classes + predicted, minlength=num_classes * num_classes)
+    return cells.reshape(num_classes, num_classes).astype(np.float64)
+
+
+def class_results(confusion, classes):
+    """Per-class accuracy from a confusion matrix (``confusion_counts`` summed): the
+    balanced top-1 (the mean of the accuracies of the classes that have images), the
+    worst classes and the most confused pairs (true -> predicted); with up to
+    FULL_CONFUSION_CLASSES classes also every class's accuracy and the whole matrix."""
+    confusion = np.asarray(confusion, dtype=np.int64)
+    images = confusion.sum(axis=1)
+    correct = np.diag(confusion)
+    present = images > 0
+    accuracy = np.where(present, correct / np.maximum(images, 1), np.nan)
+    order = np.argsort(np.where(present, accuracy, np.inf), kind="stable")
+    worst = [
+        [classes[i], float(accuracy[i]), int(images[i])]
+        for i in order[:WORST_CLASSES]
+        if present[i]
+    ]
+    errors = confusion.copy()
+    np.fill_diagonal(errors, 0)
+    flat = np.argsort(-errors, axis=None, kind="stable")[:CONFUSED_PAIRS]
+    confused = [
+        [classes[t], classes[p], int(errors[t, p])]
+        for t, p in zip(*np.unravel_index(flat, errors.shape))
+        if errors[t, p] > 0
+    ]
+    result = {
+        "balanced_top1": float(np.mean(accuracy[present])) if present.any() else 0.0,
+        "worst": worst,
+        "confused": confused,
+    }
+    if len(classes) <= FULL_CONFUSION_CLASSES:
+        result.update(
+            classes=list(classes),
+            accuracy=[None if np.isnan(a) else float(a) for a in accuracy],
+            images=images.tolist(),
+            confusion=confusion.tolist(),
+        )
+    return result
+
+
+def describe_class_results(result, shown=3):
+    """Two lines for people: the balanced top-1 with the worst classes, and the most
+    confused pairs."""
+    worst = ", ".join(
+        f"{name} {100 * acc:.1f} % of {n}" for name, acc, n in result["worst"][:shown]
+    )
+    lines = [f"per class: balanced top-1 {100 * result['balanced_top1']:.2f} %; worst: {worst}"]
+    if result["confused"]:
+        pairs = ", ".join(f"{t} as {p} {n}x" for t, p, n in result["confused"][:shown])
+        lines.append(f"most confused: {pairs}")
+    return lines

@@ -34,6 +34,15 @@ def list_images(folder):
     ]
 
 
+def images_under(folder):
+    """The image files in ``folder`` and all its subfolders, in sorted order."""
+    files = []
+    for parent, subfolders, _ in os.walk(folder):
+        subfolders.sort()
+        files.extend(list_images(parent))
+    return files
+
+
 def scan_split(image_root, split) -> ImageList:
     """List <image_root>/<split>/<class>/* in a fixed (sorted) order."""
     if not image_root:

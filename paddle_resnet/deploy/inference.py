@@ -14,6 +14,9 @@ from paddle_resnet.core import devices, feeds
 from paddle_resnet.core.errors import DataError
 from paddle_resnet.core.metrics import (
     accuracy_from_counts,
+    class_results,
+    confusion_counts,
+    describe_class_results,
     eval_counts,
     format_latency_table,
     latency_summary,
@@ -23,10 +26,11 @@ from paddle_resnet.core.metrics import (
 from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import DataSplit, open_split
 from paddle_resnet.data.folder import (
+    IMAGE_EXTENSIONS,
     ImageList,
     check_class_names,
     check_num_classes,
-    list_images,
+    images_under,
     unreadable_images,
 )
 from paddle_resnet.deploy import backends, exported, model_input
@@ -58,19 +62,34 @@ def accuracy(config, report):
         f"{config.data.image_root}/val",
         config.inference.directory,
     )
-    totals = np.zeros(4)
+    classes = val_split.classes
+    totals, confusion = np.zeros(4), np.zeros((len(classes), len(classes)))
     start = time.perf_counter()
     k = top_k(info["num_classes"])
     for batch in model_input.validation_batches(val_split, config.data, info):
         probs = classifier(batch[feeds.IMAGE])
         top = np.argsort(-probs, axis=1)[:, :k]
-        picked = probs[np.arange(len(probs)), batch[feeds.LABEL].ravel()]
-        totals += eval_counts(top, -np.log(np.maximum(picked, 1e-12)), batch[feeds.LABEL])
+        labels = batch[feeds.LABEL]
+        picked = probs[np.arange(len(probs)), labels.ravel()]
+        totals += eval_counts(top, -np.log(np.maximum(picked, 1e-12)), labels)
+        confusion += confusion_counts(top, labels, len(classes))
+    per_class = class_results(confusion, classes)
     result = dict(
-        accuracy_from_counts(totals, k), backend=backend.name, seconds=time.perf_counter() - start
+        accuracy_from_counts(totals, k),
+        balanced_top1=per_class["balanced_top1"],
+        backend=backend.name,
+        seconds=time.perf_counter() - start,
     )
     report.log("ACCURACY", result, kind="SUMMARY")
-    return result
+    _report_classes(report, per_class)
+    return dict(result, classes=per_class)
+
+
+def _report_classes(report, per_class):
+    """The per-class results in the report (a CLASSES record) and on the console."""
+    report.log("CLASSES", per_class, kind="CLASSES", console=False)
+    for line in describe_class_results(per_class):
+        report.print(line)
 
 
 def benchmark(config, report):
@@ -110,10 +129,16 @@ def _benchmark_images(config, info, count):
 
 
 def _predict_files(paths):
+    """The image files of ``paths``: files, and folders read with their subfolders."""
     files = []
     for path in paths:
         if os.path.isdir(path):
-            files.extend(list_images(path))
+            found = images_under(path)
+            if not found:
+                raise DataError(
+                    f"{path}: no images in it or its subfolders ({', '.join(IMAGE_EXTENSIONS)})"
+                )
+            files.extend(found)
         elif os.path.isfile(path):
             files.append(path)
         else:
@@ -124,7 +149,9 @@ def _predict_files(paths):
 
 
 def predict(config, report):
-    """Top-k class names with probabilities for each given image (files or folders).
+    """Top-k class names with probabilities for each given image (files, or folders read
+    with their subfolders). Where an image's folder is named after one of the model's
+    classes (a validation tree), the accuracy over those images follows, per class too.
 
     Images that cannot be decoded are named and left out; the others are predicted,
     and then a DataError (exit code 2) says how many failed.
@@ -152,6 +179,7 @@ def _predict(config, report, files):
     )
     k = top_k(len(classes))
     predictions = []
+    confusion = np.zeros((len(classes), len(classes)))
     for batch in model_input.validation_batches(images, config.data, info):
         for probs in classifier(batch[feeds.IMAGE]):
             image = files[len(predictions)]
@@ -167,6 +195,17 @@ def _predict(config, report, files):
                 + ": "
                 + ", ".join(f"{p['class']} {p['probability']:.3f}" for p in entry["top"])
             )
+            folder = os.path.basename(os.path.dirname(image))
+            if folder in classes:
+                confusion += confusion_counts(best[None], [classes.index(folder)], len(classes))
+    if confusion.any():
+        per_class = class_results(confusion, classes)
+        labelled = int(confusion.sum())
+        report.print(
+            f"{labelled} of {len(files)} images are in folders named after classes: top-1 "
+            f"{100 * np.trace(confusion) / labelled:.2f} %"
+        )
+        _report_classes(report, per_class)
     return predictions
 
 

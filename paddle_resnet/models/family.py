@@ -51,6 +51,9 @@ class ModelFamily:
     # what tells them apart (``variant_difference``).
     variant: Callable[[Any], Optional[str]] = no_variants
     variant_difference: str = ""
+    # The layer paths of each stage, the stem first, in the order the input meets them:
+    # --frozen-stages freezes a prefix of them, --lr-mult-list scales each one's rate.
+    stages: Tuple[Tuple[str, ...], ...] = ()
 
     def classifier_parameters(self, model):
         """The classifier's parameter names in a built ``model``'s programs."""

@@ -111,6 +111,7 @@ RESNET = ModelFamily(
     residual_units=True,
     variant=_variant,
     variant_difference="v1 strides in the 1x1 convolution, v1.5 in the 3x3 one",
+    stages=(("conv1", "bn1"), ("layer1",), ("layer2",), ("layer3",), ("layer4",)),
 )
 
 _DEPTHS = {

@@ -17,7 +17,9 @@ def benchmark(session, train_split):
     weights = mixup_weights(config.loss.mixup_alpha, config.data.seed, 0)
     run_cfg = config.run
     seconds = time_steps(
-        lambda: train_step(session.exe, session.programs, next(batches), next(weights)),
+        lambda: train_step(
+            session.exe, session.programs, next(batches), next(weights), session.class_weights
+        ),
         run_cfg.benchmark_warmup_steps,
         run_cfg.benchmark_steps,
     )

@@ -261,11 +261,17 @@ def all_reduce_program(name, shape, dtype):
 
 
 def all_reduce_sum(place):
-    """A function summing a small float64 vector over all ranks (a static collective op)."""
-    main, counts = all_reduce_program("counts", [4], "float64")
+    """A function summing a float64 vector over all ranks (a static collective op; one
+    program per vector length, built when first asked for: the stop requests' and
+    evaluation counts' 4 numbers, an evaluation's confusion matrix)."""
     exe = paddle.static.Executor(place)
+    programs = {}
 
     def reduce(values):
+        values = np.asarray(values, dtype=np.float64)
+        if len(values) not in programs:
+            programs[len(values)] = all_reduce_program("counts", [len(values)], "float64")
+        main, counts = programs[len(values)]
         return np.asarray(exe.run(main, feed={"counts": values}, fetch_list=[counts])[0])
 
     return reduce

@@ -7,7 +7,14 @@ import numpy as np
 
 from paddle_resnet.core import feeds, watchdog
 from paddle_resnet.core.bootstrap import threads_per_process
-from paddle_resnet.core.metrics import Meter, accuracy_from_counts, eval_counts
+from paddle_resnet.core.metrics import (
+    Meter,
+    accuracy_from_counts,
+    class_results,
+    confusion_counts,
+    describe_class_results,
+    eval_counts,
+)
 from paddle_resnet.training import eval_predictor, ir
 from paddle_resnet.training.onednn import onednn_wanted
 from paddle_resnet.training.profiling import NoProfiler
@@ -26,11 +33,14 @@ def mixup_weights(alpha, seed, epoch):
         yield np.array([rng.beta(alpha, alpha)], dtype=np.float32) if alpha > 0 else None
 
 
-def train_step(exe, programs, feed, mixup_weight=None):
+def train_step(exe, programs, feed, mixup_weight=None, class_weights=None):
     """One batch through the train program, then the LR scheduler's step; the fetched
-    values (loss, top1, top-k, lr) as floats."""
+    values (loss, top1, top-k, lr) as floats. ``class_weights``: each class's weight in
+    the loss (--class-weights), fed where the program takes them."""
     if programs.mixup_feed:
         feed = dict(feed, **{programs.mixup_feed: mixup_weight})
+    if programs.class_weights_feed:
+        feed = dict(feed, **{programs.class_weights_feed: class_weights})
     lr = programs.lr_scheduler.get_lr()
     results = exe.run(programs.train, feed=feed, fetch_list=list(programs.train_fetches.values()))
     watchdog.beat()
@@ -61,7 +71,9 @@ def train_one_epoch(session, loader, epoch, profiler=NoProfiler(), skip=0, stop=
             continue
         fed = time.perf_counter()
         with profiler.step((epoch - 1) * total + step):
-            values = train_step(session.exe, session.programs, feed, next(weights))
+            values = train_step(
+                session.exe, session.programs, feed, next(weights), session.class_weights
+            )
         done = time.perf_counter()
         images = _num_images(feed)
         meter.update(values, images)
@@ -114,12 +126,13 @@ def settle_evaluation(session):
 
 
 def evaluate(session, split, epoch):
-    """Exact top-1 / top-k / loss over every image of ``split`` at the weights of this
-    moment, by a predictor built from the eval program where one serves
-    (``eval_predictor.usable``), else by the executor.
+    """Exact top-1 / top-k / loss and per-class results (the report's CLASSES record)
+    over every image of ``split`` at the weights of this moment, by a predictor built
+    from the eval program where one serves (``eval_predictor.usable``), else by the
+    executor.
 
-    Counts are summed on the host (the loader cuts the padded last batch), then
-    across ranks when there are several.
+    Counts and the confusion matrix are summed on the host (the loader cuts the padded
+    last batch), then across ranks when there are several.
     """
     exe, programs, report = session.exe, session.programs, session.report
     loader = session.loader(split, training=False)
@@ -131,18 +144,27 @@ def evaluate(session, split, epoch):
             programs.eval_compiled or programs.eval, feed=feed, fetch_list=fetch_list
         )
     )
-    totals = np.zeros(4)
+    classes = session.classes
+    totals, confusion = np.zeros(4), np.zeros((len(classes), len(classes)))
     start = time.perf_counter()
     bar = report.progress(len(loader), f"validation {epoch}")
     for feed in loader:
         top_classes, losses = run(feed)
-        totals += eval_counts(top_classes, losses, np.array(feed[feeds.LABEL]))
+        labels = np.array(feed[feeds.LABEL])
+        totals += eval_counts(top_classes, losses, labels)
+        confusion += confusion_counts(top_classes, labels, len(classes))
         watchdog.beat()
         bar.update()
     bar.close()
     if session.all_reduce is not None:
-        totals = session.all_reduce(totals)
+        summed = session.all_reduce(np.concatenate([totals, confusion.ravel()]))
+        totals, confusion = summed[:4], summed[4:].reshape(confusion.shape)
     result = accuracy_from_counts(totals, programs.eval_fetches["topk"].shape[-1], prefix="val.")
+    per_class = class_results(confusion, classes)
+    result["val.balanced_top1"] = per_class["balanced_top1"]
     result["val.seconds"] = time.perf_counter() - start
     report.log([epoch], result, kind="VAL")
+    report.log([epoch], per_class, kind="CLASSES", console=False)
+    for line in describe_class_results(per_class):
+        report.print(line)
     return result

@@ -21,7 +21,7 @@ from paddle_resnet.core.bootstrap import paddle_chatter
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.metrics import top_k
 from paddle_resnet.models import build_model, model_entry
-from paddle_resnet.training import distributed, gpu_tuning, ir, pir_strategies
+from paddle_resnet.training import distributed, finetune, gpu_tuning, ir, pir_strategies
 from paddle_resnet.training.onednn import mark_for_onednn, onednn_wanted
 from paddle_resnet.training.optim import StepwiseLR, build_optimizer, set_weight_decay
 from paddle_resnet.training.qat import FLEET_QAT_CONFIGS, name_qat_variables
@@ -42,6 +42,7 @@ class Programs:
     lr_scheduler: Optional[StepwiseLR] = None
     optimizer: object = None
     mixup_feed: Optional[str] = None  # the MixUp weight's feed, if any
+    class_weights_feed: Optional[str] = None  # the class weights' feed, with --class-weights
     # On GPUs the eval program compiled with NVIDIA's build strategy; run it instead of eval.
     eval_compiled: Optional[paddle.static.CompiledProgram] = None
     soft_target: Optional[paddle.static.Variable] = None  # the training target, for tests
@@ -90,12 +91,14 @@ def distributed_strategy(config, on_gpu):
     return strategy
 
 
-def _train_head(logits, label, num_classes, label_smoothing, mixup_lambda=None):
-    """Mean cross-entropy against smoothed (and MixUp-blended) one-hot targets, batch top-1/top-k.
+def _train_head(logits, label, num_classes, label_smoothing, mixup_lambda=None, class_weights=None):
+    """Mean cross-entropy against smoothed (and MixUp-blended) one-hot targets, weighted
+    by ``class_weights`` (a fed vector, or None: ``class_weights.py``); batch top-1/top-k.
 
     Returns (fetches, soft target or None).
     """
     target = None
+    reduction = "mean" if class_weights is None else "none"
     if label_smoothing > 0 or mixup_lambda is not None:
         # F.cross_entropy(label_smoothing=...) rejects int64 labels in static mode.
         target = paddle.reshape(F.one_hot(label, num_classes), [-1, num_classes])
@@ -103,9 +106,14 @@ def _train_head(logits, label, num_classes, label_smoothing, mixup_lambda=None):
             target = F.label_smooth(target, epsilon=label_smoothing)
         if mixup_lambda is not None:
             target = mixup_lambda * target + (1.0 - mixup_lambda) * paddle.flip(target, [0])
-        loss = F.cross_entropy(logits, target, soft_label=True)
+        loss = F.cross_entropy(logits, target, soft_label=True, reduction=reduction)
     else:
-        loss = F.cross_entropy(logits, label)
+        loss = F.cross_entropy(logits, label, reduction=reduction)
+    if class_weights is not None:
+        weight = paddle.reshape(paddle.gather(class_weights, paddle.reshape(label, [-1])), [-1, 1])
+        if mixup_lambda is not None:
+            weight = mixup_lambda * weight + (1.0 - mixup_lambda) * paddle.flip(weight, [0])
+        loss = paddle.mean(loss * weight) / paddle.mean(weight)
     k = top_k(num_classes)
     fetches = {
         "loss": paddle.mean(loss),
@@ -150,6 +158,8 @@ def _forward(config, mixup, training, sync_bn=False, optimizer=None, pir_amp=Fal
         model.eval()  # batch norm on its running statistics (legacy: clone(for_test=True))
     if sync_bn:
         model = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    if training:
+        finetune.apply(model, model_entry(config.model.arch).family, config.finetune)
     if pir_amp:
         model, optimizer = pir_strategies.mixed_precision(model, optimizer, config.amp)
     mixup_lambda = None
@@ -251,6 +261,7 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     pir = ir.is_pir(config)
     on_gpu = devices.gpu_available() if on_gpu is None else on_gpu
     gpu_tuning.check_resunit(config, on_gpu)
+    finetune.check(config.finetune, model_entry(config.model.arch).family, config.model.arch)
     num_classes = config.model.num_classes
     eval_main, eval_startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(eval_main, eval_startup), paddle.utils.unique_name.guard():
@@ -298,8 +309,11 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
             optimizer=optimizer,
             pir_amp=pir and config.amp.enabled,
         )
+        class_weights = None
+        if config.loss.class_weights:
+            class_weights = paddle.static.data(feeds.CLASS_WEIGHTS, [num_classes], "float32")
         programs.train_fetches, programs.soft_target = _train_head(
-            logits, label, num_classes, config.loss.label_smoothing, mixup_lambda
+            logits, label, num_classes, config.loss.label_smoothing, mixup_lambda, class_weights
         )
         set_weight_decay(ir.parameters(main), config.optimizer)
         dense = model_entry(config.model.arch).family.dense_under_sparsity + config.asp.exclude
@@ -313,6 +327,7 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     programs.startup, programs.train, programs.model = startup, main, model
     programs.lr_scheduler, programs.optimizer = scheduler, optimizer
     programs.mixup_feed = feeds.MIXUP_LAMBDA if mixup_lambda is not None else None
+    programs.class_weights_feed = feeds.CLASS_WEIGHTS if class_weights is not None else None
     if onednn_wanted(config):
         # Not the eval program: oneDNN's inference-mode convolutions cache their reordered
         # weights, and evaluation between epochs then saw stale ones (measured: 61 % top-1

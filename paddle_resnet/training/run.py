@@ -14,7 +14,14 @@ from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
 from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import open_split, train_steps
 from paddle_resnet.data.folder import check_num_classes, check_same_classes
-from paddle_resnet.training import distributed, ir, prepare, run_folder, start_weights
+from paddle_resnet.training import (
+    class_weights,
+    distributed,
+    ir,
+    prepare,
+    run_folder,
+    start_weights,
+)
 from paddle_resnet.training.benchmark import benchmark
 from paddle_resnet.training.epochs import train_epochs
 from paddle_resnet.training.loop import evaluate
@@ -38,6 +45,9 @@ def run(config, report_stream=None, after_training=None):
         steps.enter_context(run_folder.claimed(run_cfg.output_dir, rank))
         place, device_id, all_reduce = this_process(run_cfg, world_size)
         train_split, val_split, classes = open_data(config, training, evaluating)
+        weights = (
+            class_weights.resolve(config.loss.class_weights, train_split) if training else None
+        )
         start = start_weights.choose(config, classes, training, rank, all_reduce)
         config, run_cfg = start.config, start.config.run  # --from-checkpoint auto resolved
         steps_per_epoch = (
@@ -59,6 +69,7 @@ def run(config, report_stream=None, after_training=None):
             all_reduce=all_reduce,
             classes=classes,
             steps_per_epoch=steps_per_epoch,
+            class_weights=weights,
         )
         introduce(session, start.lines)
         progress = start_weights.load(session, start)
@@ -123,6 +134,15 @@ def introduce(session, start_lines):
     report.log(
         "PARAMETER", dict(config.to_dict(), ir=ir.record(config)), kind="PARAMETER", console=False
     )
+    if session.class_weights is not None:
+        weights = session.class_weights
+        report.log(
+            "CLASS_WEIGHTS",
+            dict(zip(session.classes, map(float, weights))),
+            kind="PARAMETER",
+            console=False,
+        )
+        report.print(class_weights.describe(config.loss.class_weights, weights, session.classes))
     note = ir.legacy_note(config)
     if note:
         report.print(note)
@@ -175,7 +195,8 @@ def summary_rows(config, metrics, world_size, device_id):
         rows.append(
             (
                 "last val top-1",
-                f"{100 * metrics['val.top1']:.2f} % of {metrics['val.images']} images",
+                f"{100 * metrics['val.top1']:.2f} % of {metrics['val.images']} images "
+                f"(balanced over classes: {100 * metrics['val.balanced_top1']:.2f} %)",
             )
         )
     if metrics.get("run.train.seconds"):

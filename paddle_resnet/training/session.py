@@ -26,6 +26,7 @@ class Session:
     all_reduce: Optional[Callable]  # sums over the ranks (None with one rank)
     classes: Sequence[str]
     steps_per_epoch: Optional[int]  # None when the run does not train
+    class_weights: Optional[Any] = None  # each class's weight in the loss (--class-weights)
 
     @property
     def training(self):
