@@ -1,4 +1,7 @@
-"""Plot a training report: loss, top-1 and learning rate per step, validation per epoch.
+"""Plot a training report: loss, top-1 and learning rate over the epochs (each logged point
+the mean of every step since the one before), validation per epoch, and the last
+validation's per-class results: the confusion matrix (up to 100 classes) or the most
+confused pairs (more), beside each class's accuracy or the worst classes.
 
 .venv/bin/pip install -r requirements-tools.txt
 .venv/bin/python scripts/plot_report.py output/demo/report.json --output demo.png
@@ -7,9 +10,15 @@
 import argparse
 import sys
 
+import numpy as np
+
 from paddle_resnet.core.errors import UserError, exit_status
 from paddle_resnet.core.optional import require
 from paddle_resnet.core.report import read_report
+
+# Annotate the matrix's cells with their counts up to this many classes.
+ANNOTATED_CLASSES = 20
+SHOWN_PAIRS = 20
 
 
 def last_run(records):
@@ -28,6 +37,92 @@ def last_run(records):
     return (validated or trained or [None])[-1]
 
 
+def curves(axes, records):
+    """Loss, top-1 and learning rate by epoch on three ``axes``; training points are the
+    means over every step (``<name>_mean``; reports written before them: the logged batch)."""
+    steps = [r for r in records if r["type"] == "LOG"]
+    steps_per_epoch = max(int(r["data"]["progress"].split("/")[1]) for r in steps)
+    x = [(r["step"][0] - 1) + r["step"][1] / steps_per_epoch for r in steps]
+    val = [r for r in records if r["type"] == "VAL"]
+    loss_axes, top1_axes, lr_axes = axes
+    for panel, name in ((loss_axes, "loss"), (top1_axes, "top1")):
+        averaged = all(f"{name}_mean" in r["data"] for r in steps)
+        label = "train (mean of the steps)" if averaged else "train (batch)"
+        panel.plot(x, [r["data"][f"{name}_mean" if averaged else name] for r in steps], label=label)
+        panel.plot(
+            [r["step"][0] for r in val],
+            [r["data"][f"val.{name}"] for r in val],
+            "o-",
+            label="validation",
+        )
+        panel.legend()
+    lr_axes.plot(x, [r["data"]["lr"] for r in steps])
+    for panel, title in ((loss_axes, "loss"), (top1_axes, "top-1"), (lr_axes, "learning rate")):
+        panel.set_title(title)
+        panel.set_xlabel("epoch")
+        panel.grid(alpha=0.3)
+
+
+def confusion_matrix(axes, result, epoch):
+    """The row-normalised matrix (a row: the images of one true class), counts written in
+    the cells of small matrices."""
+    counts = np.array(result["confusion"], dtype=float)
+    shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    axes.imshow(shares, cmap="Blues", vmin=0, vmax=1)
+    names = result["classes"]
+    ticks = range(len(names)) if len(names) <= ANNOTATED_CLASSES * 2 else []
+    axes.set_xticks(list(ticks), [names[i] for i in ticks], rotation=60, ha="right")
+    axes.set_yticks(list(ticks), [names[i] for i in ticks])
+    if len(names) <= ANNOTATED_CLASSES:
+        for (true, predicted), count in np.ndenumerate(counts):
+            if count:
+                dark = shares[true, predicted] > 0.5
+                axes.text(
+                    predicted,
+                    true,
+                    int(count),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if dark else "black",
+                )
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true")
+    axes.set_title(f"confusion matrix, epoch {epoch} (rows sum to 1)")
+
+
+def confused_pairs(axes, result, epoch):
+    """The most confused pairs as bars: readable where a 1,000-class matrix is not."""
+    pairs = result["confused"][:SHOWN_PAIRS][::-1]
+    axes.barh(range(len(pairs)), [n for _, _, n in pairs])
+    axes.set_yticks(range(len(pairs)), [f"{true} -> {predicted}" for true, predicted, _ in pairs])
+    axes.set_xlabel("images")
+    axes.set_title(f"most confused (true -> predicted), epoch {epoch}")
+
+
+def class_accuracy(axes, result):
+    """Each class's accuracy (up to 100 classes), or the worst classes, as bars."""
+    if "accuracy" in result:
+        rows = [
+            (name, accuracy)
+            for name, accuracy in zip(result["classes"], result["accuracy"])
+            if accuracy is not None
+        ]
+        title = "accuracy per class"
+    else:
+        rows = [(name, accuracy) for name, accuracy, _ in result["worst"]]
+        title = f"the {len(rows)} worst classes"
+    rows = rows[::-1]
+    axes.barh(range(len(rows)), [100 * a for _, a in rows])
+    if len(rows) <= ANNOTATED_CLASSES * 2:
+        axes.set_yticks(range(len(rows)), [name for name, _ in rows])
+    axes.axvline(100 * result["balanced_top1"], color="black", linestyle="--", label="balanced")
+    axes.set_xlim(0, 100)
+    axes.set_xlabel("top-1 %")
+    axes.set_title(title)
+    axes.legend(loc="lower right")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report")
@@ -40,26 +135,18 @@ def main():
     records = last_run(read_report(args.report))
     if records is None:
         raise UserError(f"{args.report}: no run in it logged training steps")
-    steps = [r for r in records if r["type"] == "LOG"]
-    steps_per_epoch = max(int(r["data"]["progress"].split("/")[1]) for r in steps)
-    x = [(r["step"][0] - 1) + r["step"][1] / steps_per_epoch for r in steps]
-    val = [r for r in records if r["type"] == "VAL"]
-    figure, (loss_axes, top1_axes, lr_axes) = plt.subplots(1, 3, figsize=(15, 4))
-    loss_axes.plot(x, [r["data"]["loss"] for r in steps], label="train (batch)")
-    loss_axes.plot(
-        [r["step"][0] for r in val], [r["data"]["val.loss"] for r in val], "o-", label="validation"
-    )
-    top1_axes.plot(x, [r["data"]["top1"] for r in steps], label="train (batch)")
-    top1_axes.plot(
-        [r["step"][0] for r in val], [r["data"]["val.top1"] for r in val], "o-", label="validation"
-    )
-    lr_axes.plot(x, [r["data"]["lr"] for r in steps])
-    for axes, title in ((loss_axes, "loss"), (top1_axes, "top-1"), (lr_axes, "learning rate")):
-        axes.set_title(title)
-        axes.set_xlabel("epoch")
-        axes.grid(alpha=0.3)
-    loss_axes.legend()
-    top1_axes.legend()
+    per_class = [r for r in records if r["type"] == "CLASSES"]
+    rows = 2 if per_class else 1
+    figure = plt.figure(figsize=(15, 4 + 6 * (rows - 1)))
+    grid = figure.add_gridspec(rows, 3, height_ratios=[4, 6][:rows])
+    curves([figure.add_subplot(grid[0, column]) for column in range(3)], records)
+    if per_class:
+        result, epoch = per_class[-1]["data"], per_class[-1]["step"][0]
+        if "confusion" in result:
+            confusion_matrix(figure.add_subplot(grid[1, :2]), result, epoch)
+        else:
+            confused_pairs(figure.add_subplot(grid[1, :2]), result, epoch)
+        class_accuracy(figure.add_subplot(grid[1, 2]), result)
     figure.tight_layout()
     figure.savefig(args.output, dpi=100)
     print(f"wrote {args.output}")

@@ -8,7 +8,7 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import PADDLE3, once, small_config
+from conftest import PADDLE3, small_config
 from paddle_resnet.commands import train
 from paddle_resnet.core import feeds
 from paddle_resnet.core.config import build_config

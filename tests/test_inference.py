@@ -1,5 +1,6 @@
 """Export to Paddle Inference and run it: agreement with the eval program, modes, bad input."""
 
+import io
 import json
 import os
 import shutil
@@ -142,6 +143,12 @@ def test_accuracy_mode_matches_training_evaluation(exported, trained, tmp_path):
     val = [r for r in read_report(trained.report_file) if r["type"] == "VAL"][-1]["data"]
     assert result["images"] == 130
     assert result["top1"] == pytest.approx(val["val.top1"])
+    # the same confusion matrix as training's last validation, in the report too
+    evaluated = [r for r in read_report(trained.report_file) if r["type"] == "CLASSES"][-1]
+    assert result["classes"]["confusion"] == evaluated["data"]["confusion"]
+    assert result["balanced_top1"] == pytest.approx(evaluated["data"]["balanced_top1"])
+    logged = [r for r in read_report(str(tmp_path / "inf.json")) if r["type"] == "CLASSES"]
+    assert [r["data"] for r in logged] == [result["classes"]]
     # top-5 is not compared: an undertrained model's probabilities underflow to exact
     # zeros, whose order is arbitrary, while the eval program ranks logits.
     assert result["top5"] >= result["top1"]
@@ -180,19 +187,19 @@ def test_benchmark_mode_reports_latency_percentiles(exported, tmp_path):
 
 
 def test_predict_ranks_classes_and_agrees_with_accuracy_mode(exported, fmnist_root, tmp_path):
-    """Predicting every validation image by folder gives the accuracy mode's top-1."""
+    """Predicting a validation tree (class folders, read recursively) gives the accuracy
+    mode's top-1 and confusion matrix, since its folders are named after classes."""
     config, _ = exported
-    classes = exported_model.read_classes(config.inference.model_dir)
-    folders = tuple(os.path.join(fmnist_root, "val", name) for name in classes)
     values = dict(
         flat(config),
         **{
             "inference.mode": "predict",
-            "inference.images": folders,
+            "inference.images": (os.path.join(fmnist_root, "val"),),
             "inference.log_path": str(tmp_path / "pred.json"),
         },
     )
-    predictions = inference_lib.run(build_config(values), quiet())
+    console = io.StringIO()
+    predictions = inference_lib.run(build_config(values), console)
     assert len(predictions) == 130
     for entry in predictions:
         probabilities = [p["probability"] for p in entry["top"]]
@@ -206,6 +213,14 @@ def test_predict_ranks_classes_and_agrees_with_accuracy_mode(exported, fmnist_ro
         build_config(dict(values, **{"inference.mode": "accuracy"})), quiet()
     )
     assert sum(hits) == round(accuracy["top1"] * 130)
+    lines = console.getvalue().splitlines()
+    assert (
+        f"130 of 130 images are in folders named after classes: top-1 {100 * sum(hits) / 130:.2f} %"
+        in lines
+    )
+    assert any(line.startswith("per class: balanced top-1") for line in lines)
+    per_class = [r for r in read_report(str(tmp_path / "pred.json")) if r["type"] == "CLASSES"]
+    assert per_class[-1]["data"] == accuracy["classes"]
 
 
 def fails_with(capsys, argv, message, log):

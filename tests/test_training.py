@@ -15,6 +15,7 @@ from visualdl import LogReader
 
 from conftest import ROOT, flat, once, small_config
 from paddle_resnet.commands import train
+from paddle_resnet.core import metrics
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.core.report import Report, read_report
@@ -39,6 +40,48 @@ def test_training_lowers_the_loss(trained):
     steps = records(trained, "LOG")
     for key in ("loss", "top1", "top5", "lr", "ips", "data_time", "compute_time", "batch_time"):
         assert key in steps[0]["data"]
+    # each line's means are over every step since the line before (print_interval 5)
+    per_step = [r for r in steps if r["step"][0] == 1]
+    assert [r["step"][1] for r in per_step] == [5, 10]
+    losses = [r["data"]["train.loss"] for r in epochs]
+    means = [r["data"]["loss_mean"] for r in per_step]
+    assert sum(means) / 2 == pytest.approx(losses[0])
+
+
+def test_each_validation_reports_per_class_results(trained):
+    """Every validation's CLASSES record: the confusion matrix of the 130 images (13 a
+    class), its diagonal the VAL record's top-1, the balanced top-1 the mean of the
+    classes' accuracies, the worst classes in order."""
+    validations, per_class = records(trained, "VAL"), records(trained, "CLASSES")
+    assert [r["step"] for r in per_class] == [r["step"] for r in validations] == [[1], [2], [3]]
+    for val, result in zip(validations, per_class):
+        val, result = val["data"], result["data"]
+        confusion = np.array(result["confusion"])
+        assert confusion.shape == (10, 10) and (confusion.sum(axis=1) == 13).all()
+        assert np.trace(confusion) / 130 == pytest.approx(val["val.top1"])
+        accuracy = np.diag(confusion) / 13
+        assert result["accuracy"] == pytest.approx(list(accuracy))
+        assert result["balanced_top1"] == pytest.approx(accuracy.mean())
+        assert val["val.balanced_top1"] == result["balanced_top1"]
+        assert [w[1] for w in result["worst"]] == sorted(accuracy)
+        assert result["classes"] == sorted(result["classes"]) and len(result["classes"]) == 10
+
+
+def test_per_class_results_of_many_classes_are_compact():
+    """1,000 classes: the worst classes and the most confused pairs, not the matrix."""
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(1000), 5)
+    predicted = np.where(rng.random(5000) < 0.7, labels, rng.integers(0, 1000, 5000))
+    predicted[labels == 7] = 3  # class 7 always taken for class 3
+    confusion = metrics.confusion_counts(predicted[:, None], labels, 1000)
+    result = metrics.class_results(confusion, [f"n{i:04d}" for i in range(1000)])
+    assert "confusion" not in result and "accuracy" not in result
+    assert len(result["worst"]) == metrics.WORST_CLASSES
+    assert result["worst"][0] == ["n0007", 0.0, 5]
+    assert result["confused"][0] == ["n0007", "n0003", 5]
+    counts = [n for _, _, n in result["confused"]]
+    assert counts == sorted(counts, reverse=True) and len(counts) == metrics.CONFUSED_PAIRS
+    assert len(json.dumps(result)) < 4000  # a report line, not a matrix
 
 
 @pytest.mark.gpu_wheel
@@ -280,7 +323,18 @@ def test_plot_report_draws_the_last_run_that_trained(trained, tmp_path):
         header = handle.read(24)
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
-    assert (width, height) == (1500, 400)  # three panels, figsize 15x4 at 100 dpi
+    # curves over the per-class panels, figsize 15x10 at 100 dpi
+    assert (width, height) == (1500, 1000)
+    many = tmp_path / "many.json"  # a 1,000-class validation: the most confused pairs
+    with Report(str(many)) as compact:
+        for record in read_report(trained.report_file):
+            if record["type"] in ("RUN", "LOG", "VAL"):
+                compact.log(record["step"], record["data"], kind=record["type"], console=False)
+        labels = np.repeat(np.arange(1000), 3)
+        confusion = metrics.confusion_counts(((labels * 7) % 1000)[:, None], labels, 1000)
+        classes = [f"n{i:04d}" for i in range(1000)]
+        compact.log([3], metrics.class_results(confusion, classes), kind="CLASSES", console=False)
+    assert plot(str(many), tmp_path / "many.png").returncode == 0
     evaluations = tmp_path / "evaluations.json"
     with Report(str(evaluations)) as evaluation:
         evaluation.log([3], {"val.top1": 0.5, "val.loss": 1.0}, kind="VAL", console=False)

@@ -59,7 +59,9 @@ def train_one_epoch(session, loader, epoch, profiler=NoProfiler(), skip=0, stop=
     config, report, world_size = session.config, session.report, session.world_size
     print_interval = config.run.print_interval
     weights = mixup_weights(config.loss.mixup_alpha, config.data.seed, epoch)
-    meter, timing = Meter(), Meter()
+    # window: every step since the last logged line, whose means the line carries, so a
+    # curve of the logged lines follows every step, not one batch in print_interval
+    meter, window, timing = Meter(), Meter(), Meter()
     total = len(loader)
     bar = report.progress(total, f"epoch {epoch}")
     epoch_start = tic = time.perf_counter()
@@ -77,17 +79,20 @@ def train_one_epoch(session, loader, epoch, profiler=NoProfiler(), skip=0, stop=
         done = time.perf_counter()
         images = _num_images(feed)
         meter.update(values, images)
+        window.update(values, images)
         times = {"data_time": fed - tic, "compute_time": done - fed, "batch_time": done - tic}
         timing.update(times, 1)
         ips = images * world_size / times["batch_time"]
         bar.set_postfix_str(f"loss {values['loss']:.3f}, {ips:.0f} img/s", refresh=False)
         bar.update()
         if (step + 1) % print_interval == 0 or step + 1 == total:
+            means = {f"{k}_mean": v for k, v in window.averages().items() if k != "lr"}
             report.log(
                 [epoch, step + 1],
-                dict(values, ips=ips, progress=f"{step + 1}/{total}", **times),
+                dict(values, ips=ips, progress=f"{step + 1}/{total}", **times, **means),
                 console=not report.interactive,
             )
+            window = Meter()
         tic = time.perf_counter()
         done_steps = step + 1
         if stop is not None and stop.should_stop():
