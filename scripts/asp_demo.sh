@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # 2:4 sparsity on the demo: prune the dense demo model (scripts/demo.sh must have run),
 # evaluate it right after pruning, retrain one epoch with the same recipe, and print
-# dense / pruned / retrained top-1. Extra arguments go to train.py.
+# dense / pruned / retrained top-1 with the classes that lost most. Extra arguments go to
+# train.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dense=output/demo/resnet18
@@ -11,11 +12,6 @@ rm -rf output/demo_asp             # a fresh run each time (no mixing with an ea
   --from-pretrained-params "$dense/2/model.pdparams" --epochs 1 --warmup-epochs 0 \
   --output-dir output/demo_asp "$@"
 .venv/bin/python -m paddle_resnet.commands.check_sparsity output/demo_asp/resnet18 | tail -n 1
-.venv/bin/python - <<'PY'
-from paddle_resnet.core.report import read_report
-dense = [r for r in read_report("output/demo/report.json") if r["type"] == "VAL"][-1]["data"]
-sparse = [r for r in read_report("output/demo_asp/report.json") if r["type"] == "VAL"]
-print(f"| dense (2 epochs) | {100 * dense['val.top1']:.2f} % |")
-print(f"| pruned 2:4, no retraining | {100 * sparse[0]['data']['val.top1']:.2f} % |")
-print(f"| pruned 2:4 + 1 epoch retraining | {100 * sparse[-1]['data']['val.top1']:.2f} % |")
-PY
+# dense, pruned (before retraining) and retrained top-1, and the classes pruning cost most
+.venv/bin/python scripts/compare_classes.py output/demo/report.json output/demo_asp/report.json \
+  --output benchmarks/asp_classes_resnet18_demo.json

@@ -20,7 +20,9 @@ int8 (NNCF) of the same fp32 model.
 Exports the checkpoint in fp32 and once per algorithm with --ptq-algo (the same
 calibration images each time), and the QAT checkpoint if given, runs every model
 through each runtime on the CPU on all validation images (NNCF's only through
-OpenVINO), prints a table and writes --output (JSON). A 2:4 checkpoint's exports are
+OpenVINO), prints a table and writes --output (JSON). Each row also holds, per runtime,
+its balanced top-1 and the classes that lost most against the dense fp32 model (the
+--dense-checkpoint, else this checkpoint's fp32 export), with their counts. A 2:4 checkpoint's exports are
 checked to hold the pattern (every pruned weight, in the Paddle model and in
 model.onnx).
 """
@@ -43,6 +45,12 @@ from paddle_resnet.core.errors import exit_status
 from paddle_resnet.deploy import inference
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.core import feeds
+from paddle_resnet.core.metrics import (
+    class_changes,
+    class_results,
+    confusion_counts,
+    describe_class_changes,
+)
 from paddle_resnet.deploy import model_input
 from paddle_resnet.deploy import exported
 from paddle_resnet.core.config import IRS, PTQ_ALGOS, build_config
@@ -51,6 +59,7 @@ from paddle_resnet.core.optional import require
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import nncf_int8
 
+DENSE = "dense fp32 (reference)"
 # the runtimes every export runs in: key prefix in the rows -> (inference.py's backend, title)
 RUNTIMES = {
     "": ("cpu", "oneDNN"),
@@ -100,6 +109,24 @@ def scored(key, top, labels, reference):
         key + "top1": float((top == labels).mean()),
         key + "agreement": float((top == reference).mean()),
     }
+
+
+def per_class(top, labels, classes):
+    """``metrics.class_results`` of top-1 predictions ``top``."""
+    return class_results(confusion_counts(top[:, None], labels, len(classes)), classes)
+
+
+def class_costs(rows, tops, labels, classes, reference):
+    """Each row's classes that lost most against ``reference`` (the dense fp32 model's
+    top-1 predictions), per runtime: ``<runtime>lost_most``, and its balanced top-1."""
+    dense = per_class(reference, labels, classes)
+    for row in rows:
+        for key, top in tops[row["model"]].items():
+            result = per_class(top, labels, classes)
+            row[key + "balanced_top1"] = result["balanced_top1"]
+            row[key + "lost_most"] = class_changes(dense, result)
+        runtime = "" if "" in tops[row["model"]] else "openvino_"
+        print(f"{row['model']}: {describe_class_changes(row[runtime + 'lost_most'])}")
 
 
 def nncf_predictions(fp32_config, preset, site):
@@ -197,7 +224,7 @@ def main():
     )
     parser.add_argument("--output", default="benchmarks/ptq_resnet18_demo.json")
     args = parser.parse_args()
-    rows = []
+    rows, tops_by_model = [], {}
     with tempfile.TemporaryDirectory() as workdir:
 
         def export(name, checkpoint, **values):
@@ -228,6 +255,7 @@ def main():
                 row.update(scored(key, tops[key], labels, reference))
             row.update(img_per_s=round(ips, 1), export_seconds=round(seconds, 1), sparse_2to4=held)
             rows.append(row)
+            tops_by_model[name] = tops
             print(row, flush=True)
             return tops[""], labels
 
@@ -252,10 +280,14 @@ def main():
             row = {"model": f"int8 NNCF {preset} (OpenVINO's own)"}
             row.update(scored("openvino_", top, labels, top32))
             rows.append(row)
+            tops_by_model[row["model"]] = {"openvino_": top}
             print(row, flush=True)
         if args.dense_checkpoint:
             dense = export("dense", args.dense_checkpoint)
-            measure("dense fp32 (reference)", dense[0], "fp32", *dense[1:])
+            measure(DENSE, dense[0], "fp32", *dense[1:])
+        classes = exported.read_classes(fp32[0]["inference.model_dir"])
+        reference = tops_by_model[DENSE if args.dense_checkpoint else "fp32"][""]
+        class_costs(rows, tops_by_model, labels, classes, reference)
 
     print_table(rows)
     with open(args.output, "w") as handle:

@@ -68,20 +68,26 @@ def test_each_validation_reports_per_class_results(trained):
 
 
 def test_per_class_results_of_many_classes_are_compact():
-    """1,000 classes: the worst classes and the most confused pairs, not the matrix."""
+    """1,000 classes: each class's accuracy, the worst classes and the most confused
+    pairs, not the matrix; the classes that lost most against another model."""
     rng = np.random.default_rng(0)
     labels = np.repeat(np.arange(1000), 5)
     predicted = np.where(rng.random(5000) < 0.7, labels, rng.integers(0, 1000, 5000))
     predicted[labels == 7] = 3  # class 7 always taken for class 3
     confusion = metrics.confusion_counts(predicted[:, None], labels, 1000)
-    result = metrics.class_results(confusion, [f"n{i:04d}" for i in range(1000)])
-    assert "confusion" not in result and "accuracy" not in result
+    classes = [f"n{i:04d}" for i in range(1000)]
+    result = metrics.class_results(confusion, classes)
+    assert "confusion" not in result and len(result["accuracy"]) == 1000
     assert len(result["worst"]) == metrics.WORST_CLASSES
     assert result["worst"][0] == ["n0007", 0.0, 5]
     assert result["confused"][0] == ["n0007", "n0003", 5]
     counts = [n for _, _, n in result["confused"]]
     assert counts == sorted(counts, reverse=True) and len(counts) == metrics.CONFUSED_PAIRS
-    assert len(json.dumps(result)) < 4000  # a report line, not a matrix
+    better = metrics.class_results(metrics.confusion_counts(labels[:, None], labels, 1000), classes)
+    changes = metrics.class_changes(better, result)
+    assert changes[0] == ["n0007", 1.0, 0.0, 5, 5] and len(changes) == 5
+    assert metrics.class_changes(result, better) == []
+    assert len(json.dumps(result)) < 60000  # a report line, not a matrix
 
 
 @pytest.mark.gpu_wheel
@@ -361,3 +367,27 @@ def test_visualdl_logs_the_training_and_validation_scalars(fmnist_root, tmp_path
     ]
     val = records(config, "VAL")[0]["data"]["val.top1"]
     assert reader.get_data("scalar", "val/top1")[0].value == pytest.approx(val, abs=1e-6)
+
+
+def test_compare_classes_names_the_classes_a_model_lost(trained, tmp_path):
+    """scripts/compare_classes.py: each validation of a run against another's last, with
+    the classes that lost most (here the first epochs against the third)."""
+    output = tmp_path / "classes.json"
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "compare_classes.py")]
+        + [trained.report_file, trained.report_file, "--output", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(output.read_text())["rows"]
+    assert [row["epoch"] for row in rows] == [3, 1, 2, 3] and rows[-1]["lost_most"] == []
+    final = records(trained, "CLASSES")[-1]["data"]
+    for row, per_class in zip(rows[1:], records(trained, "CLASSES")):
+        expected = metrics.class_changes(final, per_class["data"])
+        assert (
+            row["lost_most"] == expected
+            and row["balanced_top1"] == per_class["data"]["balanced_top1"]
+        )
+    assert result.stdout.splitlines()[-2].endswith("no class lost an image")

@@ -91,8 +91,8 @@ def format_latency_table(rows):
     return "\n".join(lines)
 
 
-# Classes up to this many get the whole confusion matrix and every class's accuracy in the
-# report; more (ImageNet's 1,000) get the worst classes and the most confused pairs only.
+# Classes up to this many get the whole confusion matrix in the report; more (ImageNet's
+# 1,000) get the most confused pairs instead (each class's accuracy is always there).
 FULL_CONFUSION_CLASSES = 100
 WORST_CLASSES = 20
 CONFUSED_PAIRS = 50
@@ -108,41 +108,36 @@ def confusion_counts(top_classes, labels, num_classes):
 
 
 def class_results(confusion, classes):
-    """Per-class accuracy from a confusion matrix (``confusion_counts`` summed): the
-    balanced top-1 (the mean of the accuracies of the classes that have images), the
-    worst classes and the most confused pairs (true -> predicted); with up to
-    FULL_CONFUSION_CLASSES classes also every class's accuracy and the whole matrix."""
+    """Per-class results from a confusion matrix (``confusion_counts`` summed): each
+    class's accuracy and image count, the balanced top-1 (the mean accuracy of the classes
+    that have images), the worst classes, the most confused pairs (true -> predicted) and,
+    up to FULL_CONFUSION_CLASSES classes, the whole matrix."""
     confusion = np.asarray(confusion, dtype=np.int64)
     images = confusion.sum(axis=1)
-    correct = np.diag(confusion)
     present = images > 0
-    accuracy = np.where(present, correct / np.maximum(images, 1), np.nan)
+    accuracy = np.where(present, np.diag(confusion) / np.maximum(images, 1), np.nan)
     order = np.argsort(np.where(present, accuracy, np.inf), kind="stable")
-    worst = [
-        [classes[i], float(accuracy[i]), int(images[i])]
-        for i in order[:WORST_CLASSES]
-        if present[i]
-    ]
     errors = confusion.copy()
     np.fill_diagonal(errors, 0)
-    flat = np.argsort(-errors, axis=None, kind="stable")[:CONFUSED_PAIRS]
-    confused = [
-        [classes[t], classes[p], int(errors[t, p])]
-        for t, p in zip(*np.unravel_index(flat, errors.shape))
-        if errors[t, p] > 0
-    ]
+    pairs = np.argsort(-errors, axis=None, kind="stable")[:CONFUSED_PAIRS]
     result = {
         "balanced_top1": float(np.mean(accuracy[present])) if present.any() else 0.0,
-        "worst": worst,
-        "confused": confused,
+        "classes": list(classes),
+        "accuracy": [None if np.isnan(a) else float(a) for a in accuracy],
+        "images": images.tolist(),
+        "worst": [
+            [classes[i], float(accuracy[i]), int(images[i])]
+            for i in order[:WORST_CLASSES]
+            if present[i]
+        ],
+        "confused": [
+            [classes[t], classes[p], int(errors[t, p])]
+            for t, p in zip(*np.unravel_index(pairs, errors.shape))
+            if errors[t, p] > 0
+        ],
     }
     if len(classes) <= FULL_CONFUSION_CLASSES:
-        result.update(
-            classes=list(classes),
-            accuracy=[None if np.isnan(a) else float(a) for a in accuracy],
-            images=images.tolist(),
-            confusion=confusion.tolist(),
-        )
+        result["confusion"] = confusion.tolist()
     return result
 
 
@@ -157,3 +152,31 @@ def describe_class_results(result, shown=3):
         pairs = ", ".join(f"{t} as {p} {n}x" for t, p, n in result["confused"][:shown])
         lines.append(f"most confused: {pairs}")
     return lines
+
+
+def class_changes(reference, result, shown=5):
+    """The classes that lost most from ``reference`` to ``result`` (two ``class_results``
+    of the same images: a dense model and its pruned or int8 form), as [class,
+    reference accuracy, accuracy, images lost, images], worst first; classes that
+    lost nothing are left out."""
+    if reference["classes"] != result["classes"]:
+        raise ValueError("per-class results of different classes cannot be compared")
+    changes = []
+    for name, before, after, images in zip(
+        result["classes"], reference["accuracy"], result["accuracy"], result["images"]
+    ):
+        if images:
+            lost = round((before - after) * images)
+            if lost > 0:
+                changes.append([name, before, after, lost, images])
+    return sorted(changes, key=lambda change: -change[3])[:shown]
+
+
+def describe_class_changes(changes):
+    """One line: the classes that lost most, in points and images."""
+    if not changes:
+        return "no class lost an image"
+    return "lost most: " + ", ".join(
+        f"{name} {100 * before:.1f} -> {100 * after:.1f} % ({lost} of {images})"
+        for name, before, after, lost, images in changes
+    )

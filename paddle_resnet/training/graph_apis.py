@@ -21,6 +21,7 @@ GRAPH_APIS = {
     "paddle.nn.Linear": lambda x, y: paddle.nn.Linear(48, 4)(paddle.flatten(x, 1)),
     "paddle.cast": lambda x, y: paddle.cast(x, "float32"),
     "paddle.flip": lambda x, y: paddle.flip(x, [0]),
+    "paddle.gather": lambda x, y: paddle.gather(paddle.reshape(x, [-1]), paddle.reshape(y, [-1])),
     "paddle.reshape": lambda x, y: paddle.reshape(x, [-1, 48]),
     "paddle.nn.functional.one_hot": lambda x, y: paddle.nn.functional.one_hot(y, 4),
     "paddle.nn.functional.label_smooth": lambda x, y: paddle.nn.functional.label_smooth(
