@@ -19,6 +19,7 @@ from paddle_resnet.data.folder import ImageList
 from paddle_resnet.models import model_entry
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import class_weights, finetune, ir, programs
+from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
 IRS = ("legacy", "pir") if PADDLE3 else ("legacy",)
 
@@ -166,3 +167,35 @@ def test_frozen_stages_stay_bit_identical_and_resume_keeps_them(
 
 def trained_classes(root):
     return sorted(os.listdir(os.path.join(root, "train")))
+
+
+@pytest.mark.parametrize("ir_name", IRS)
+def test_frozen_backbone_keeps_its_2to4_pruned_weights(ir_name, trained, fmnist_root, tmp_path):
+    """--asp --prune-model with the whole backbone frozen (--frozen-stages 4: the
+    classifier trains alone): every backbone weight ends as the pruned start, the
+    loaded weight times its mask, bit for bit; batch-norm statistics as loaded."""
+    start = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model")
+    config = small_config(
+        fmnist_root,
+        tmp_path,
+        **{
+            "run.ir": ir_name,
+            "run.epochs": 1,
+            "run.run_scope": "train_only",
+            "run.from_pretrained_params": start,
+            "finetune.frozen_stages": 4,
+            "asp.enabled": True,
+            "asp.prune_model": True,
+        },
+    )
+    train.run(config, report_stream=open(os.devnull, "w"))
+    before = ckpt.read_state(start, optimizer=False)
+    after = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(tmp_path), "resnet18", 1))[1]
+    frozen, _ = stage_parameters(config, "layer4")
+    masked = [name for name in frozen if name + MASK_SUFFIX in after]
+    assert len(masked) >= 19  # the 3x3 and downsampling convolutions of 4+ input channels
+    for name in frozen:
+        expected = before[name] * after[name + MASK_SUFFIX] if name in masked else before[name]
+        np.testing.assert_array_equal(after[name], expected, err_msg=name)
+    classifier = model_entry("resnet18").family.classifier
+    assert not np.array_equal(after["linear_0.w_0"], before["linear_0.w_0"]), classifier

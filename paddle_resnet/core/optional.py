@@ -19,6 +19,7 @@ PACKAGES = {
     "safetensors": "safetensors",
     "openvino": "openvino",
     "nncf": "nncf",
+    "sklearn": "scikit-learn",
 }
 # how to install a package when not by requirements-tools.txt: nncf's numpy 2 would
 # replace the numpy 1.26 Paddle 2.6 needs, so it goes into a folder of its own

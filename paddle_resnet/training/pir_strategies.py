@@ -21,6 +21,7 @@ import contextlib
 import paddle
 
 from paddle_resnet.training import ir
+from paddle_resnet.training.sparsity.masks import prunable_shapes
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
 
@@ -28,11 +29,7 @@ def prunable_weights(program, kept_dense):
     """The weights ASP would prune: convolution and fully connected weights that the
     model entry and ``--asp-exclude`` do not keep dense."""
     dense = set(kept_dense)
-    return [
-        p
-        for p in ir.parameters(program)
-        if p.trainable and len(p.shape) in (2, 4) and p.name not in dense
-    ]
+    return [p for p in prunable_shapes(ir.parameters(program)) if p.name not in dense]
 
 
 def add_masks(program, weights):

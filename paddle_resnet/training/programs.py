@@ -77,9 +77,12 @@ def distributed_strategy(config, on_gpu):
             "use_fp16_guard": config.amp.use_pure_fp16,
         }
     # Fleet's ASP and QAT meta-optimizers do not take each other as inner optimizers: with
-    # both asked, Fleet applied ASP and silently dropped QAT. With QAT the toolkit keeps
-    # the masks itself (sparsity.training.enforce_masks, after minimize).
-    strategy.asp = config.asp.enabled and not config.qat.enabled
+    # both asked, Fleet applied ASP and silently dropped QAT. Fleet's ASP masks only the
+    # weights that have gradients, so frozen stages would stay dense. With either, the
+    # toolkit keeps the masks itself (sparsity.masks.enforce_masks, after minimize).
+    strategy.asp = (
+        config.asp.enabled and not config.qat.enabled and config.finetune.frozen_stages < 0
+    )
     if config.qat.enabled:
         strategy.qat = True
         strategy.qat_configs = FLEET_QAT_CONFIGS

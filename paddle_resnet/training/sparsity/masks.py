@@ -89,11 +89,17 @@ def layer_table(programs):
 
 def enforce_masks(main, startup):
     """What Fleet's ASP meta-optimizer does after ``minimize``, done by the toolkit where
-    Fleet cannot combine ASP with another meta-optimizer (QAT): a mask variable for
-    every weight ASP supports (not excluded), multiplied into the weight after each
-    update (Paddle's own ``ASPHelper`` steps, the ones ``asp.decorate`` runs)."""
-    params = [p for p in ir.parameters(main) if p.trainable]
-    paddle_internals.insert_asp_masks(main, startup, params)
+    Fleet cannot combine ASP with another meta-optimizer (QAT) or masks only the weights
+    that train (frozen stages are pruned too): a mask variable for every weight ASP
+    supports (not excluded), multiplied into the weight after each update (Paddle's own
+    ``ASPHelper`` steps, the ones ``asp.decorate`` runs)."""
+    paddle_internals.insert_asp_masks(main, startup, prunable_shapes(ir.parameters(main)))
+
+
+def prunable_shapes(parameters):
+    """The convolution and fully connected weights of ``parameters`` (4-D, 2-D), trained
+    or frozen; not batch norms' and quantizers' vectors."""
+    return [p for p in parameters if len(p.shape) in (2, 4)]
 
 
 def masks_from_weights(program, place):
