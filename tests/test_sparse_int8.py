@@ -19,7 +19,12 @@ from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
-from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX, is_2to4, sparse_parameters
+from paddle_resnet.training.sparsity.pattern import (
+    MASK_SUFFIX,
+    NVIDIA_2_4,
+    holds,
+    sparse_parameters,
+)
 
 # Not in the GPU-build track: what differs there (ASP and QAT programs with AMP, pruning
 # on the GPU build) is tested in test_gpu_build.py and test_sparsity.py.
@@ -88,7 +93,10 @@ def test_qat_keeps_every_mask_and_trains_quantized(pruned, sparse_qat):
     )  # the 3-channel stem stays dense
     for name in masked:
         np.testing.assert_array_equal(after[name + MASK_SUFFIX], before[name + MASK_SUFFIX])
-        assert is_2to4(after[name]) and not after[name][before[name + MASK_SUFFIX] == 0].any()
+        assert (
+            holds(after[name], NVIDIA_2_4)
+            and not after[name][before[name + MASK_SUFFIX] == 0].any()
+        )
         assert not np.array_equal(after[name], before[name])  # and it did train
     scales = [name for name in after if name.endswith("@scale")]
     assert len(scales) >= 21  # trained with QAT
@@ -169,7 +177,8 @@ def test_the_int8_exports_hold_the_pattern(sparse_qat, tmp_path):
     )
     exporting.export(config)
     info = exported.read_info(config.inference.model_dir)
-    assert len(info["sparse_2to4"]) == 19 and info["quantization"]["method"] == "qat"
+    assert info["sparsity"]["pattern"] == "2:4" and len(info["sparsity"]["weights"]) == 19
+    assert info["quantization"]["method"] == "qat"
     export = checker(config.inference.model_dir)
     assert export.returncode == 0, export.stdout + export.stderr
     tables = export.stdout.count("19 weights marked sparse, 0 violate 2:4, 0 missing")
