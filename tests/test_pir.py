@@ -401,7 +401,9 @@ def test_a_pir_qat_model_exports_and_serves_at_the_accuracy_training_measured(
         },
     )
     metrics = train.run(config, report_stream=open(os.devnull, "w"))
-    assert exported.read_info(model_dir)["quantization"] == qat.PIR_QAT_RECORD
+    assert exported.read_info(model_dir)["quantization"] == dict(
+        qat.PIR_QAT_RECORD, ops=["conv2d", "matmul"]
+    )
     argv = ["--inference-dir", model_dir, "--mode", "accuracy", "--image-root", fmnist_root]
     capsys.readouterr()
     assert inference.main(argv) == 0
@@ -449,9 +451,12 @@ def test_pir_prunes_a_dense_model_and_retrains_it_with_qat_to_a_2to4_export(
         },
     )
     metrics = train.run(config, report_stream=open(os.devnull, "w"))
-    assert exported.read_info(model_dir)["quantization"] == qat.PIR_QAT_RECORD
-    tables, marked = sparsity_report.tables(model_dir)
-    assert len(marked) == 19  # marked sparse in model.json
+    assert exported.read_info(model_dir)["quantization"] == dict(
+        qat.PIR_QAT_RECORD, ops=["conv2d", "matmul"]
+    )
+    tables, sparsity = sparsity_report.tables(model_dir)
+    marked = set(sparsity["weights"])
+    assert sparsity["pattern"] == "2:4" and len(marked) == 19  # marked sparse in model.json
     assert sparsity_report.report(model_dir) == []  # ... and each one 2:4, in model.onnx too
     onnx_rows = tables[os.path.join(model_dir, exported.ONNX_FILE)]
     assert sum(row["precision"].startswith("int8") for row in onnx_rows) == 21

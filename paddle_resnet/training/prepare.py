@@ -18,7 +18,13 @@ from paddle_resnet.core import feeds
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.training import ir, start_weights
 from paddle_resnet.training.programs import build_programs, input_shape
-from paddle_resnet.training.qat import PIR_QAT_RECORD, QAT_RECORD, freeze_qat, quantize_eval_program
+from paddle_resnet.training.qat import (
+    PIR_QAT_RECORD,
+    QAT_RECORD,
+    freeze_qat,
+    int8_ops,
+    quantize_eval_program,
+)
 from paddle_resnet.training.sparsity import masks as sparse_masks
 from paddle_resnet.training.sparsity.pattern import recorded
 
@@ -98,7 +104,7 @@ def inference_model(config, place):
         program = freeze_qat(programs.eval, place) if legacy_qat else programs.eval
         quantization = None
         if config.qat.enabled:  # PIR: the model was quantized as it was built
-            quantization = PIR_QAT_RECORD if pir else QAT_RECORD
+            quantization = dict(PIR_QAT_RECORD if pir else QAT_RECORD, ops=int8_ops(program))
         yield InferenceModel(
             exe=exe,
             program=program,
