@@ -10,11 +10,15 @@ import re
 import subprocess
 import sys
 
+import pytest
 import tomllib
 
 from conftest import ROOT, once
 from paddle_resnet.commands import flag_table
-from paddle_resnet.core.config import list_recipes
+from paddle_resnet.core import optional
+from paddle_resnet.core.config import InferenceConfig, list_recipes
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.deploy import backends, verify
 
 # Static checks of the repository: run once, on 2.6.2.
 pytestmark = once
@@ -196,6 +200,49 @@ def test_every_import_runs_down_the_floors_of_the_house():
                 wrong.append(f"serving file {module} imports {target}")
     assert edges > 150
     assert not wrong, wrong
+
+
+def class_names(path):
+    with open(path) as handle:
+        tree = ast.parse(handle.read())
+    return [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+
+
+def test_a_backend_is_a_module_and_a_row(tmp_path, monkeypatch):
+    """docs/architecture.md, a new backend: a module in deploy/ (its classifier), a row of
+    ``BACKENDS``, and its optional package in core/optional.py. Every classifier of
+    deploy/ is built by a row; every package the code requires is declared; and a row
+    added here is verified by the export and has its precision flag checked, with no
+    other change."""
+    modules = package_modules()
+    table = set(package_edges(modules["paddle_resnet.deploy.backends"], modules))
+    classifiers = {
+        module
+        for module, path in modules.items()
+        if folder_of(module) == "deploy"
+        and any(name.endswith("Classifier") for name in class_names(path))
+    }
+    assert len(classifiers) >= 3 and classifiers <= table, classifiers - table
+    required = set()
+    for path in modules.values():
+        with open(path) as handle:
+            tree = ast.parse(handle.read())
+        required |= {
+            node.args[0].value.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and ast.unparse(node.func).split(".")[-1] == "require"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        }
+    assert {"openvino", "onnxruntime"} <= required <= set(optional.PACKAGES), required
+    echo = backends.Backend("echo", "cpu", ("fp32",), lambda: True, lambda *args: None)
+    monkeypatch.setitem(backends.BACKENDS, "echo", echo)
+    (tmp_path / "inference.pdmodel").touch()
+    rows = verify.candidates(str(tmp_path), InferenceConfig(), [3, 8, 8], 4, quantized=False)
+    assert "echo fp32" in [row.name for row in rows]
+    with pytest.raises(ConfigError, match="^--cpu-precision bf16: --backend echo runs fp32$"):
+        backends.check_precision(echo, InferenceConfig(cpu_precision="bf16"))
 
 
 def test_private_paddle_apis_only_in_paddle_internals():
