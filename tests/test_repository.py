@@ -126,6 +126,30 @@ def test_shell_scripts_parse_and_name_real_recipes():
     assert launched and set(launched) <= recipes, set(launched) - recipes
 
 
+def test_every_doc_a_file_names_exists():
+    """A script, test or page that points to docs/<page>.md points to a page of the
+    repository (not to notes kept elsewhere)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    named = set()
+    for path in listed:
+        if path.endswith((".py", ".sh", ".md", ".yaml", ".toml", ".sbatch")) and os.path.exists(
+            os.path.join(ROOT, path)
+        ):
+            with open(os.path.join(ROOT, path), errors="replace") as handle:
+                named |= {(page, path) for page in re.findall(r"docs/[\w.-]+\.md", handle.read())}
+    assert len(named) > 10
+    missing = sorted(
+        f"{path}: {page}" for page, path in named if not os.path.exists(os.path.join(ROOT, page))
+    )
+    assert not missing, missing
+
+
 def test_launch_script_rejects_bad_arguments():
     launch = os.path.join(ROOT, "scripts", "training", "launch.sh")
     result = subprocess.run(
