@@ -13,10 +13,10 @@ from paddle.distributed import fleet
 
 from conftest import ROOT, flat, once, train_in_fresh_process
 from paddle_resnet.core import optional
-from paddle_resnet.core.config import build_config
+from paddle_resnet.core.config import InferenceConfig, build_config
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.deploy import export as exporting
-from paddle_resnet.deploy import exported
+from paddle_resnet.deploy import exported, pir_tensorrt, predictor
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.sparsity.pattern import (
@@ -195,8 +195,14 @@ def test_pruning_and_qat_in_one_run_are_refused_with_the_order_that_works(pruned
         build_config(dict(flat(pruned), **{"qat.enabled": True}))
 
 
-@pytest.mark.cuda_build
-def test_paddle_trt_has_no_sparse_weights_switch():
-    """Paddle removed it (PaddlePaddle PR #53905): a 2:4 model gets no sparse TensorRT
-    kernels through Paddle Inference, and nothing here claims any."""
-    assert not [name for name in dir(paddle.inference.Config) if "sparse" in name.lower()]
+@pytest.mark.gpu_wheel
+def test_tensorrt_is_asked_for_no_sparse_kernels():
+    """Paddle removed its sparse-weights switch (PaddlePaddle PR #53905): what the trt
+    backend asks of Paddle, for a legacy export (Config calls) and a PIR one (the
+    conversion's settings), names no sparse kernels, so nothing here claims them for a
+    2:4 model."""
+    settings = InferenceConfig(trt_precision="FP16")
+    calls = predictor.predictor_settings(settings, "trt", [3, 32, 32], 8)
+    conversion = pir_tensorrt.conversion_settings(settings, [3, 32, 32], 8, quantized=False)
+    asked = repr([(call.method, call.args, call.kwargs) for call in calls]) + repr(conversion)
+    assert "enable_tensorrt_engine" in asked and "sparse" not in asked.lower()
