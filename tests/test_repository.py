@@ -9,9 +9,9 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 
 import pytest
-import tomllib
 
 from conftest import ROOT, once
 from paddle_resnet.commands import flag_table
@@ -111,6 +111,15 @@ def test_entry_points_only_call_their_command():
         assert function == "main" and os.path.exists(
             os.path.join(ROOT, *module.split(".")) + ".py"
         ), target
+
+
+def test_the_python_required_is_the_python_used():
+    """pyproject.toml's requires-python is the oldest Python the code runs on (3.11:
+    ``python -P``, tomllib), and ruff checks against that version."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+        project = tomllib.load(handle)
+    assert project["project"]["requires-python"] == ">=3.11"
+    assert project["tool"]["ruff"]["target-version"] == "py311"
 
 
 def test_shell_scripts_parse_and_name_real_recipes():
