@@ -278,6 +278,32 @@ def test_a_backend_is_a_module_and_a_row(tmp_path, monkeypatch):
         backends.check_precision(echo, InferenceConfig(cpu_precision="bf16"))
 
 
+# What a tool may import of training/ to get its programs and weights: the path training
+# itself takes (training/prepare.py, training/start_weights.py).
+PREPARATION = {"paddle_resnet.training.prepare", "paddle_resnet.training.start_weights"}
+
+
+def test_tools_take_their_programs_from_the_preparation():
+    """Export imports of training/ only the preparation training uses, and no script
+    builds programs by hand (``build_programs``, running a ``startup`` program): they call
+    ``prepare.ready_for_weights`` or export."""
+    modules = package_modules()
+    export = set(package_edges(modules["paddle_resnet.deploy.export"], modules))
+    training = {module for module in export if folder_of(module) == "training"}
+    assert training and training <= PREPARATION, training - PREPARATION
+    by_hand = []
+    for path in glob.glob(os.path.join(ROOT, "scripts", "**", "*.py"), recursive=True):
+        with open(path) as handle:
+            tree = ast.parse(handle.read())
+        by_hand += [
+            f"{os.path.relpath(path, ROOT)}:{node.lineno} {ast.unparse(node)}"
+            for node in ast.walk(tree)
+            if (isinstance(node, ast.Attribute) and node.attr in ("startup", "build_programs"))
+            or (isinstance(node, ast.Name) and node.id == "build_programs")
+        ]
+    assert not by_hand, by_hand
+
+
 def test_private_paddle_apis_only_in_paddle_internals():
     """Paddle's private attributes and ``from ... import _name``, paddle.base and
     unittest.mock: paddle_internals.py only."""
