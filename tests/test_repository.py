@@ -304,6 +304,19 @@ def test_tools_take_their_programs_from_the_preparation():
     assert not by_hand, by_hand
 
 
+def test_the_export_folder_module_holds_its_format_only():
+    """deploy/exported.py is the folder's layout, model.json and readers: under 200 lines,
+    on core/ alone, converting nothing (the conversions need optional packages: none is
+    required there)."""
+    modules = package_modules()
+    path = modules["paddle_resnet.deploy.exported"]
+    with open(path) as handle:
+        text = handle.read()
+    assert len(text.splitlines()) < 200
+    assert {folder_of(m) for m in package_edges(path, modules)} == {"core"}
+    assert "require(" not in text
+
+
 def test_private_paddle_apis_only_in_paddle_internals():
     """Paddle's private attributes and ``from ... import _name``, paddle.base and
     unittest.mock: paddle_internals.py only."""

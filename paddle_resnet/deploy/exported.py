@@ -2,7 +2,8 @@
 readers that inference.py, the predictors, the conversions and the sparsity checker
 use. Export writes the folder (``export.py``); the conversions add their files to it
 (``onnx_export``, ``openvino_conversion``, ``pir_tensorrt``); nothing here writes but
-``write`` and ``write_info``, and a reader never writes.
+``write`` and ``write_info``: a reader never writes (``check_dir`` only finishes a
+replacement a crash interrupted, as every read of a staged folder does: ``core/atomic``).
 
     <dir>/inference.pdmodel, inference.pdiparams   program and weights (paddle.static.save_inference_model)
     <dir>/inference.json                           the program instead, exported from PIR (--ir pir)
