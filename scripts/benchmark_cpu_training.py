@@ -28,7 +28,7 @@ import paddle.profiler as profiler
 
 from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core import feeds
-from paddle_resnet.training import programs as program
+from paddle_resnet.training import prepare
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.metrics import latency_summary, time_steps
@@ -58,9 +58,8 @@ def paddle_trainer(variant, arch, size, batch):
             "run.cpu_onednn": onednn,
         }
     )
-    programs = program.build_programs(config, steps_per_epoch=1000, global_batch=batch)
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    exe.run(programs.startup)
+    # the programs a training run of this config prepares, one process
+    programs, exe = prepare.ready_for_weights(config, True, 1, 1000, paddle.CPUPlace())
     rng = np.random.default_rng(0)
     shape = [batch, 3, size, size] if layout == "NCHW" else [batch, size, size, 3]
     feed = {

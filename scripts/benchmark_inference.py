@@ -52,8 +52,8 @@ import paddle
 
 from paddle_resnet.core import feeds
 from paddle_resnet.training import ir
-from paddle_resnet.training import programs as program
-from paddle_resnet.deploy import exported, nncf_int8, onnx_runtime, predictor
+from paddle_resnet.training import prepare
+from paddle_resnet.deploy import exported, nncf_int8, onnx_export, onnx_runtime, predictor
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import IRS, InferenceConfig, build_config
 from paddle_resnet.core.devices import cpu_has_int8_dot_products
@@ -99,11 +99,9 @@ def export_random_models(args, workdir):
         "run.ir": args.ir,
     }
     config = build_config(values)
-    with ir.selected(config):
-        programs = program.build_programs(config, training=False)
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        exe.run(programs.startup)
-        prefix = os.path.join(workdir, "initial")
+    prefix = os.path.join(workdir, "initial")
+    with ir.selected(config):  # the programs an evaluation of this config prepares
+        programs, _ = prepare.ready_for_weights(config, False, 1, None, paddle.CPUPlace())
         paddle.static.save(programs.eval, prefix)
     values["run.from_pretrained_params"] = prefix + ".pdparams"
     folders = []
@@ -225,7 +223,7 @@ def plain_openvino(core, model, image_shape, precision, threads, trials):
 def build_runtimes(args, workdir, threads, ov):
     """Every runtime of the benchmark, and plain OpenVINO's hint trials (by runtime)."""
     model_dir, int8_dir = export_random_models(args, workdir)
-    onnx_path = exported.write_onnx(model_dir)
+    onnx_path = onnx_export.write_onnx(model_dir)
     pir = exported.is_pir_export(model_dir)
     batches = calibration_batches(model_dir, args.calibration_root)
     image_shape = (3, args.size, args.size)

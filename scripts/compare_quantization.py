@@ -156,10 +156,10 @@ def flat(sections):
 
 
 def pattern_held(model_dir):
-    """How many weights of the export are listed as 2:4 and hold it in the Paddle model and
-    in model.onnx (None for a dense export); raises if one does not."""
-    marked = exported.read_info(model_dir)["sparse_2to4"]
-    if not marked:
+    """How many weights of the export are listed as sparse and hold their pattern (2:4) in
+    the Paddle model and in model.onnx (None for a dense export); raises if one does not."""
+    sparsity = exported.sparsity(exported.read_info(model_dir))
+    if not sparsity:
         return None
     result = subprocess.run(
         [sys.executable, "-m", "paddle_resnet.commands.check_sparsity", model_dir],
@@ -167,8 +167,10 @@ def pattern_held(model_dir):
         text=True,
     )
     if result.returncode != 0:
-        raise SystemExit(f"{model_dir}: the export lost the 2:4 pattern\n{result.stdout}")
-    return len(marked)
+        raise SystemExit(
+            f"{model_dir}: the export lost the {sparsity['pattern']} pattern\n{result.stdout}"
+        )
+    return len(sparsity["weights"])
 
 
 def versions(args):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Slurm, munge and shellcheck for tests/test_slurm.py, which starts a Slurm of its own on
-# this host (Debian's slurm-wlm 22.05; docs/platform-notes.md) and lints the batch scripts
+# this host (Debian's slurm-wlm 22.05; docs/guide.md, "Slurm on one host") and lints the batch scripts
 # of scripts/cluster/slurm. Installs nothing when they are there. Without root or sudo, or
 # when apt-get fails, it says so in one line and succeeds: the Slurm tests then skip,
 # naming what is missing.

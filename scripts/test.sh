@@ -52,6 +52,8 @@ setup_pid=$!
 bash scripts/setup.sh
 bash scripts/setup_slurm.sh            # Slurm for tests/test_slurm.py (skipped without it)
 bash scripts/setup_etcd.sh             # etcd for the elastic launcher's test (skipped without it)
+# NNCF beside .venv for tests/test_nncf.py (OpenVINO's own int8; skipped without it)
+bash scripts/setup_nncf.sh || echo "setup_nncf: NNCF could not be installed: tests/test_nncf.py will skip"
 
 status=0
 echo "== lint: ruff check, ruff format --check"

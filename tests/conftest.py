@@ -122,6 +122,20 @@ def train_command(fmnist_root, output_dir, *extra):
     ]
 
 
+def train_args(image_root, output_dir, *extra):
+    """train.py and its flags (no interpreter) for the runs the resume, oneDNN and
+    data-parallel tests compare: ResNet-18 at 32 px, batch 16, LR 0.4 after half an epoch
+    of warm-up, momentum 0.9, one DALI thread; ``extra`` says how many epochs."""
+    return [
+        "train.py",
+        *FAST_TRAIN[:-4],  # without --epochs 1 --warmup-epochs 0
+        *("--warmup-epochs", "0.5", "--lr", "0.4", "--momentum", "0.9"),
+        *("--dali-num-threads", "1", "--print-interval", "5"),
+        *("--image-root", image_root, "--output-dir", str(output_dir)),
+        *extra,
+    ]
+
+
 @pytest.fixture(scope="session")
 def uninterrupted(fmnist_root, tmp_path_factory):
     """The final checkpoint's state of ``train_command``'s run never stopped, which every

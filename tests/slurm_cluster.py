@@ -30,7 +30,8 @@ def free_port():
 
 
 def write_conf(folder, node, cpus, munge_socket):
-    """The minimal slurm.conf of docs/platform-notes.md, every path inside ``folder``."""
+    """The minimal slurm.conf of docs/guide.md ("Slurm on one host, as the tests run it"),
+    every path inside ``folder``."""
     lines = [
         "ClusterName=pytest",
         f"SlurmctldHost={node}",

@@ -4,9 +4,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 
 import pytest
-import tomllib
 
 from conftest import FAST_TRAIN, ROOT, once, run_python
 from paddle_resnet.commands import train

@@ -18,7 +18,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import PADDLE3, ROOT, assert_same_state, once, pir_rehearsal, random_seed
+from conftest import PADDLE3, ROOT, assert_same_state, once, pir_rehearsal, random_seed, train_args
 from paddle_resnet.commands import train
 from paddle_resnet.core import devices
 from paddle_resnet.core.config import build_config
@@ -47,37 +47,6 @@ def launch(args, log_dir, nproc=2, launcher=(), timeout=300):
         *args,
     ]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-
-
-def train_args(image_root, output_dir, *extra):
-    return [
-        "train.py",
-        "--model-arch-name",
-        "resnet18",
-        "--num-of-class",
-        "10",
-        "--image-root",
-        image_root,
-        "--crop-size",
-        "32",
-        "--resize-short",
-        "32",
-        "--batch-size",
-        "16",
-        "--warmup-epochs",
-        "0.5",
-        "--lr",
-        "0.4",
-        "--momentum",
-        "0.9",
-        "--dali-num-threads",
-        "1",
-        "--print-interval",
-        "5",
-        "--output-dir",
-        str(output_dir),
-        *extra,
-    ]
 
 
 def ok(result):

@@ -298,51 +298,42 @@ def test_predict_keeps_the_good_images_and_names_the_bad(exported, fmnist_root, 
     )
 
 
-@pytest.mark.gpu_wheel
-def test_tensorrt_settings_without_a_gpu():
-    """The TensorRT path cannot run here: check the Config calls it would make."""
-    settings = InferenceConfig(
-        trt_precision="INT8",
-        trt_use_calib_mode=True,
-        trt_workspace_size=2048,
-        trt_min_subgraph_size=5,
-        trt_use_static=True,
-    )
-    calls = {c.method: c for c in predictor.predictor_settings(settings, "trt", [3, 224, 224], 64)}
-    assert calls["enable_use_gpu"].args == (1024, 0)
-    trt = dict(calls["enable_tensorrt_engine"].kwargs)
-    assert trt == {
-        "workspace_size": 2048 << 20,
-        "max_batch_size": 64,
-        "min_subgraph_size": 5,
-        "precision_mode": PrecisionType.Int8,
-        "use_static": True,
-        "use_calib_mode": True,
-    }
-    assert calls["set_trt_dynamic_shape_info"].args == (
-        {feeds.IMAGE: [1, 3, 224, 224]},
-        {feeds.IMAGE: [64, 3, 224, 224]},
-        {feeds.IMAGE: [64, 3, 224, 224]},
-    )
-    fp16 = {
-        c.method: c
-        for c in predictor.predictor_settings(
-            InferenceConfig(trt_precision="FP16"), "trt", [224, 224, 3], 8
+def trt_engine(settings, shape=(3, 224, 224), max_batch=64, quantized=False):
+    """(the TensorRT engine's settings, the dynamic shapes) the trt backend asks of Paddle."""
+    calls = {
+        call.method: call
+        for call in predictor.predictor_settings(
+            settings, "trt", list(shape), max_batch, quantized=quantized
         )
     }
-    assert dict(fp16["enable_tensorrt_engine"].kwargs)["precision_mode"] == PrecisionType.Half
-    assert dict(fp16["enable_tensorrt_engine"].kwargs)["use_calib_mode"] is False
-    assert "enable_mkldnn" not in fp16
-    with pytest.raises(ConfigError, match="needs --backend cpu"):
-        predictor.predictor_settings(InferenceConfig(cpu_precision="bf16"), "trt", [3, 8, 8], 1)
-    # INT8 with the model's own scales (--ptq-algo export): no calibration
-    scaled = {
-        c.method: c
-        for c in predictor.predictor_settings(settings, "trt", [3, 224, 224], 64, quantized=True)
-    }
-    assert dict(scaled["enable_tensorrt_engine"].kwargs)["use_calib_mode"] is False
+    assert calls["enable_use_gpu"].args[1] == settings.device_id
+    assert "enable_mkldnn" not in calls  # TensorRT, not oneDNN
+    return dict(calls["enable_tensorrt_engine"].kwargs), calls["set_trt_dynamic_shape_info"].args
+
+
+@pytest.mark.gpu_wheel
+def test_tensorrt_settings_without_a_gpu():
+    """The TensorRT path cannot run here, and the CPU build refuses every TensorRT call
+    (the GPU build's own Config takes them: the next test). What the settings must do:
+    NVIDIA's inference script gives --trt-workspace-size in bytes (1073741824), the
+    toolkit's help in MB: both are one GiB; the engine takes every batch from 1 to the
+    largest the run feeds, in the model's layout; INT8 is calibrated by TensorRT only for
+    a model without scales; the CPU precisions need a CPU backend."""
+    gib = 1 << 30
+    assert trt_engine(InferenceConfig(trt_workspace_size=gib))[0]["workspace_size"] == gib
+    assert trt_engine(InferenceConfig(trt_workspace_size=1024))[0]["workspace_size"] == gib
+    fp16, shapes = trt_engine(InferenceConfig(trt_precision="FP16"), (224, 224, 3), max_batch=8)
+    assert fp16["precision_mode"] == PrecisionType.Half and fp16["max_batch_size"] == 8
+    smallest, _, largest = (shape[feeds.IMAGE] for shape in shapes)
+    assert smallest == [1, 224, 224, 3] and largest == [8, 224, 224, 3]
+    int8 = InferenceConfig(trt_precision="INT8", trt_use_calib_mode=True)
+    assert trt_engine(int8)[0]["precision_mode"] == PrecisionType.Int8
+    assert trt_engine(int8)[0]["use_calib_mode"] is True  # no scales: TensorRT calibrates
+    assert trt_engine(int8, quantized=True)[0]["use_calib_mode"] is False  # the model's own
     with pytest.raises(ConfigError, match="INT8 needs a model with quantization scales"):
-        predictor.predictor_settings(InferenceConfig(trt_precision="INT8"), "trt", [3, 8, 8], 1)
+        trt_engine(InferenceConfig(trt_precision="INT8"))
+    with pytest.raises(ConfigError, match="needs --backend cpu"):
+        trt_engine(InferenceConfig(cpu_precision="bf16"))
 
 
 @pytest.mark.cuda_build

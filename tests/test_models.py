@@ -1,13 +1,18 @@
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import paddle
-import paddle.nn.functional as F
 import pytest
-from paddle import nn
 
+from conftest import ROOT
 from paddle_resnet.core.config import ModelConfig, build_config
 from paddle_resnet.core.errors import ConfigError
-from paddle_resnet.models import build_model, list_models, model_entry, register_model, registry
-from paddle_resnet.models.family import ModelFamily
+from paddle_resnet.models import build_model, list_models, model_entry, registry
 from paddle_resnet.training import ir
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
@@ -90,39 +95,50 @@ def test_nhwc_equals_nchw_for_the_same_weights():
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
 
 
-class TinyConvNet(nn.Layer):
-    """Two convolutions and a classifier named ``head``: a family the toolkit has never
-    seen, defined here and nowhere else."""
-
-    def __init__(self, width, num_classes, in_channels, data_format):
-        super().__init__()
-        self.conv1 = nn.Conv2D(in_channels, width, 3, padding=1, data_format=data_format)
-        self.conv2 = nn.Conv2D(width, 2 * width, 3, stride=2, padding=1, data_format=data_format)
-        self.pool = nn.AdaptiveAvgPool2D(1, data_format=data_format)
-        self.head = nn.Linear(2 * width, num_classes)
-
-    def forward(self, x):
-        x = F.relu(self.conv2(F.relu(self.conv1(x))))
-        return self.head(paddle.flatten(self.pool(x), start_axis=1))
+TINY_FAMILY = os.path.join(ROOT, "tests", "fixtures", "tiny_family.py")
 
 
-TINY = ModelFamily(
-    "TinyConvNet",
-    lambda width, model: TinyConvNet(
-        width, model.num_classes, model.image_channels, model.data_layout
-    ),
-    classifier="head",
-    dense_under_sparsity=("head",),
-    layouts=("NCHW",),
-)
+def test_a_family_is_one_module_in_models(tmp_path):
+    """docs/architecture.md, a new model family: one module in models/, listed nowhere.
+    A copy of the package with the fixture's family module dropped into its models/ (the
+    registry untouched: the package finds the module itself) runs program.py on the new
+    member, its programs built with 2:4 sparsity; here the member is unknown."""
+    copy = tmp_path / "package"
+    shutil.copytree(
+        os.path.join(ROOT, "paddle_resnet"),
+        copy / "paddle_resnet",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    shutil.copy(TINY_FAMILY, copy / "paddle_resnet" / "models")
+    described = tmp_path / "programs.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "paddle_resnet.commands.program", "--model-arch-name"]
+        + ["tiny_convnet", "--num-of-class", "10", "--crop-size", "32", "--resize-short", "32"]
+        + ["--asp", "--json", str(described)],
+        cwd=copy,
+        env=dict(os.environ, PYTHONPATH=str(copy)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(described) as handle:
+        description = json.load(handle)
+    # the fixture's network: 3x3 convolutions 3->8->16 and a 16->10 classifier, with biases
+    assert description["eval"]["parameters"] == (3 * 9 + 1) * 8 + (8 * 9 + 1) * 16 + 17 * 10
+    assert description["strategies"]["ASP"]
+    assert "tiny_convnet" not in list_models()
 
 
 @pytest.fixture
 def tiny_family(monkeypatch):
-    """``tiny_convnet`` (8 channels wide) registered for one test, as a family module
-    registers its members."""
+    """The fixture's family registered for one test, as its module registers it when the
+    package imports it (its discovery: ``test_a_family_is_one_module_in_models``)."""
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    register_model("tiny_convnet", TINY, spec=8)
+    spec = importlib.util.spec_from_file_location("tiny_family", TINY_FAMILY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def tiny_config(**values):
@@ -137,7 +153,7 @@ def tiny_config(**values):
     return build_config(dict(base, **values))
 
 
-def test_a_family_registered_beside_its_model_builds_its_programs(tiny_family):
+def test_a_registered_family_builds_its_programs(tiny_family):
     """docs/architecture.md, a new model family: its module and nothing else. The
     programs are built through the registry; 2:4 sparsity keeps the family's classifier
     (``head``, not ResNet's ``fc``) dense."""
@@ -145,7 +161,7 @@ def test_a_family_registered_beside_its_model_builds_its_programs(tiny_family):
     programs = program.build_programs(
         tiny_config(**{"asp.enabled": True}), steps_per_epoch=2, global_batch=16
     )
-    assert isinstance(programs.model, TinyConvNet)
+    assert isinstance(programs.model, tiny_family.TinyConvNet)
     assert tuple(programs.model.conv1.weight.shape) == (8, 3, 3, 3)
     masked = {
         name[: -len(MASK_SUFFIX)]
@@ -154,7 +170,8 @@ def test_a_family_registered_beside_its_model_builds_its_programs(tiny_family):
     }
     model = programs.model
     assert masked == {model.conv1.weight.name, model.conv2.weight.name}
-    assert TINY.classifier_parameters(model) == (model.head.weight.name, model.head.bias.name)
+    classifier = tiny_family.TINY.classifier_parameters(model)
+    assert classifier == (model.head.weight.name, model.head.bias.name)
 
 
 @pytest.mark.parametrize(

@@ -36,13 +36,13 @@ def test_own_masks_equal_paddle_asp(algo, shape):
     rng = np.random.default_rng(sum(shape))
     weight = rng.standard_normal(shape).astype("float32")
     weight[rng.random(shape) < 0.1] = 0.0
-    ours = pattern.prune_mask(weight, algo)
+    ours = pattern.prune_mask(weight, algo, pattern.NVIDIA_2_4)
     if (weight.shape[1] if weight.ndim == 4 else weight.shape[0]) < 4:
         assert (ours == 1).all()  # too few input channels: kept dense, as ASP does
         return
     theirs = asp.create_mask(weight.T, func_name=asp.MaskAlgo[algo.upper()], n=2, m=4).T
     np.testing.assert_array_equal(ours, theirs)
-    assert pattern.is_2to4(weight * ours)
+    assert pattern.holds(weight * ours, pattern.NVIDIA_2_4)
 
 
 @pytest.mark.skipif(PADDLE3, reason="refusal on Paddle 2.6")
@@ -374,7 +374,7 @@ def test_paddle_trt_conversion_without_paddle_tensorrt_is_one_line(tmp_path):
         "needs Paddle 3 built with TensorRT (paddlepaddle-gpu 3.x): this Paddle has no "
         "paddle.tensorrt)"
     )
-    assert not os.path.exists(tmp_path / pir_tensorrt.CONVERTED_DIR)
+    assert not os.path.exists(tmp_path / exported.TENSORRT_DIR)
 
 
 @pir_only
@@ -401,7 +401,9 @@ def test_a_pir_qat_model_exports_and_serves_at_the_accuracy_training_measured(
         },
     )
     metrics = train.run(config, report_stream=open(os.devnull, "w"))
-    assert exported.read_info(model_dir)["quantization"] == qat.PIR_QAT_RECORD
+    assert exported.read_info(model_dir)["quantization"] == dict(
+        qat.PIR_QAT_RECORD, ops=["conv2d", "matmul"]
+    )
     argv = ["--inference-dir", model_dir, "--mode", "accuracy", "--image-root", fmnist_root]
     capsys.readouterr()
     assert inference.main(argv) == 0
@@ -449,13 +451,16 @@ def test_pir_prunes_a_dense_model_and_retrains_it_with_qat_to_a_2to4_export(
         },
     )
     metrics = train.run(config, report_stream=open(os.devnull, "w"))
-    assert exported.read_info(model_dir)["quantization"] == qat.PIR_QAT_RECORD
-    tables, marked = sparsity_report.tables(model_dir)
-    assert len(marked) == 19  # marked sparse in model.json
+    assert exported.read_info(model_dir)["quantization"] == dict(
+        qat.PIR_QAT_RECORD, ops=["conv2d", "matmul"]
+    )
+    tables, sparsity = sparsity_report.tables(model_dir)
+    marked = set(sparsity["weights"])
+    assert sparsity["pattern"] == "2:4" and len(marked) == 19  # marked sparse in model.json
     assert sparsity_report.report(model_dir) == []  # ... and each one 2:4, in model.onnx too
     onnx_rows = tables[os.path.join(model_dir, exported.ONNX_FILE)]
     assert sum(row["precision"].startswith("int8") for row in onnx_rows) == 21
-    assert all(row["is_2to4"] for row in onnx_rows if row["param"] in marked)
+    assert all(row["holds_pattern"] for row in onnx_rows if row["param"] in marked)
     served_in_int8(model_dir, fmnist_root, metrics["val.top1"])
     saved = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(tmp_path / "qat"), "resnet18", 1))[1]
     assert len(pattern.sparse_parameters(saved)) == 19

@@ -9,12 +9,16 @@ import os
 import re
 import subprocess
 import sys
-
 import tomllib
+
+import pytest
 
 from conftest import ROOT, once
 from paddle_resnet.commands import flag_table
-from paddle_resnet.core.config import list_recipes
+from paddle_resnet.core import optional
+from paddle_resnet.core.config import InferenceConfig, list_recipes
+from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.deploy import backends, verify
 
 # Static checks of the repository: run once, on 2.6.2.
 pytestmark = once
@@ -109,6 +113,15 @@ def test_entry_points_only_call_their_command():
         ), target
 
 
+def test_the_python_required_is_the_python_used():
+    """pyproject.toml's requires-python is the oldest Python the code runs on (3.11:
+    ``python -P``, tomllib), and ruff checks against that version."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+        project = tomllib.load(handle)
+    assert project["project"]["requires-python"] == ">=3.11"
+    assert project["tool"]["ruff"]["target-version"] == "py311"
+
+
 def test_shell_scripts_parse_and_name_real_recipes():
     scripts = glob.glob(os.path.join(ROOT, "scripts", "**", "*.sh"), recursive=True)
     assert len(scripts) > 20
@@ -120,6 +133,30 @@ def test_shell_scripts_parse_and_name_real_recipes():
             text = handle.read()
         launched += re.findall(r'launch\.sh" (\S+) ', text)
     assert launched and set(launched) <= recipes, set(launched) - recipes
+
+
+def test_every_doc_a_file_names_exists():
+    """A script, test or page that points to docs/<page>.md points to a page of the
+    repository (not to notes kept elsewhere)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    named = set()
+    for path in listed:
+        if path.endswith((".py", ".sh", ".md", ".yaml", ".toml", ".sbatch")) and os.path.exists(
+            os.path.join(ROOT, path)
+        ):
+            with open(os.path.join(ROOT, path), errors="replace") as handle:
+                named |= {(page, path) for page in re.findall(r"docs/[\w.-]+\.md", handle.read())}
+    assert len(named) > 10
+    missing = sorted(
+        f"{path}: {page}" for page, path in named if not os.path.exists(os.path.join(ROOT, page))
+    )
+    assert not missing, missing
 
 
 def test_launch_script_rejects_bad_arguments():
@@ -196,6 +233,88 @@ def test_every_import_runs_down_the_floors_of_the_house():
                 wrong.append(f"serving file {module} imports {target}")
     assert edges > 150
     assert not wrong, wrong
+
+
+def class_names(path):
+    with open(path) as handle:
+        tree = ast.parse(handle.read())
+    return [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+
+
+def test_a_backend_is_a_module_and_a_row(tmp_path, monkeypatch):
+    """docs/architecture.md, a new backend: a module in deploy/ (its classifier), a row of
+    ``BACKENDS``, and its optional package in core/optional.py. Every classifier of
+    deploy/ is built by a row; every package the code requires is declared; and a row
+    added here is verified by the export and has its precision flag checked, with no
+    other change."""
+    modules = package_modules()
+    table = set(package_edges(modules["paddle_resnet.deploy.backends"], modules))
+    classifiers = {
+        module
+        for module, path in modules.items()
+        if folder_of(module) == "deploy"
+        and any(name.endswith("Classifier") for name in class_names(path))
+    }
+    assert len(classifiers) >= 3 and classifiers <= table, classifiers - table
+    required = set()
+    for path in modules.values():
+        with open(path) as handle:
+            tree = ast.parse(handle.read())
+        required |= {
+            node.args[0].value.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and ast.unparse(node.func).split(".")[-1] == "require"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        }
+    assert {"openvino", "onnxruntime"} <= required <= set(optional.PACKAGES), required
+    echo = backends.Backend("echo", "cpu", ("fp32",), lambda: True, lambda *args: None)
+    monkeypatch.setitem(backends.BACKENDS, "echo", echo)
+    (tmp_path / "inference.pdmodel").touch()
+    rows = verify.candidates(str(tmp_path), InferenceConfig(), [3, 8, 8], 4, quantized=False)
+    assert "echo fp32" in [row.name for row in rows]
+    with pytest.raises(ConfigError, match="^--cpu-precision bf16: --backend echo runs fp32$"):
+        backends.check_precision(echo, InferenceConfig(cpu_precision="bf16"))
+
+
+# What a tool may import of training/ to get its programs and weights: the path training
+# itself takes (training/prepare.py, training/start_weights.py).
+PREPARATION = {"paddle_resnet.training.prepare", "paddle_resnet.training.start_weights"}
+
+
+def test_tools_take_their_programs_from_the_preparation():
+    """Export imports of training/ only the preparation training uses, and no script
+    builds programs by hand (``build_programs``, running a ``startup`` program): they call
+    ``prepare.ready_for_weights`` or export."""
+    modules = package_modules()
+    export = set(package_edges(modules["paddle_resnet.deploy.export"], modules))
+    training = {module for module in export if folder_of(module) == "training"}
+    assert training and training <= PREPARATION, training - PREPARATION
+    by_hand = []
+    for path in glob.glob(os.path.join(ROOT, "scripts", "**", "*.py"), recursive=True):
+        with open(path) as handle:
+            tree = ast.parse(handle.read())
+        by_hand += [
+            f"{os.path.relpath(path, ROOT)}:{node.lineno} {ast.unparse(node)}"
+            for node in ast.walk(tree)
+            if (isinstance(node, ast.Attribute) and node.attr in ("startup", "build_programs"))
+            or (isinstance(node, ast.Name) and node.id == "build_programs")
+        ]
+    assert not by_hand, by_hand
+
+
+def test_the_export_folder_module_holds_its_format_only():
+    """deploy/exported.py is the folder's layout, model.json and readers: under 200 lines,
+    on core/ alone, converting nothing (the conversions need optional packages: none is
+    required there)."""
+    modules = package_modules()
+    path = modules["paddle_resnet.deploy.exported"]
+    with open(path) as handle:
+        text = handle.read()
+    assert len(text.splitlines()) < 200
+    assert {folder_of(m) for m in package_edges(path, modules)} == {"core"}
+    assert "require(" not in text
 
 
 def test_private_paddle_apis_only_in_paddle_internals():
@@ -319,34 +438,75 @@ MOVED_TO_CPP = {
     "sum", "matmul", "multiply", "argmax", "argmin", "exp", "log", "sqrt", "sigmoid",
     "tanh", "abs", "all", "any", "maximum", "minimum", "isfinite", "round", "floor",
 }  # fmt: skip
-GRAPH_BUILDERS = (
-    "models/resnet.py",
-    "training/programs.py",
-    "training/pir_strategies.py",
-    "training/graph_apis.py",
-    "training/qat.py",
-    "training/sparsity/masks.py",
-)
+# Where those APIs live, as a graph builder may name them (through any alias).
+PADDLE_API_MODULES = ("paddle", "paddle.tensor", "paddle.nn.functional", "paddle.linalg")
+
+
+def paddle_names(tree):
+    """{local name: the Paddle module or function it stands for} of a module's imports."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "paddle":
+                    names[alias.asname or "paddle"] = alias.name if alias.asname else "paddle"
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "paddle":
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def moved_api_calls(tree):
+    """(line, the API's full name) of each call in ``tree`` of an API in MOVED_TO_CPP."""
+    names = paddle_names(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        dotted = ast.unparse(node.func).split(".")
+        if dotted[0] not in names:
+            continue
+        module, _, api = ".".join([names[dotted[0]], *dotted[1:]]).rpartition(".")
+        if module in PADDLE_API_MODULES and api in MOVED_TO_CPP:
+            yield node.lineno, f"{module}.{api}"
+
+
+def graph_builders():
+    """{path: syntax tree} of every module of the package that imports Paddle: each may
+    put ops into a static program (every family's network, the program builders, the
+    strategies and rewrites), so none is listed by hand."""
+    found = {}
+    for module, path in package_modules().items():
+        with open(path) as handle:
+            tree = ast.parse(handle.read())
+        if paddle_names(tree):
+            found[os.path.relpath(path, ROOT)] = tree
+    return found
 
 
 def test_graph_builders_call_no_api_paddle_moved_to_cpp():
     """The code that builds the static programs calls none of the APIs Paddle has moved
     to C++ bindings, so the legacy IR keeps building on Paddle 3.x."""
-    found = []
-    for relative in GRAPH_BUILDERS:
-        path = os.path.join(ROOT, "paddle_resnet", relative)
-        with open(path) as handle:
-            tree = ast.parse(handle.read())
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in MOVED_TO_CPP
-                and ast.unparse(node.func.value)
-                in ("paddle", "paddle.tensor", "F", "paddle.linalg")
-            ):
-                found.append(f"{relative}:{node.lineno} {ast.unparse(node.func)}")
+    builders = graph_builders()
+    assert {
+        "paddle_resnet/models/resnet.py",
+        "paddle_resnet/training/programs.py",
+        "paddle_resnet/training/pir_strategies.py",
+        "paddle_resnet/training/sparsity/masks.py",
+    } <= set(builders)
+    found = [
+        f"{path}:{line} {api}"
+        for path, tree in builders.items()
+        for line, api in moved_api_calls(tree)
+    ]
     assert not found, found
+    # the guard sees such a call through the names a module gives Paddle
+    sample = (
+        "import paddle.nn.functional as F\nfrom paddle import tensor\nF.sigmoid(x)\ntensor.sum(x)"
+    )
+    assert [api for _, api in moved_api_calls(ast.parse(sample))] == [
+        "paddle.nn.functional.sigmoid",
+        "paddle.tensor.sum",
+    ]
 
 
 def test_scripts_set_the_environment_before_paddle_loads():

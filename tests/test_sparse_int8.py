@@ -13,13 +13,18 @@ from paddle.distributed import fleet
 
 from conftest import ROOT, flat, once, train_in_fresh_process
 from paddle_resnet.core import optional
-from paddle_resnet.core.config import build_config
+from paddle_resnet.core.config import InferenceConfig, build_config
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.deploy import export as exporting
-from paddle_resnet.deploy import exported
+from paddle_resnet.deploy import exported, pir_tensorrt, predictor
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
-from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX, is_2to4, sparse_parameters
+from paddle_resnet.training.sparsity.pattern import (
+    MASK_SUFFIX,
+    NVIDIA_2_4,
+    holds,
+    sparse_parameters,
+)
 
 # Not in the GPU-build track: what differs there (ASP and QAT programs with AMP, pruning
 # on the GPU build) is tested in test_gpu_build.py and test_sparsity.py.
@@ -88,7 +93,10 @@ def test_qat_keeps_every_mask_and_trains_quantized(pruned, sparse_qat):
     )  # the 3-channel stem stays dense
     for name in masked:
         np.testing.assert_array_equal(after[name + MASK_SUFFIX], before[name + MASK_SUFFIX])
-        assert is_2to4(after[name]) and not after[name][before[name + MASK_SUFFIX] == 0].any()
+        assert (
+            holds(after[name], NVIDIA_2_4)
+            and not after[name][before[name + MASK_SUFFIX] == 0].any()
+        )
         assert not np.array_equal(after[name], before[name])  # and it did train
     scales = [name for name in after if name.endswith("@scale")]
     assert len(scales) >= 21  # trained with QAT
@@ -169,7 +177,8 @@ def test_the_int8_exports_hold_the_pattern(sparse_qat, tmp_path):
     )
     exporting.export(config)
     info = exported.read_info(config.inference.model_dir)
-    assert len(info["sparse_2to4"]) == 19 and info["quantization"]["method"] == "qat"
+    assert info["sparsity"]["pattern"] == "2:4" and len(info["sparsity"]["weights"]) == 19
+    assert info["quantization"]["method"] == "qat"
     export = checker(config.inference.model_dir)
     assert export.returncode == 0, export.stdout + export.stderr
     tables = export.stdout.count("19 weights marked sparse, 0 violate 2:4, 0 missing")
@@ -186,8 +195,14 @@ def test_pruning_and_qat_in_one_run_are_refused_with_the_order_that_works(pruned
         build_config(dict(flat(pruned), **{"qat.enabled": True}))
 
 
-@pytest.mark.cuda_build
-def test_paddle_trt_has_no_sparse_weights_switch():
-    """Paddle removed it (PaddlePaddle PR #53905): a 2:4 model gets no sparse TensorRT
-    kernels through Paddle Inference, and nothing here claims any."""
-    assert not [name for name in dir(paddle.inference.Config) if "sparse" in name.lower()]
+@pytest.mark.gpu_wheel
+def test_tensorrt_is_asked_for_no_sparse_kernels():
+    """Paddle removed its sparse-weights switch (PaddlePaddle PR #53905): what the trt
+    backend asks of Paddle, for a legacy export (Config calls) and a PIR one (the
+    conversion's settings), names no sparse kernels, so nothing here claims them for a
+    2:4 model."""
+    settings = InferenceConfig(trt_precision="FP16")
+    calls = predictor.predictor_settings(settings, "trt", [3, 32, 32], 8)
+    conversion = pir_tensorrt.conversion_settings(settings, [3, 32, 32], 8, quantized=False)
+    asked = repr([(call.method, call.args, call.kwargs) for call in calls]) + repr(conversion)
+    assert "enable_tensorrt_engine" in asked and "sparse" not in asked.lower()

@@ -39,14 +39,14 @@ def weights_of(config, epoch):
 )
 def test_the_pattern_is_data_the_mask_algorithms_follow(algo, kept, group):
     """With another N:M pattern as data, each mask algorithm computes a mask of that
-    pattern: the 2:4 of the toolkit is declared once (``pattern.SPARSITY``), not in them."""
+    pattern: NVIDIA's 2:4 is the toolkit's choice (``masks.PATTERN``), not theirs."""
     other = sparsity.Pattern(kept=kept, group=group)
     weight = np.random.default_rng(0).normal(size=(16, 24, 3, 3))  # conv [out, in, kh, kw]
     pruned = weight * sparsity.prune_mask(weight, algo, other)
     # the pattern asked for, and no stricter one (4:8 is not 2:4; 1:4 is, so the stricter
     # pattern is the one keeping a weight fewer)
     stricter = sparsity.Pattern(kept=kept - 1, group=group)
-    assert sparsity.is_2to4(pruned, other) and not sparsity.is_2to4(pruned, stricter)
+    assert sparsity.holds(pruned, other) and not sparsity.holds(pruned, stricter)
     assert sparsity.density(pruned) == pytest.approx(kept / group, abs=0.02)  # greedy: at most
     if algo != "mask_1d":  # 2-D masks also hold along the outputs of each block
         rows = sparsity.paddle_rows(pruned)
@@ -61,9 +61,10 @@ def test_mask_algorithms_give_2to4_on_real_weights(trained, algo):
     conv = state["conv2d_5.w_0"]  # layer1: [64, 64, 3, 3]
     fc = state["linear_0.w_0"]  # [512, 10]
     for weight in (conv, fc):
-        pruned = weight * sparsity.prune_mask(weight, algo)  # the toolkit's own masks
-        assert sparsity.is_2to4(pruned)
-        assert not sparsity.is_2to4(weight)  # the trained weights were not 2:4 already
+        pruned = weight * sparsity.prune_mask(weight, algo, sparsity.NVIDIA_2_4)
+        assert sparsity.holds(pruned, sparsity.NVIDIA_2_4)
+        # the trained weights were not 2:4 already
+        assert not sparsity.holds(weight, sparsity.NVIDIA_2_4)
         assert sparsity.density(pruned) == pytest.approx(0.5, abs=0.01)
         if algo != "mask_1d":  # 2-D masks also hold along the outputs
             rows = sparsity.paddle_rows(pruned)  # the layout the masks are chosen in
@@ -107,8 +108,11 @@ def test_pruned_weights_stay_2to4_with_the_same_zeros(sparse_run):
     after_one, after_two = weights_of(sparse_run, 1), weights_of(sparse_run, 2)
     pruned = sparsity.sparse_parameters(after_two)
     assert len(pruned) == sum(s == "pruned" for s in status.values()) == 18
+    # the checkpoint names its pattern and the weights that hold it
+    meta = ckpt.read_checkpoint(ckpt.checkpoint_dir(sparse_run.run.output_dir, "resnet18", 2))[0]
+    assert meta["sparsity"] == {"pattern": "2:4", "weights": pruned}
     for name in pruned:
-        assert sparsity.is_2to4(after_two[name]), name
+        assert sparsity.holds(after_two[name], sparsity.NVIDIA_2_4), name
         np.testing.assert_array_equal(after_one[name] == 0, after_two[name] == 0)
         assert not np.array_equal(after_one[name], after_two[name])  # it did train
     names = {row["layer"]: row["param"] for row in table}
@@ -140,7 +144,7 @@ def test_resume_keeps_the_masks(sparse_run, tmp_path):
     assert len(masked) == 18  # 19 eligible convolutions, layer4.1.conv2 kept dense
     for name in masked:
         np.testing.assert_array_equal(after[name + ".asp_mask"], before[name + ".asp_mask"])
-        assert sparsity.is_2to4(after[name])
+        assert sparsity.holds(after[name], sparsity.NVIDIA_2_4)
 
 
 @once
@@ -160,7 +164,7 @@ def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, t
         )
     )
     report = exporting.export(config)
-    assert len(report["sparse_2to4"]) == 18
+    assert report["sparsity"]["pattern"] == "2:4" and len(report["sparsity"]["weights"]) == 18
     result = check(model_dir)
     assert result.returncode == 0, result.stderr
     assert "18 weights marked sparse, 0 violate 2:4" in result.stdout
@@ -169,7 +173,7 @@ def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, t
     # De-sparsify one pruned weight in a copy of the checkpoint's parameters (which
     # hold the ASP masks too).
     params = ckpt.read_state(os.path.join(checkpoint, "model"), optimizer=False)
-    victim = report["sparse_2to4"][0]
+    victim = report["sparsity"]["weights"][0]
     assert victim + ".asp_mask" in params
     params[victim] = np.ones_like(params[victim])
     broken = str(tmp_path / "broken")

@@ -13,7 +13,7 @@ import paddle
 import pytest
 from visualdl import LogReader
 
-from conftest import ROOT, flat, once, small_config
+from conftest import ROOT, flat, once, small_config, train_args
 from paddle_resnet.commands import train
 from paddle_resnet.core import metrics
 from paddle_resnet.core.config import build_config
@@ -140,39 +140,18 @@ def test_resume_continues_exactly(fmnist_root, tmp_path):
     Both runs are fresh processes: earlier oneDNN inference in this process could
     change which CPU kernels later training picks.
     """
-    common = [
-        sys.executable,
-        "train.py",
-        "--model-arch-name",
-        "resnet18",
-        "--num-of-class",
-        "10",
-        "--image-root",
-        fmnist_root,
-        "--crop-size",
-        "32",
-        "--resize-short",
-        "32",
-        "--batch-size",
-        "16",
-        "--epochs",
-        "3",
-        "--warmup-epochs",
-        "0.5",
-        "--lr",
-        "0.4",
-        "--momentum",
-        "0.9",
-        "--run-scope",
-        "train_only",
-    ]
+    flags = ("--epochs", "3", "--run-scope", "train_only")
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    for extra in (
-        ["--output-dir", str(straight)],
-        ["--output-dir", str(resumed), "--from-checkpoint", str(straight / "resnet18" / "1")],
+    for out, extra in (
+        (straight, ()),
+        (resumed, ("--from-checkpoint", str(straight / "resnet18" / "1"))),
     ):
         result = subprocess.run(
-            common + extra, cwd=ROOT, capture_output=True, text=True, timeout=600
+            [sys.executable, *train_args(fmnist_root, out, *flags, *extra)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert result.returncode == 0, result.stderr[-2000:]
     assert "resumed from" in result.stdout

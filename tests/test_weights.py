@@ -22,7 +22,7 @@ from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
-from paddle_resnet.training.sparsity.pattern import is_2to4
+from paddle_resnet.training.sparsity.pattern import NVIDIA_2_4, holds
 from paddle_resnet.training.weights import into_program, program_state, read_weights
 from paddle_resnet.training.weights.files import read_tensors
 
@@ -173,7 +173,7 @@ def test_asp_and_qat_start_from_an_imported_file(torch_models, fmnist_root, tmp_
     if config.qat.enabled:
         assert any(name.endswith("@scale") for name in state)
     else:  # the imported first convolution of layer1, pruned to 2:4
-        assert is_2to4(state["conv2d_1.w_0"])
+        assert holds(state["conv2d_1.w_0"], NVIDIA_2_4)
 
 
 def imported(path, arch, tmp_path):

@@ -11,14 +11,28 @@ model.json) and the JSON export report.
 import sys
 
 from paddle_resnet.commands import REGISTRY_CHOICES
+from paddle_resnet.core import devices
 from paddle_resnet.core.cli import main_with
 from paddle_resnet.deploy import export
+from paddle_resnet.training import ir
+
+
+def run(config):
+    """Export as ``config`` says, said on the console: where the model runs and on which
+    IR, then what was written."""
+    for note in (devices.cpu_fallback_note(), ir.legacy_note(config)):
+        if note:
+            print(note)
+    report = export.export(config)
+    sizes = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in report["files"].items())
+    print(
+        f"exported {report['arch']} ({report['layout']} {report['input_shape']}) "
+        f"to {report['directory']}: {sizes}"
+    )
 
 
 def main(argv=None):
-    return main_with(
-        "export_model", __doc__.splitlines()[0], export.export_and_describe, argv, REGISTRY_CHOICES
-    )
+    return main_with("export_model", __doc__.splitlines()[0], run, argv, REGISTRY_CHOICES)
 
 
 if __name__ == "__main__":

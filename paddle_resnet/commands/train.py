@@ -14,6 +14,7 @@ from paddle_resnet.core.cli import main_with
 from paddle_resnet.deploy import export
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import run as training_run
+from paddle_resnet.training.stopping import Stopped
 
 
 def export_final_model(config, report):
@@ -35,9 +36,13 @@ def export_final_model(config, report):
 
 
 def run(config, report_stream=None):
-    """Train (or evaluate) as ``config`` says; with --inference-dir, export the result."""
+    """Train (or evaluate) as ``config`` says; with --inference-dir, export the result.
+    A run stopped by a signal, saved, returns its exit status."""
     after = export_final_model if config.inference.model_dir else None
-    return training_run.run(config, report_stream, after_training=after)
+    try:
+        return training_run.run(config, report_stream, after_training=after)
+    except Stopped as stop:
+        return stop.exit_code
 
 
 def main(argv=None):

@@ -236,7 +236,8 @@ def flag_table_markdown(choices=None):
 
 def main_with(tool, description, action, argv=None, choices=None):
     """Parse ``argv`` into the Config of ``tool`` and run ``action(config)``; returns the
-    exit code (``choices`` as for build_parser).
+    exit code: the int ``action`` returns (a training run stopped by a signal), else 0
+    (``choices`` as for build_parser).
 
     --list-configs and --show-config answer and stop; bad input and unreadable or
     unwritable files end in one line (``errors.exit_status``).
@@ -254,6 +255,6 @@ def main_with(tool, description, action, argv=None, choices=None):
             print(to_yaml(config), end="")
             if show == "exit":
                 return
-        action(config)
+        return action(config)
 
     return exit_status(run)

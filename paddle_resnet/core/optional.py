@@ -35,7 +35,7 @@ has_onnxruntime = _installed("onnxruntime")
 has_paddle2onnx = _installed("paddle2onnx")
 has_openvino = _installed("openvino")
 # paddle2onnx 1.x (Paddle 2.6) reads no PIR inference.json; 2.x (Paddle 3) converts no
-# int8 model (deploy/exported.check_onnx_converter)
+# int8 model (deploy/onnx_export.check_converter)
 paddle2onnx_major = (
     int(importlib.metadata.version("paddle2onnx").split(".")[0]) if has_paddle2onnx else None
 )

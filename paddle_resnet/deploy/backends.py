@@ -3,9 +3,12 @@
 verification (``verify.py``) read. A new backend is one module beside this one and one
 row here.
 
-Each row: the device it runs on, the precisions it takes (``--cpu-precision`` on CPUs,
-``--trt-precision`` on TensorRT), whether this machine can run it, and how to build a
-classifier (float images in, class probabilities out) for an exported folder.
+Each row: the device it runs on, the precisions it takes and the flag that sets them
+(``--cpu-precision`` on CPUs, ``--trt-precision`` on TensorRT), how it reads an export
+from PIR, whether this machine can run it, and how to build a classifier (float images
+in, class probabilities out) for an exported folder. What reads the table asks the row,
+not the backend's name; a backend that needs an optional package declares it in
+``core/optional.py``.
 """
 
 import dataclasses
@@ -30,6 +33,17 @@ class Backend:
     build: Callable
     # runs the model's own precision (fp32, or int8 where it carries scales), not --cpu-precision
     model_precision: bool = False
+    # the InferenceConfig field of its precision flag (--cpu-precision, --trt-precision)
+    precision_key: str = "cpu_precision"
+    # reads an export from PIR through its model.onnx only (not its inference.json)
+    reads_pir_through_onnx: bool = False
+    # runs a PIR export in int8 (Paddle's int8 kernels come from oneDNN's passes, which
+    # PIR programs do not get)
+    int8_from_pir: bool = True
+
+    @property
+    def precision_flag(self):
+        return "--" + self.precision_key.replace("_", "-")
 
 
 def _paddle(name):
@@ -71,15 +85,24 @@ BACKENDS = {
             ("FP32", "FP16", "INT8"),
             lambda: bool(devices.tensorrt_version()),
             _paddle("trt"),
+            precision_key="trt_precision",
         ),
         Backend("gpu", "gpu", ("fp32",), devices.gpu_available, _paddle("gpu")),
-        Backend("cpu", "cpu", ("fp32", "bf16", "int8"), lambda: True, _paddle("cpu")),
+        Backend(
+            "cpu",
+            "cpu",
+            ("fp32", "bf16", "int8"),
+            lambda: True,
+            _paddle("cpu"),
+            int8_from_pir=False,
+        ),
         Backend(
             "openvino",
             "cpu",
             ("fp32", "bf16", "int8"),
             lambda: optional.has_openvino,
             _openvino,
+            reads_pir_through_onnx=True,
         ),
         Backend(
             "onnxruntime",
@@ -113,22 +136,21 @@ def resolve(requested):
 
 def precision_of(backend, inference_config):
     """The precision flag value ``backend`` runs with."""
-    if backend.name == "trt":
-        return inference_config.trt_precision
-    return inference_config.cpu_precision
+    return getattr(inference_config, backend.precision_key)
 
 
 def check_precision(backend, inference_config):
     """A precision flag ``backend`` does not take, refused in one line."""
-    if backend.name != "trt" and inference_config.trt_precision != "FP32":
+    if backend.precision_key != "trt_precision" and inference_config.trt_precision != "FP32":
         raise ConfigError(
             f"--trt-precision {inference_config.trt_precision} needs --backend trt, "
             f"not {backend.name}"
         )
     precision = precision_of(backend, inference_config)
     if precision not in backend.precisions or (backend.model_precision and precision != "fp32"):
-        flag = "--trt-precision" if backend.name == "trt" else "--cpu-precision"
         runs = (
             "the model's own precision" if backend.model_precision else "/".join(backend.precisions)
         )
-        raise ConfigError(f"{flag} {precision}: --backend {backend.name} runs {runs}")
+        raise ConfigError(
+            f"{backend.precision_flag} {precision}: --backend {backend.name} runs {runs}"
+        )

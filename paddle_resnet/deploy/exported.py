@@ -1,29 +1,31 @@
-"""The exported inference model folder: written by export_model.py, read by inference.py,
-the predictor and the sparsity checker. This module is its only owner.
+"""The exported inference model folder, its format: the layout, model.json, and the
+readers that inference.py, the predictors, the conversions and the sparsity checker
+use. Export writes the folder (``export.py``); the conversions add their files to it
+(``onnx_export``, ``openvino_conversion``, ``pir_tensorrt``); nothing here writes but
+``write`` and ``write_info``: a reader never writes (``check_dir`` only finishes a
+replacement a crash interrupted, as every read of a staged folder does: ``core/atomic``).
 
     <dir>/inference.pdmodel, inference.pdiparams   program and weights (paddle.static.save_inference_model)
     <dir>/inference.json                           the program instead, exported from PIR (--ir pir)
     <dir>/classes.json                             label index -> class name
-    <dir>/model.json                               architecture, input, preprocessing, sparse weights
+    <dir>/model.json                               architecture, input, preprocessing, sparsity, quantization
     <dir>/model.onnx                               export_model.py --onnx
-    <dir>/openvino/model.xml, model.bin            OpenVINO's conversion, cached on first use
+    <dir>/openvino/model.xml, model.bin            OpenVINO's conversion, kept for the next run
+    <dir>/tensorrt/inference.json, .pdiparams,     a PIR export's TensorRT conversion and the
+                   settings.json                   settings it was made with
 """
 
 import contextlib
-import dataclasses
 import json
 import os
 
 import numpy as np
 import paddle
 
-from paddle_resnet.core import bootstrap, feeds, optional, paddle_internals
-from paddle_resnet.core.atomic import recover_staged, staged_directory
-from paddle_resnet.core.bootstrap import native_chatter, paddle_chatter
+from paddle_resnet.core import bootstrap, feeds, paddle_internals
+from paddle_resnet.core.atomic import recover_staged
 from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index, write_class_index
 from paddle_resnet.core.errors import UserError
-from paddle_resnet.core.optional import require
-from paddle_resnet.deploy import onnx_int8, pir_int8
 
 PREFIX = "inference"
 # The program file, by the IR it was exported from: legacy, PIR.
@@ -34,10 +36,14 @@ INFO_FILE = "model.json"
 ONNX_FILE = "model.onnx"
 OPENVINO_DIR = "openvino"
 OPENVINO_FILE = "model.xml"
+TENSORRT_DIR = "tensorrt"
+TENSORRT_SETTINGS_FILE = "settings.json"
 
 
-def describe(config, input_shape, sparse):
-    """model.json's content for a model exported from ``config``."""
+def describe(config, input_shape, sparsity, quantization):
+    """model.json's content for a model exported from ``config``: ``sparsity`` the
+    pattern its weights hold and which (``training/sparsity/pattern.record``, None when
+    dense), ``quantization`` how it was quantized (None: fp32)."""
     data = config.data
     return {
         "arch": config.model.arch,
@@ -53,9 +59,17 @@ def describe(config, input_shape, sparse):
             "normalize_std": list(data.normalize_std),
             "normalize_scale": data.normalize_scale,
         },
-        "sparse_2to4": list(sparse),
-        "quantization": None,
+        "sparsity": sparsity,
+        "quantization": quantization,
     }
+
+
+def sparsity(info):
+    """The sparsity record of model.json ``info`` (None: dense); an export written before
+    the pattern was recorded listed its 2:4 weights as ``sparse_2to4``."""
+    if "sparse_2to4" in info:
+        return {"pattern": "2:4", "weights": info["sparse_2to4"]} if info["sparse_2to4"] else None
+    return info.get("sparsity")
 
 
 def write(out_dir, exe, program, image, output, classes):
@@ -134,29 +148,6 @@ def model_paths(model_dir):
     return model_file(model_dir), os.path.join(model_dir, PARAMS_FILE)
 
 
-def openvino_model(model_dir, core, ov):
-    """The exported model as OpenVINO reads it: converted once (about a second for
-    ResNet-50), then read from ``<dir>/openvino/model.xml`` while that is newer than its
-    source. The source is inference.pdmodel, or model.onnx (written now if missing) for a
-    quantized model and for a PIR export: OpenVINO 2026.4's Paddle reader refuses
-    Paddle's per-channel quantize/dequantize ops ("quant_axis is NOT in the range of
-    [-1]") and reads no .json ("format .json is not supported"); its ONNX reader takes
-    both. A folder that cannot be written is converted every time."""
-    cached = os.path.join(model_dir, OPENVINO_DIR, OPENVINO_FILE)
-    source = os.path.join(model_dir, MODEL_FILE)
-    if read_info(model_dir).get("quantization") or is_pir_export(model_dir):
-        source = os.path.join(model_dir, ONNX_FILE)
-        if not os.path.exists(source):
-            write_onnx(model_dir)
-    if os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(source):
-        return core.read_model(cached)
-    model = core.read_model(source)
-    with contextlib.suppress(OSError):  # read-only: convert each time
-        with staged_directory(os.path.dirname(cached)) as staging:
-            ov.save_model(model, os.path.join(staging, OPENVINO_FILE), compress_to_fp16=False)
-    return model
-
-
 def read_info(model_dir):
     """What the export recorded: architecture, input shape, layout, preprocessing."""
     path = os.path.join(model_dir, INFO_FILE)
@@ -192,10 +183,6 @@ def loaded(model_dir):
         yield program, scope
 
 
-def _value(scope, name):
-    return np.array(scope.find_var(name).get_tensor())
-
-
 def read_params(model_dir):
     """Parameter name -> array of an exported model."""
     with loaded(model_dir) as (program, scope):
@@ -203,113 +190,8 @@ def read_params(model_dir):
             names = [p.name for p in program.global_block().all_parameters()]
         else:
             names = [v.name for v in program.list_vars() if v.persistable]
-        return {name: _value(scope, name) for name in names if name not in ("feed", "fetch")}
-
-
-def matmul_input_ranges(model_dir):
-    """{weight name: the int8 range (absolute maximum) of its input} for each matmul of
-    a quantized legacy export whose input and weight are both quantized (the classifier):
-    paddle2onnx 1.2.11 writes those matmuls in fp32, dropping the input's quantization
-    and folding the weight's, so ``onnx_int8`` restores them from these ranges."""
-    with loaded(model_dir) as (program, scope):
-        ops = program.global_block().ops
-        dequantized = {op.output("Y")[0]: op for op in ops if op.type == "dequantize_linear"}
-        ranges = {}
-        for op in ops:
-            if op.type not in ("mul", "matmul", "matmul_v2"):
-                continue
-            data, weight = (dequantized.get(op.input(slot)[0]) for slot in ("X", "Y"))
-            if data is not None and weight is not None:
-                scale = _value(scope, data.input("Scale")[0])
-                ranges[weight.input("X")[0]] = float(scale.reshape(-1)[0])
-        return ranges
-
-
-def checked_batch(images, input_shape):
-    """``images`` as the contiguous float32 batch a backend takes, or a UserError when
-    their shape is not the model's ``input_shape`` (without the batch)."""
-    images = np.ascontiguousarray(images, dtype=np.float32)
-    if images.ndim != 4 or tuple(images.shape[1:]) != tuple(input_shape):
-        raise UserError(
-            f"input of shape {tuple(images.shape)} does not fit the model, "
-            f"which takes [batch, {', '.join(map(str, input_shape))}]"
-        )
-    return images
-
-
-def preprocessing(data_config, info):
-    """``data_config`` with the validation preprocessing the model was exported with."""
-    pre = info["preprocess"]
-    return dataclasses.replace(
-        data_config,
-        crop_size=pre["crop_size"],
-        resize_short=pre["resize_short"],
-        normalize_mean=tuple(pre["normalize_mean"]),
-        normalize_std=tuple(pre["normalize_std"]),
-        normalize_scale=pre.get("normalize_scale", 1.0 / 255.0),
-        output_fp16=False,
-    )  # the predictor's input is fp32
-
-
-def check_onnx_converter(model_dir, quantized, pir):
-    """UserError when the installed paddle2onnx cannot convert this model: 1.x reads no
-    PIR inference.json; 2.x (the one for Paddle 3) converts Paddle's int8
-    quantize/dequantize ops as float8 only (it aborts the process: "Only support e4m3 or
-    e5m2 now"), so a quantized legacy export needs 1.2.11; a quantized PIR export is
-    converted in fp32 and quantized by the toolkit (``pir_int8``)."""
-    if not (quantized or pir):
-        return
-    version = require("paddle2onnx", "--onnx").__version__
-    if pir and optional.paddle2onnx_major < 2:
-        raise UserError(
-            f"{model_dir}: model.onnx from a PIR export (inference.json) needs paddle2onnx "
-            f"2.x on Paddle 3; this environment has {version}, which reads "
-            "inference.pdmodel only (export with --ir legacy)"
-        )
-    if quantized and not pir and not optional.has_int8_onnx:
-        raise UserError(
-            f"{model_dir}: an int8 legacy-IR model to ONNX (--onnx, OpenVINO int8) needs "
-            f"paddle2onnx 1.2.11 (Paddle 2.6); paddle2onnx {version} converts Paddle's "
-            "quantize ops as float8 only: export with --ir pir, run int8 with --backend "
-            "cpu, or export from Paddle 2.6"
-        )
-
-
-def write_onnx(model_dir):
-    """model.onnx beside the Paddle model in ``model_dir``; returns its path. A quantized
-    legacy export keeps its quantize/dequantize pairs as ONNX QDQ nodes (rewritten for
-    CPU kernels by ``onnx_int8.for_cpu_int8``); a quantized PIR export is converted in
-    fp32 and its recorded or trained ranges written in (``onnx_int8.from_fp32``)."""
-    quantization = read_info(model_dir).get("quantization")
-    pir = is_pir_export(model_dir)
-    check_onnx_converter(model_dir, bool(quantization), pir)
-    path = os.path.join(model_dir, ONNX_FILE)
-    if quantization and pir:
-        with loaded(model_dir) as model:
-            ranges = quantization.get("input_ranges") or pir_int8.qat_ranges(model)
-            with pir_int8.fp32_model(os.path.join(model_dir, PREFIX), model) as fp32_prefix:
-                _paddle2onnx(model_dir, f"{fp32_prefix}.json", path)
-        onnx_int8.from_fp32(path, ranges, quantization.get("add_input_ranges", ()))
-        return path
-    _paddle2onnx(model_dir, model_file(model_dir), path)
-    if quantization:
-        onnx_int8.for_cpu_int8(path, matmul_input_ranges(model_dir))
-    return path
-
-
-def _paddle2onnx(model_dir, program_file, path):
-    """``program_file`` (with the export's parameters) converted to ONNX at ``path``."""
-    check_paddle_reads(model_dir)
-    paddle2onnx = require("paddle2onnx", "--onnx")
-    params_file = os.path.join(os.path.dirname(program_file), PARAMS_FILE)
-    # paddle2onnx 2.x folds constants with Polygraphy by default, after setting
-    # POLYGRAPHY_AUTOINSTALL_DEPS=1: Polygraphy then pip-installs onnx_graphsurgeon into
-    # the running environment, with numpy 2 (seen on 2.1.0), under a Paddle that needs
-    # numpy 1.26. Its onnxoptimizer path installs nothing.
-    options = {"optimize_tool": "onnxoptimizer"} if optional.paddle2onnx_major >= 2 else {}
-    with paddle_chatter(bootstrap.verbose()), native_chatter(bootstrap.verbose()):
-        paddle2onnx.export(
-            program_file, params_file, save_file=path, opset_version=13, verbose=False, **options
-        )
-    if not os.path.isfile(path):
-        raise UserError(f"{model_dir}: paddle2onnx wrote no {ONNX_FILE}")
+        return {
+            name: np.array(scope.find_var(name).get_tensor())
+            for name in names
+            if name not in ("feed", "fetch")
+        }

@@ -17,7 +17,7 @@ are removed.
 
 paddle2onnx 1.2.11 writes a quantized matmul (the classifier) in fp32: it drops the
 quantization of its input and folds that of its weight into an fp32 constant. Both are
-put back from the Paddle model's own ranges (``exported.matmul_input_ranges``): at
+put back from the Paddle model's own ranges (``legacy_int8.matmul_input_ranges``): at
 batch 1 the fp32 classifier's 8 MB of weights are read for every image.
 """
 

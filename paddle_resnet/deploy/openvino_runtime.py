@@ -4,7 +4,7 @@ OpenVINO reads the exported model itself: ``inference.pdmodel`` through its Padd
 end, or for a quantized model the ``model.onnx`` beside it (written when missing), whose
 quantize/dequantize pairs its ONNX front end turns into int8 FakeQuantize ops (its
 Paddle front end refuses Paddle's per-channel ones). The converted model is cached in
-the exported folder (``exported.openvino_model``).
+the exported folder (``openvino_conversion.openvino_model``).
 
 Precisions (``--cpu-precision``):
 - fp32 and bf16: OpenVINO's ``INFERENCE_PRECISION_HINT`` (on AMX CPUs OpenVINO picks bf16
@@ -22,7 +22,8 @@ last one.
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.core.optional import require
-from paddle_resnet.deploy import exported
+from paddle_resnet.deploy.classifier_input import checked_batch
+from paddle_resnet.deploy.openvino_conversion import openvino_model
 
 HINTS = {"fp32": "f32", "bf16": "bf16"}
 
@@ -114,7 +115,7 @@ class OpenVinoClassifier:
         self.settings = compile_settings(inference_config, quantized)
         self.model_dir = model_dir
         self.input_shape = tuple(input_shape)
-        model = exported.openvino_model(model_dir, core, ov)
+        model = openvino_model(model_dir, core, ov)
         self.per_batch = PerBatchSize(lambda batch_size: self._compile(core, model, batch_size))
         # compiled now for the largest batch: a model OpenVINO cannot compile fails here,
         # and describe() reads what runs from it
@@ -150,4 +151,4 @@ class OpenVinoClassifier:
         return precisions.get("u8", 0) + precisions.get("i8", 0)
 
     def __call__(self, images):
-        return self.per_batch(exported.checked_batch(images, self.input_shape))
+        return self.per_batch(checked_batch(images, self.input_shape))

@@ -28,8 +28,9 @@ import paddle
 from paddle_resnet.core import feeds
 from paddle_resnet.core.errors import ConfigError
 
-# The ops whose inputs and weights are quantized (QUANTIZABLE_OPS of the legacy IR).
-QUANTIZED_OPS = ("pd_op.conv2d", "pd_op.matmul")
+# The ops whose inputs and weights are quantized, where a program has them (the legacy
+# IR's ``qat.INT8_OP_TYPES``).
+QUANTIZED_OPS = ("pd_op.conv2d", "pd_op.depthwise_conv2d", "pd_op.matmul")
 # The calibration algorithms this module implements (Paddle's PostTrainingQuantization
 # has KL, mse and emd too, on the legacy IR only).
 PIR_PTQ_ALGOS = ("abs_max", "avg", "hist")

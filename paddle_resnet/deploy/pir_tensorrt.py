@@ -5,7 +5,7 @@ lowers the program's subgraphs into ``tensorrt_engine`` ops and writes the conve
 model, which a plain GPU predictor runs (the legacy IR's route,
 ``Config.enable_tensorrt_engine``, stays the one for inference.pdmodel). The conversion
 runs in a process of its own (``python -m paddle_resnet.deploy.pir_tensorrt``), on PIR
-for its whole length, and its result is kept in ``<dir>/tensorrt/`` beside the
+for its whole length, and its result is kept in ``<dir>/tensorrt/`` (``exported``) beside the
 settings it was made with, converted again when they change.
 
 Against the legacy route, PIR-TRT here has no calibrator (INT8 comes from the model's
@@ -26,9 +26,6 @@ from paddle_resnet.core.atomic import staged_directory
 from paddle_resnet.core.errors import ConfigError, UserError, exit_status
 from paddle_resnet.deploy import exported
 from paddle_resnet.deploy.predictor import ConfigCall, workspace_bytes
-
-CONVERTED_DIR = "tensorrt"
-SETTINGS_FILE = "settings.json"
 
 
 def conversion_settings(inference_config, input_shape, max_batch, quantized):
@@ -70,9 +67,9 @@ def converted_model(model_dir, inference_config, input_shape, max_batch, quantiz
     """The folder of ``model_dir``'s TensorRT conversion for these settings, converted
     now (in its own process) unless already there."""
     settings = conversion_settings(inference_config, input_shape, max_batch, quantized)
-    folder = os.path.join(model_dir, CONVERTED_DIR)
+    folder = os.path.join(model_dir, exported.TENSORRT_DIR)
     try:
-        with open(os.path.join(folder, SETTINGS_FILE)) as handle:
+        with open(os.path.join(folder, exported.TENSORRT_SETTINGS_FILE)) as handle:
             if json.load(handle) == settings:
                 return folder
     except (OSError, ValueError):
@@ -83,7 +80,7 @@ def converted_model(model_dir, inference_config, input_shape, max_batch, quantiz
         if done.returncode != 0:
             lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
             raise UserError(f"{model_dir}: the TensorRT conversion failed ({lines[-1]})")
-        with open(os.path.join(staging, SETTINGS_FILE), "w") as handle:
+        with open(os.path.join(staging, exported.TENSORRT_SETTINGS_FILE), "w") as handle:
             json.dump(settings, handle)
     return folder
 

@@ -20,6 +20,7 @@ from paddle_resnet.core.bootstrap import native_chatter
 from paddle_resnet.core.devices import cpu_has_int8_dot_products
 from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.deploy import exported
+from paddle_resnet.deploy.classifier_input import checked_batch
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ class Classifier:
         self.output = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
 
     def __call__(self, images):
-        images = exported.checked_batch(images, self.input_shape)
+        images = checked_batch(images, self.input_shape)
         self.input.reshape(list(images.shape))
         self.input.copy_from_cpu(images)
         try:

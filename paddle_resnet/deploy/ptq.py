@@ -22,7 +22,7 @@ from paddle_resnet.core import bootstrap, feeds, paddle_internals
 from paddle_resnet.core.bootstrap import native_chatter, paddle_chatter
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.deploy import exported, pir_int8
-from paddle_resnet.training.qat import QUANTIZABLE_OPS
+from paddle_resnet.training.qat import int8_ops
 
 
 class _CalibrationLoader(paddle.io.DataLoader):
@@ -67,23 +67,24 @@ def quantize_in_place(model_dir, batches, algo, count):
         "weights": "int8, channel-wise abs-max",
         "activations": f"int8, {algo}",
     }
-    if exported.is_pir_export(model_dir):
-        with exported.loaded(model_dir) as loaded:
+    with exported.loaded(model_dir) as loaded:
+        ops = int8_ops(loaded[0])  # what this model holds of what int8 quantizes
+        if exported.is_pir_export(model_dir):
             ranges, add_ranges = pir_int8.calibrate(
                 loaded, [b[feeds.IMAGE] for b in calibration], algo
             )
-        return dict(
-            how,
-            ops=list(pir_int8.QUANTIZED_OPS) + ["residual pd_op.add"],
-            ir="pir",
-            input_ranges=ranges,
-            add_input_ranges=add_ranges,
-        )
-    _legacy_quantize(model_dir, calibration, algo)
-    return dict(how, ops=list(QUANTIZABLE_OPS))
+            return dict(
+                how,
+                ops=[*ops, "add (residual)"],
+                ir="pir",
+                input_ranges=ranges,
+                add_input_ranges=add_ranges,
+            )
+    _legacy_quantize(model_dir, calibration, algo, ops)
+    return dict(how, ops=ops)
 
 
-def _legacy_quantize(model_dir, calibration, algo):
+def _legacy_quantize(model_dir, calibration, algo, ops):
     """Paddle's PostTrainingQuantization of the legacy export in ``model_dir``, in place."""
     model_file, params_file = (os.path.basename(p) for p in exported.model_paths(model_dir))
     with paddle_internals.private_scope() as scope, tempfile.TemporaryDirectory() as out:
@@ -96,7 +97,7 @@ def _legacy_quantize(model_dir, calibration, algo):
             data_loader=_CalibrationLoader(calibration),
             batch_nums=len(calibration),
             algo=algo,
-            quantizable_op_type=list(QUANTIZABLE_OPS),
+            quantizable_op_type=ops,
             weight_quantize_type="channel_wise_abs_max",
             # quantize_linear / dequantize_linear pairs, as QAT writes them: oneDNN int8,
             # TensorRT and paddle2onnx read these (paddle2onnx aborts the process on

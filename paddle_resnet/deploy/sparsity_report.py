@@ -1,7 +1,9 @@
-"""What will ship, weight by weight: shape, density, whether it holds 2:4, and its
-precision (fp32, or int8 with where its scale came from), for a checkpoint folder, a
-.pdparams file or an exported model (and the model.onnx beside it); the library of
-``python -m paddle_resnet.commands.check_sparsity PATH``."""
+"""What will ship, weight by weight: shape, density, whether it holds the sparsity
+pattern its file records (a checkpoint's meta.json, an export's model.json; 2:4 for
+files without the record), and its precision (fp32, or int8 with where its scale came
+from), for a checkpoint folder, a .pdparams file or an exported model (and the
+model.onnx beside it); the library of ``python -m paddle_resnet.commands.check_sparsity
+PATH``, and export's last check of what it wrote (``check``)."""
 
 import json
 import os
@@ -14,9 +16,11 @@ from paddle_resnet.deploy import exported, onnx_int8
 from paddle_resnet.training import checkpoint
 from paddle_resnet.training.qat import QAT_SUFFIXES
 from paddle_resnet.training.sparsity.pattern import (
-    SPARSITY,
+    NVIDIA_2_4,
+    Pattern,
+    SparsityViolation,
     compliance_table,
-    sparse_parameters,
+    recorded,
 )
 
 WEIGHT_SCALE = "@scale"
@@ -31,16 +35,25 @@ def scale_source(quantization):
     return f"PTQ {quantization['algo']}, {quantization['calibration_images']} calibration images"
 
 
+def marked_weights(record):
+    """(pattern, names) of a sparsity record (``pattern.record``; None: no sparse weights,
+    checked against the toolkit's 2:4)."""
+    if not record:
+        return NVIDIA_2_4, set()
+    return Pattern.parse(record["pattern"]), set(record["weights"])
+
+
 def load_for_check(path):
-    """(params, names marked sparse, source of the int8 scales or None) of a checkpoint,
-    a .pdparams file or an exported model."""
+    """(params, sparsity record or None, source of the int8 scales or None) of a
+    checkpoint, a .pdparams file or an exported model."""
     if exported.is_exported_model(path):
         info = exported.read_info(path)
         return (
             exported.read_params(path),
-            set(info.get("sparse_2to4", [])),
+            exported.sparsity(info),
             scale_source(info.get("quantization")),
         )
+    meta = None
     if os.path.isdir(path):
         directory, meta = checkpoint.verify_checkpoint(path)
         path = os.path.join(directory, meta.get("prefix", checkpoint.PREFIX))
@@ -54,7 +67,7 @@ def load_for_check(path):
         scales = {name: value for name, value in rest.items() if name.endswith(QAT_SUFFIXES)}
         params.update(scales)
         source = "QAT-trained scale" if scales else None
-    return params, set(sparse_parameters(params)), source
+    return params, recorded(meta, params), source
 
 
 def onnx_weights(model_dir):
@@ -85,11 +98,12 @@ def onnx_weights(model_dir):
     return weights, quantized & set(weights)
 
 
-def rows_with_precision(params, marked, quantized, source):
-    """The compliance table, each weight with its precision: int8 where a quantizer reads
-    it (``quantized``), else fp32."""
+def rows_with_precision(params, sparsity, quantized, source):
+    """The compliance table against a sparsity record, each weight with its precision:
+    int8 where a quantizer reads it (``quantized``), else fp32."""
+    pattern, marked = marked_weights(sparsity)
     rows = compliance_table(
-        {n: v for n, v in params.items() if not n.endswith(QAT_SUFFIXES)}, marked
+        {n: v for n, v in params.items() if not n.endswith(QAT_SUFFIXES)}, marked, pattern
     )
     for row in rows:
         row["precision"] = f"int8 ({source})" if row["param"] in quantized else "fp32"
@@ -101,55 +115,83 @@ def scaled(params):
     return {name[: -len(WEIGHT_SCALE)] for name in params if name.endswith(WEIGHT_SCALE)}
 
 
-def print_rows(rows, title):
+def print_rows(rows, title, pattern):
     print(title)
     print(f"  {'weight':32s} {'shape':20s} density pattern  precision")
     for row in rows:
-        pattern = str(SPARSITY) if row["is_2to4"] else "dense"
-        broken = row["marked_sparse"] and not row["is_2to4"]
-        flag = f"  <-- marked sparse but NOT {SPARSITY}" if broken else ""
+        held = str(pattern) if row["holds_pattern"] else "dense"
+        broken = row["marked_sparse"] and not row["holds_pattern"]
+        flag = f"  <-- marked sparse but NOT {pattern}" if broken else ""
         print(
             f"  {row['param']:32s} {str(row['shape']):20s} {row['density']:.3f}   "
-            f"{pattern:7s}  {row['precision']}{flag}"
+            f"{held:7s}  {row['precision']}{flag}"
         )
 
 
 def tables(path):
-    """{where: rows} for ``path`` and, for an exported model, its model.onnx; and the
-    names marked sparse. A PIR export on Paddle 2.6, which cannot read its program, is
-    checked through its model.onnx alone."""
+    """({where: rows} for ``path`` and, for an exported model, its model.onnx; the
+    sparsity record they are checked against). A PIR export on Paddle 2.6, which cannot
+    read its program, is checked through its model.onnx alone."""
     onnx_model = onnx_weights(path) if exported.is_exported_model(path) else None
     if onnx_model and exported.is_pir_export(path) and not paddle_internals.PADDLE3:
         info = exported.read_info(path)
-        marked, source = set(info.get("sparse_2to4", [])), scale_source(info.get("quantization"))
+        sparsity, source = exported.sparsity(info), scale_source(info.get("quantization"))
         result = {}
     else:
-        params, marked, source = load_for_check(path)
-        result = {path: rows_with_precision(params, marked, scaled(params), source)}
+        params, sparsity, source = load_for_check(path)
+        result = {path: rows_with_precision(params, sparsity, scaled(params), source)}
     if onnx_model:
         weights, quantized = onnx_model
         result[os.path.join(path, exported.ONNX_FILE)] = rows_with_precision(
-            {n: np.asarray(v) for n, v in weights.items()}, marked, quantized, source
+            {n: np.asarray(v) for n, v in weights.items()}, sparsity, quantized, source
         )
-    return result, marked
+    return result, sparsity
+
+
+def violations(found, sparsity):
+    """``where: weight`` of each weight the record marks sparse that does not hold its
+    pattern in a table of ``found``, or is missing from it."""
+    _, marked = marked_weights(sparsity)
+    failures = []
+    for where, rows in found.items():
+        bad = [r["param"] for r in rows if r["marked_sparse"] and not r["holds_pattern"]]
+        missing = sorted(marked - {r["param"] for r in rows})
+        failures += [f"{where}: {name}" for name in bad + missing]
+    return failures
+
+
+def check(path, where):
+    """SparsityViolation, in one line, when a weight an export marks sparse does not hold
+    its pattern (or is missing) in ``path``; nothing is read for a dense export."""
+    sparsity = exported.sparsity(exported.read_info(path))
+    if not sparsity:
+        return
+    broken = violations(tables(path)[0], sparsity)
+    if broken:
+        names = [failure.rsplit(": ", 1)[1] for failure in broken]
+        raise SparsityViolation(f"{where}: weights not {sparsity['pattern']} sparse: {names[:3]}")
 
 
 def report(path, json_path=None):
     """Print the tables of ``path``; returns the violations (``where: weight``): weights
-    marked sparse that are not 2:4, or missing."""
-    found, marked = tables(path)
-    failures = []
+    marked sparse that do not hold the recorded pattern, or are missing."""
+    found, sparsity = tables(path)
+    pattern, marked = marked_weights(sparsity)
     for where, rows in found.items():
-        print_rows(rows, where)
-        bad = [r["param"] for r in rows if r["marked_sparse"] and not r["is_2to4"]]
-        missing = sorted(marked - {r["param"] for r in rows})
-        failures += [f"{where}: {name}" for name in bad + missing]
+        print_rows(rows, where, pattern)
+        bad = sum(r["marked_sparse"] and not r["holds_pattern"] for r in rows)
+        missing = len(marked - {r["param"] for r in rows})
         print(
-            f"{sum(r['marked_sparse'] for r in rows)} weights marked sparse, {len(bad)} "
-            f"violate {SPARSITY}, {len(missing)} missing, {sum(r['is_2to4'] for r in rows)} "
-            f"of {len(rows)} are {SPARSITY}, {sum(r['precision'] != 'fp32' for r in rows)} int8"
+            f"{sum(r['marked_sparse'] for r in rows)} weights marked sparse, {bad} "
+            f"violate {pattern}, {missing} missing, {sum(r['holds_pattern'] for r in rows)} "
+            f"of {len(rows)} are {pattern}, {sum(r['precision'] != 'fp32' for r in rows)} int8"
         )
+    failures = violations(found, sparsity)
     if json_path:
         with open(json_path, "w") as handle:
-            json.dump({"path": path, "tables": found, "violations": failures}, handle, indent=1)
+            json.dump(
+                {"path": path, "pattern": str(pattern), "tables": found, "violations": failures},
+                handle,
+                indent=1,
+            )
     return failures

@@ -48,17 +48,15 @@ def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
         if backend.device != "cpu" or not backend.available():
             continue
         has_onnx = os.path.exists(os.path.join(model_dir, exported.ONNX_FILE))
-        if backend.name == "openvino" and exported.is_pir_export(model_dir) and not has_onnx:
-            continue  # OpenVINO reads a PIR export through its model.onnx only
+        pir = exported.is_pir_export(model_dir)
+        if backend.reads_pir_through_onnx and pir and not has_onnx:
+            continue
         if backend.model_precision:
             if not has_onnx:
                 continue
             precisions = ["int8" if quantized else "fp32"]
         else:
-            # Paddle's int8 kernels come from oneDNN's passes, which PIR programs do not
-            # get; OpenVINO runs a PIR export's int8 from its model.onnx
-            pir_paddle = backend.name == "cpu" and exported.is_pir_export(model_dir)
-            int8 = quantized and not pir_paddle
+            int8 = quantized and (backend.int8_from_pir or not pir)
             precisions = [p for p in machine_precisions(int8) if p in backend.precisions]
         for precision in precisions:
             settings = dataclasses.replace(inference_config, cpu_precision="fp32")

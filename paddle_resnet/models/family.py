@@ -3,8 +3,9 @@
 A family is how the toolkit builds one kind of network and everything the rest of the
 code must know of it and would otherwise guess: its classifier layer (replaced when the
 class count changes), the layers 2:4 sparsity keeps dense, the input layouts it takes,
-whether it is made of residual units, and how other frameworks' weight files name its
-tensors. Its members are registered by name (``registry.register_model``), each with
+whether it is made of residual units, which of its training ops run faster on oneDNN
+kernels, and how other frameworks' weight files name its tensors. What int8 quantizes
+is not declared: it is read from the built program (``training/qat.int8_ops``). Its members are registered by name (``registry.register_model``), each with
 its ``spec``: what tells it apart from the other members, handed to ``build``.
 """
 
@@ -54,6 +55,10 @@ class ModelFamily:
     # The layer paths of each stage, the stem first, in the order the input meets them:
     # --frozen-stages freezes a prefix of them, --lr-mult-list scales each one's rate.
     stages: Tuple[Tuple[str, ...], ...] = ()
+    # The train program's op types measured faster on oneDNN kernels than on Paddle's
+    # plain CPU kernels for this family (``training/onednn.py``; each needs its PIR
+    # rewrite pattern in ``core/paddle_internals``); none: plain kernels throughout.
+    onednn_training_ops: Tuple[str, ...] = ()
 
     def classifier_parameters(self, model):
         """The classifier's parameter names in a built ``model``'s programs."""

@@ -112,6 +112,10 @@ RESNET = ModelFamily(
     variant=_variant,
     variant_difference="v1 strides in the 1x1 convolution, v1.5 in the 3x3 one",
     stages=(("conv1", "bn1"), ("layer1",), ("layer2",), ("layer3",), ("layer4",)),
+    # Measured (training/onednn.py; ResNet-18, 32 px, batch 64, Paddle 2.6.2, 2 cores):
+    # oneDNN on conv2d and its gradient, then relu and its gradient, each added speed;
+    # batch_norm, pool2d, elementwise_add and sum as well lost most of it.
+    onednn_training_ops=("conv2d", "conv2d_grad", "relu", "relu_grad"),
 )
 
 _DEPTHS = {

@@ -1,7 +1,9 @@
 """The epochs of a training run: train, check that the ranks agree, verify sparsity,
 save, validate; and the stop that Ctrl-C or SIGTERM asks for (``stopping.py``): the
-checkpoint at the step in flight, each rank's line and the exit."""
+checkpoint at the step in flight, each rank's line, and ``stopping.Stopped`` raised for
+the tool to exit with its status."""
 
+import contextlib
 import os
 
 import numpy as np
@@ -21,11 +23,14 @@ def train_epochs(session, train_split, val_split, start):
     config, programs, report = session.config, session.programs, session.report
     run_cfg = config.run
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
-    profiler = step_profiler(run_cfg)
     start_epoch, skip = start
     if val_split is not None:
         settle_evaluation(session)
-    with stopping.StopRequests(session.all_reduce) as stop:
+    # closed however the epochs end: a window that outlasted the training, or a stop
+    with (
+        contextlib.closing(step_profiler(run_cfg)) as profiler,
+        stopping.StopRequests(session.all_reduce) as stop,
+    ):
         for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
             metrics = train_one_epoch(
                 session,
@@ -61,7 +66,6 @@ def train_epochs(session, train_split, val_split, start):
             report.log([epoch], metrics, kind="EPOCH", console=False)
             history["train.seconds"] += metrics["train.seconds"]
             history["train.images"] += metrics["train.images"]
-    profiler.close()  # a window that outlasted the training
     return dict(metrics, **{f"run.{key}": value for key, value in history.items()})
 
 
@@ -79,6 +83,10 @@ def _save(session, directory, epochs_done, steps_done):
             "arch": config.model.arch,
             "classes": list(session.classes),
             "config": config.to_dict(),
+            # the pattern --asp holds and which weights hold it (None when dense)
+            "sparsity": sparse_masks.sparsity_record(session.programs.train)
+            if config.asp.enabled
+            else None,
         },
         prefix=config.run.model_prefix,
     )
@@ -93,7 +101,7 @@ def _save(session, directory, epochs_done, steps_done):
 def _save_stopped(session, epoch, steps_done, stop):
     """The checkpoint of a run stopped by a signal in ``epoch`` after ``steps_done``
     steps (``<arch>/<epoch>-step<k>``, by rank 0; the other ranks wait for it), each
-    rank's one line, and the exit."""
+    rank's one line; raises ``stopping.Stopped``, which the tool turns into its exit."""
     config, report, rank = session.config, session.report, session.rank
     steps_per_epoch = session.steps_per_epoch
     epochs_done, within = (epoch - 1, steps_done) if steps_done < steps_per_epoch else (epoch, 0)
@@ -116,4 +124,4 @@ def _save_stopped(session, epoch, steps_done, stop):
         distributed.tell_launcher_console(line)
     else:  # this rank's log (the launcher's --log_dir) says it too
         print(f"rank {rank}: {line}", flush=True)
-    raise SystemExit(code)
+    raise stopping.Stopped(line, code)

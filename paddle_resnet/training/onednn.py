@@ -28,9 +28,6 @@ from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.training import ir
 from paddle_resnet.training.distributed import uses_gloo
 
-# Forward and backward ops that run faster on oneDNN (see above); the rest stay plain.
-TRAINING_OPS = ("conv2d", "conv2d_grad", "relu", "relu_grad")
-
 
 def onednn_wanted(config):
     """``--cpu-onednn`` / ``--no-cpu-onednn`` as given; unset, by the crop size
@@ -55,8 +52,9 @@ def onednn_wanted(config):
     )
 
 
-def mark_for_onednn(program, op_types=TRAINING_OPS):
-    """Put every op of ``program`` whose type is in ``op_types`` on oneDNN kernels: the
+def mark_for_onednn(program, op_types):
+    """Put every op of ``program`` whose type is in ``op_types`` (the model family's
+    ``onednn_training_ops``: the ops measured faster there, above) on oneDNN kernels: the
     ``use_mkldnn`` attribute on the legacy IR, a rewrite into the oneDNN dialect on PIR
     (``paddle_internals.onednn_ops_on_pir``); returns how many. Does nothing on GPU
     machines (cuDNN runs those ops there)."""

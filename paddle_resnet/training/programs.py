@@ -319,7 +319,8 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
             logits, label, num_classes, config.loss.label_smoothing, mixup_lambda, class_weights
         )
         set_weight_decay(ir.parameters(main), config.optimizer)
-        dense = model_entry(config.model.arch).family.dense_under_sparsity + config.asp.exclude
+        family = model_entry(config.model.arch).family
+        dense = family.dense_under_sparsity + config.asp.exclude
         kept_dense = excluded_parameters(model, dense) if config.asp.enabled else []
         if pir:
             pir_strategies.minimize(config, optimizer, programs.train_fetches["loss"], kept_dense)
@@ -335,5 +336,5 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
         # Not the eval program: oneDNN's inference-mode convolutions cache their reordered
         # weights, and evaluation between epochs then saw stale ones (measured: 61 % top-1
         # where the same checkpoint evaluated plain gave 85 %).
-        mark_for_onednn(main)
+        mark_for_onednn(main, family.onednn_training_ops)
     return programs

@@ -10,10 +10,12 @@ from paddle.static.quantization.quanter import convert, quant_aware
 
 from paddle_resnet.core import bootstrap, paddle_internals
 from paddle_resnet.core.bootstrap import paddle_chatter
+from paddle_resnet.training import ir
 
-# The ops that get int8 kernels (NVIDIA's QAT list, without the depthwise convolutions
-# ResNets do not have).
-QUANTIZABLE_OPS = ("conv2d", "mul", "matmul", "matmul_v2")
+# The op types Paddle's int8 quantizes (weights and inputs; the list Fleet's QAT
+# meta-optimizer gives its pass). Which of them a model holds is read from its program
+# (``int8_ops``): a family with depthwise convolutions has them quantized too.
+INT8_OP_TYPES = ("conv2d", "depthwise_conv2d", "mul", "matmul", "matmul_v2")
 # Quantization-aware training as NVIDIA's Paddle ResNet-50 sets it (Fleet strategy.qat):
 # channel-wise abs-max 8-bit weights, moving-average abs-max 8-bit activations.
 FLEET_QAT_CONFIGS = {
@@ -27,25 +29,24 @@ FLEET_QAT_CONFIGS = {
 # (qat_optimizer._gen_qat_config); the eval program gets the same.
 QAT_PASS_CONFIG = dict(
     paddle_internals.QUANT_CONFIG_DEFAULT,
-    quantize_op_types=["conv2d", "depthwise_conv2d", "mul", "matmul", "matmul_v2"],
+    quantize_op_types=list(INT8_OP_TYPES),
     weight_quantize_type="channel_wise_abs_max",
     weight_bits=8,
     activation_bits=8,
     not_quant_pattern=[],
 )
-# model.json's record of a model exported from a QAT checkpoint
+# model.json's record of a model exported from a QAT checkpoint (with the ``int8_ops`` of
+# its program)
 QAT_RECORD = {
     "method": "qat",
     "weights": "int8, channel-wise abs-max",
     "activations": "int8, moving-average abs-max (trained)",
-    "ops": QAT_PASS_CONFIG["quantize_op_types"],
 }
 # ... and from a PIR QAT checkpoint (paddle.quantization, paddle_internals.pir_qat_config)
 PIR_QAT_RECORD = {
     "method": "qat",
     "weights": "int8, abs-max per tensor (moving average, trained)",
     "activations": "int8, moving-average abs-max (trained)",
-    "ops": ["conv2d", "matmul"],
     "ir": "pir",
 }
 # The variables the quantization passes add and checkpoints keep (quantize_linear's
@@ -53,6 +54,12 @@ PIR_QAT_RECORD = {
 QAT_SUFFIXES = ("@scale", "@zero_point")
 # ... and the parameters of paddle.quantization's quanters on PIR (scale, state, accum)
 PIR_QAT_PREFIX = "quant_dequant."
+
+
+def int8_ops(program):
+    """The op types of ``program`` (either IR) that int8 quantizes, as model.json lists
+    them."""
+    return sorted(set(ir.op_sequence(program)) & set(INT8_OP_TYPES))
 
 
 def is_qat_variable(name):

@@ -1,14 +1,16 @@
 """Where a run starts: ``--from-checkpoint auto`` resolved to this run's newest
 checkpoint (the same on every rank), the start weights read and checked (a resumed
 checkpoint belongs to this run, ``run_folder.py``), and once the programs are
-prepared, loaded (resume, pretrained or none)."""
+prepared, loaded (resume, pretrained or none). Training, evaluation and export take
+their weights through the same ``read`` and ``load_into``."""
 
 import dataclasses
 import os
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index
 from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.data.folder import check_class_names
 from paddle_resnet.models import model_entry
@@ -17,6 +19,7 @@ from paddle_resnet.training import run_folder
 from paddle_resnet.training.weights import (
     check_quantization,
     into_program,
+    pretrained_file,
     program_state,
     read_weights,
 )
@@ -36,18 +39,44 @@ class Start:
     lines: List[str]
 
 
-def choose(config, classes, training, rank, all_reduce):
+def choose(config, classes, training, rank=0, all_reduce=None):
     """The ``Start`` of this run, checked against its output folder and ``classes``."""
     config, lines = resolve_auto(config, rank, all_reduce)
+    return read(config, classes, training, lines)
+
+
+def read(config, classes, training, lines=()):
+    """The ``Start`` of the weights ``config`` names (``--from-checkpoint auto`` resolved
+    already, or refused: ``choose`` resolves it for a run), checked against ``classes``
+    (None: no data to check them against). Evaluation and export take the weights as
+    they were trained (``check_quantization``)."""
     meta, state = read_weights(config.run)
     resumes = run_folder.continues_the_run(meta, config, training)
     check_start(config, meta, classes, training, resumes)
     if not training and state is not None:
-        run_cfg = config.run
-        check_quantization(
-            meta, state, config, run_cfg.from_checkpoint or run_cfg.from_pretrained_params
-        )
-    return Start(config, meta, state, resumes, lines)
+        check_quantization(meta, state, config, source_of(config))
+    return Start(config, meta, state, resumes, list(lines))
+
+
+def source_of(config):
+    """The file or folder the start weights come from (None: the initialisation)."""
+    return config.run.from_checkpoint or config.run.from_pretrained_params
+
+
+def class_names(start):
+    """The class names of the start weights: the checkpoint's (given as a folder, or its
+    model.pdparams as pretrained parameters), a classes.json beside other parameters, or
+    the label numbers."""
+    if start.meta is not None:
+        return start.meta["classes"]
+    config = start.config
+    weights_file = pretrained_file(config.run)
+    index = os.path.join(os.path.dirname(os.path.abspath(weights_file)), CLASSES_FILE)
+    return (
+        ckpt.classes_beside(weights_file)
+        or (read_class_index(index) if os.path.exists(index) else None)
+        or [str(i) for i in range(config.model.num_classes)]
+    )
 
 
 def resolve_auto(config, rank, all_reduce):
@@ -90,7 +119,7 @@ def check_start(config, meta, classes, training, resuming):
         run_folder.check_same_run(meta, config, config.run.from_checkpoint)
     if training and not config.run.benchmark:
         run_folder.check_output_free(config, resuming)
-    if meta is not None:
+    if meta is not None and classes is not None:
         check_class_names(
             classes,
             meta["classes"],
@@ -100,51 +129,46 @@ def check_start(config, meta, classes, training, resuming):
 
 
 def load(session, start):
-    """Resume, or load pretrained weights, or keep the initialisation; returns where the
-    training goes on: (epochs done, steps done in the next)."""
-    config, programs, report = session.config, session.programs, session.report
-    run_cfg, meta, state = config.run, start.meta, start.state
-    world_size, steps_per_epoch = session.world_size, session.steps_per_epoch
+    """Resume, or load pretrained weights, or keep the initialisation, said in the run's
+    report; returns where the training goes on: (epochs done, steps done in the next)."""
+    report = session.report
+    loaded = load_into(session.programs, start, session.world_size, session.steps_per_epoch)
+    for line in loaded.lines:
+        report.print(line)
+    if loaded.pretrained is not None:
+        report.log("PRETRAINED", loaded.pretrained, kind="PARAMETER", console=False)
+    return loaded.progress
+
+
+@dataclasses.dataclass
+class Loaded:
+    """What ``load_into`` did: where training goes on (epochs done, steps done in the
+    next), the lines that say it, and, for pretrained weights, the report's record
+    (which file, which parameters were skipped)."""
+
+    progress: Tuple[int, int]
+    lines: List[str]
+    pretrained: Optional[dict] = None
+
+
+def load_into(programs, start, world_size=1, steps_per_epoch=None):
+    """``start``'s weights into the prepared ``programs`` (the train program when they
+    have one, else the eval program): resumed, pretrained or none."""
+    config, meta, state = start.config, start.meta, start.state
+    run_cfg = config.run
     if state is None:
-        return 0, 0
+        return Loaded((0, 0), [])
     if start.resumes:
-        into_program.restore_state(programs.train, state)
-        steps_done = meta.get("step_in_epoch", 0)
-        if steps_done and meta.get("world_size", 1) != world_size:
-            raise CheckpointError(
-                f"{run_cfg.from_checkpoint}: saved in the middle of an epoch by "
-                f"{meta.get('world_size', 1)} rank(s); it resumes on as many (each rank's "
-                "share of the epoch would differ)"
-            )
-        # The LR schedule runs over epochs: continue at the same epoch, whatever the
-        # number of steps an epoch now has (it changes with the world size).
-        programs.lr_scheduler.step(meta["epoch"] * steps_per_epoch + steps_done)
-        within = f", step {steps_done} of epoch {meta['epoch'] + 1}" if steps_done else ""
-        report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}{within}")
-        saved_epochs = meta["config"]["run"]["epochs"]
-        if saved_epochs != config.run.epochs:
-            report.print(
-                f"the checkpoint's run had {saved_epochs} epochs, this one has "
-                f"{config.run.epochs}: the LR schedule now spans {config.run.epochs}"
-            )
-        saved_world = meta.get("world_size", 1)
-        if saved_world != world_size:
-            report.print(
-                f"the checkpoint was trained by {saved_world} rank(s), this run has "
-                f"{world_size}: {steps_per_epoch} steps per epoch, global batch "
-                f"{config.data.batch_size * world_size} instead of "
-                f"{config.data.batch_size * saved_world} (the LR follows linear scaling)"
-            )
-        return meta["epoch"], steps_done
-    source = run_cfg.from_checkpoint or run_cfg.from_pretrained_params
+        return _resume(programs, start, world_size, steps_per_epoch)
+    source = source_of(config)
     state, note = program_state(state, meta, programs.model, config, source)
-    report.print(note)
-    training = session.training
+    lines = [note]
+    training = programs.train is not None
     if meta is not None and training:
-        report.print(
+        lines.append(
             f"quantization-aware training starts from the weights of {source} "
             f"(epoch {meta['epoch']}, trained without --qat): new optimizer state "
-            f"and LR schedule, {config.run.epochs} epoch(s)"
+            f"and LR schedule, {run_cfg.epochs} epoch(s)"
         )
     # Training may start with a new classifier; evaluation needs every weight. A 2:4
     # model brings its masks, unless this run prunes anew.
@@ -158,7 +182,40 @@ def load(session, start):
         may_skip=classifier,
         masks=config.asp.enabled and not config.asp.prune_model,
     )
-    for name in skipped:
-        report.print(f"warning: pretrained parameter skipped: {name}")
-    report.log("PRETRAINED", {"file": source, "skipped": skipped}, kind="PARAMETER", console=False)
-    return 0, 0
+    lines += [f"warning: pretrained parameter skipped: {name}" for name in skipped]
+    return Loaded((0, 0), lines, {"file": source, "skipped": skipped})
+
+
+def _resume(programs, start, world_size, steps_per_epoch):
+    """A checkpoint of this run restored into its train program, the LR schedule at the
+    step it was saved at."""
+    config, meta = start.config, start.meta
+    run_cfg = config.run
+    into_program.restore_state(programs.train, start.state)
+    steps_done = meta.get("step_in_epoch", 0)
+    saved_world = meta.get("world_size", 1)
+    if steps_done and saved_world != world_size:
+        raise CheckpointError(
+            f"{run_cfg.from_checkpoint}: saved in the middle of an epoch by "
+            f"{saved_world} rank(s); it resumes on as many (each rank's "
+            "share of the epoch would differ)"
+        )
+    # The LR schedule runs over epochs: continue at the same epoch, whatever the
+    # number of steps an epoch now has (it changes with the world size).
+    programs.lr_scheduler.step(meta["epoch"] * steps_per_epoch + steps_done)
+    within = f", step {steps_done} of epoch {meta['epoch'] + 1}" if steps_done else ""
+    lines = [f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}{within}"]
+    saved_epochs = meta["config"]["run"]["epochs"]
+    if saved_epochs != run_cfg.epochs:
+        lines.append(
+            f"the checkpoint's run had {saved_epochs} epochs, this one has "
+            f"{run_cfg.epochs}: the LR schedule now spans {run_cfg.epochs}"
+        )
+    if saved_world != world_size:
+        lines.append(
+            f"the checkpoint was trained by {saved_world} rank(s), this run has "
+            f"{world_size}: {steps_per_epoch} steps per epoch, global batch "
+            f"{config.data.batch_size * world_size} instead of "
+            f"{config.data.batch_size * saved_world} (the LR follows linear scaling)"
+        )
+    return Loaded((meta["epoch"], steps_done), lines)

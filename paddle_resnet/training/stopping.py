@@ -1,7 +1,7 @@
 """Ctrl-C and SIGTERM during training (what Slurm, Kubernetes and preemptible clouds send
 before SIGKILL): the step in flight finishes, a checkpoint is written at that step, one
-line says what was saved and how to resume, and the process exits 130 (SIGINT) or 143
-(SIGTERM). A second Ctrl-C ends the process at once (the default action: no traceback,
+line says what was saved and how to resume, and the training raises ``Stopped``: the
+tool exits 130 (SIGINT) or 143 (SIGTERM). A second Ctrl-C ends the process at once (the default action: no traceback,
 no Paddle dump); the checkpoints already written are complete, as ever.
 
 With several ranks every rank stops after the same step: after each step the ranks sum
@@ -34,6 +34,15 @@ import numpy as np
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 REPEATS_SECONDS = 1.0
+
+
+class Stopped(Exception):
+    """A run stopped by a signal, its checkpoint saved and its line printed: the library
+    raises it, the tool that started the run exits with ``exit_code``."""
+
+    def __init__(self, line, exit_code):
+        super().__init__(line)
+        self.exit_code = exit_code
 
 
 class StopRequests:

@@ -14,13 +14,17 @@ from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.training import ir
 from paddle_resnet.training.sparsity.pattern import (
     MASK_SUFFIX,
-    SPARSITY,
+    NVIDIA_2_4,
     SparsityViolation,
     density,
-    is_2to4,
+    holds,
     is_pruning_mask,
     prune_mask,
+    record,
 )
+
+# The pattern --asp prunes to, keeps and checks.
+PATTERN = NVIDIA_2_4
 
 
 def excluded_parameters(model, exclude):
@@ -74,7 +78,7 @@ def layer_table(programs):
         elif param.name not in masked:
             status = "excluded (kept dense by configuration)"
         else:
-            status = f"dense (too few input channels for {SPARSITY})"
+            status = f"dense (too few input channels for {PATTERN})"
         rows.append(
             {
                 "param": param.name,
@@ -103,28 +107,34 @@ def prunable_shapes(parameters):
 
 
 def masks_from_weights(program, place):
-    """For 2:4 weights that came without their masks (a 2:4 file from elsewhere; this
-    toolkit's files carry theirs): the weight's zeros become its mask, so training keeps
-    the pattern the file has instead of computing a new one."""
+    """For weights that hold ``PATTERN`` but came without their masks (a 2:4 file from
+    elsewhere; this toolkit's files carry theirs): the weight's zeros become its mask,
+    so training keeps the pattern the file has instead of computing a new one."""
     scope = paddle.static.global_scope()
     for param in _masked(program).values():
         mask = _mask(param.name)
         if is_pruning_mask(mask):
             continue
         weight = _scope_array(param.name)
-        if is_2to4(weight):
+        if holds(weight, PATTERN):
             scope.find_var(param.name + MASK_SUFFIX).get_tensor().set(
                 (weight != 0).astype(mask.dtype), place
             )
 
 
+def sparsity_record(program):
+    """What a checkpoint's meta.json says of the weights of ``program`` pruned by --asp
+    (``pattern.record``), None when none is."""
+    return record(PATTERN, [name for name in _masked(program) if is_pruning_mask(_mask(name))])
+
+
 def prune(program, mask_algo, place):
-    """Each masked weight of ``program`` pruned to 2:4 by ``mask_algo``: its mask and the
-    masked weight written into the scope on ``place``, this process's device."""
+    """Each masked weight of ``program`` pruned to ``PATTERN`` by ``mask_algo``: its mask
+    and the masked weight written into the scope on ``place``, this process's device."""
     scope = paddle.static.global_scope()
     for param in _masked(program).values():
         weight = _scope_array(param.name)
-        mask = prune_mask(weight, mask_algo)
+        mask = prune_mask(weight, mask_algo, PATTERN)
         scope.find_var(param.name + MASK_SUFFIX).get_tensor().set(mask, place)
         scope.find_var(param.name).get_tensor().set(weight * mask, place)
 
@@ -140,9 +150,9 @@ def prepare(programs, asp_config, report, resumed, place):
     rows = layer_table(programs)
     if not any(row["status"] == "pruned" for row in rows):
         raise ConfigError(
-            f"--asp without --prune-model continues a model that is already {SPARSITY} "
+            f"--asp without --prune-model continues a model that is already {PATTERN} "
             "sparse (an ASP checkpoint); these weights are dense: add "
-            f"--prune-model (it keeps the zeros of weights that are already {SPARSITY})"
+            f"--prune-model (it keeps the zeros of weights that are already {PATTERN})"
         )
     report.log("ASP", {"layers": rows}, kind="PARAMETER", console=False)
     report.print(f"asp: {'layer':34s} {'shape':20s} density  status")
@@ -155,14 +165,15 @@ def prepare(programs, asp_config, report, resumed, place):
 
 
 def verify(programs, report, where):
-    """Every masked weight still holds 2:4 with its zeros where its mask says; raise if not."""
+    """Every masked weight still holds ``PATTERN`` with its zeros where its mask says;
+    raise if not."""
     checked = 0
     for param in _masked(programs.train).values():
         mask = _mask(param.name)
         if not is_pruning_mask(mask):
             continue
         weight = _scope_array(param.name)
-        if not is_2to4(weight) or np.any(weight[mask == 0] != 0):
-            raise SparsityViolation(f"{param.name} lost its {SPARSITY} pattern {where}")
+        if not holds(weight, PATTERN) or np.any(weight[mask == 0] != 0):
+            raise SparsityViolation(f"{param.name} lost its {PATTERN} pattern {where}")
         checked += 1
-    report.print(f"asp: {checked} weights hold the {SPARSITY} pattern {where}")
+    report.print(f"asp: {checked} weights hold the {PATTERN} pattern {where}")

@@ -1,7 +1,9 @@
 """The N:M sparsity pattern on NumPy arrays, as Paddle's ASP and cuSPARSELt use it: in
 every group of M consecutive weights along the input dimension at most N are nonzero.
-The pattern is data (``Pattern``), declared once (``SPARSITY``: 2:4, the only one the
-toolkit offers); every check, mask algorithm and report reads it.
+The pattern is data (``Pattern``): every check takes the pattern it checks, and each
+mask algorithm the pattern it computes. The toolkit prunes to NVIDIA's 2:4
+(``NVIDIA_2_4``); checkpoints and exports record the pattern their weights hold and
+which weights hold it (``record``), so a check reads it from the file.
 
 Conv weights are [out, in, kh, kw] (groups run along ``in``); FC weights are
 [in, out] (groups run along ``in``, the first axis).
@@ -31,9 +33,16 @@ class Pattern:
     def __str__(self):
         return f"{self.kept}:{self.group}"
 
+    @classmethod
+    def parse(cls, text):
+        """``Pattern`` of "N:M" as ``str`` writes it."""
+        kept, group = (int(part) for part in text.split(":"))
+        return cls(kept, group)
 
-# What Ampere's sparse tensor cores (cuSPARSELt) and Paddle's ASP run.
-SPARSITY = Pattern(kept=2, group=4)
+
+# What Ampere's sparse tensor cores (cuSPARSELt) and Paddle's ASP run: the pattern --asp
+# prunes to.
+NVIDIA_2_4 = Pattern(kept=2, group=4)
 
 
 class SparsityViolation(UserError):
@@ -47,12 +56,12 @@ def rows_along_input(weight):
         return weight.transpose(0, 2, 3, 1).reshape(-1, weight.shape[1])
     if weight.ndim == 2:  # fc [in, out]
         return weight.T
-    raise ValueError(f"no {SPARSITY} layout for a weight of shape {weight.shape}")
+    raise ValueError(f"no N:M layout for a weight of shape {weight.shape}")
 
 
-def is_2to4(weight, pattern=SPARSITY):
-    """True when every group along the input dimension holds ``pattern`` (2:4: at most 2
-    nonzero of 4)."""
+def holds(weight, pattern):
+    """True when every group along the input dimension holds ``pattern`` (N:M: at most N
+    nonzero of M)."""
     rows = rows_along_input(weight)
     if rows.shape[1] % pattern.group:
         return False
@@ -80,17 +89,37 @@ def sparse_parameters(state):
     )
 
 
-def check_sparse(params, names, where):
-    """Raise SparsityViolation if any of ``names`` is missing from ``params`` or does not
-    hold the pattern."""
-    broken = [name for name in names if name not in params or not is_2to4(params[name])]
+def record(pattern, names):
+    """What a checkpoint's meta.json and an export's model.json say of their sparsity:
+    the pattern and the weights that hold it; None without such weights."""
+    return {"pattern": str(pattern), "weights": sorted(names)} if names else None
+
+
+def recorded(meta, state):
+    """The sparsity ``record`` of start weights: the weights a checkpoint saved with a
+    pruning mask (``sparse_parameters``), in the pattern its meta.json names (a file
+    without that record was pruned by the toolkit: ``NVIDIA_2_4``)."""
+    saved = (meta or {}).get("sparsity")
+    pattern = Pattern.parse(saved["pattern"]) if saved else NVIDIA_2_4
+    return record(pattern, sparse_parameters(state))
+
+
+def check_sparse(params, sparsity, where):
+    """Raise SparsityViolation if any weight a sparsity ``record`` names is missing from
+    ``params`` or does not hold its pattern."""
+    pattern = Pattern.parse(sparsity["pattern"])
+    broken = [
+        name
+        for name in sparsity["weights"]
+        if name not in params or not holds(params[name], pattern)
+    ]
     if broken:
-        raise SparsityViolation(f"{where}: weights not {SPARSITY} sparse: {broken[:3]}")
+        raise SparsityViolation(f"{where}: weights not {pattern} sparse: {broken[:3]}")
 
 
-def compliance_table(params, marked):
-    """One row per weight of ``params``: shape, density, whether it holds the pattern
-    (``is_2to4``), marked sparse or not."""
+def compliance_table(params, marked, pattern):
+    """One row per weight of ``params``: shape, density, whether it holds ``pattern``,
+    marked sparse or not."""
     rows = []
     for name in sorted(params):
         value = np.asarray(params[name])
@@ -101,7 +130,7 @@ def compliance_table(params, marked):
                 "param": name,
                 "shape": list(value.shape),
                 "density": round(density(value), 4),
-                "is_2to4": is_2to4(value),
+                "holds_pattern": holds(value, pattern),
                 "marked_sparse": name in marked,
             }
         )
@@ -113,7 +142,7 @@ def compliance_table(params, marked):
 # weights, the mask ``paddle.incubate.asp`` gives (tested): the same layout of a weight
 # as rows (``paddle_rows``), the same orderings and the same tie-breaks, so checkpoints
 # pruned on either IR look alike. Masks are float arrays of the weight's shape; each
-# algorithm takes the pattern (``SPARSITY`` unless told).
+# algorithm takes the pattern it computes.
 
 
 def paddle_rows(weight):
@@ -145,7 +174,7 @@ def _padded(rows, rows_multiple, cols_multiple):
     return padded
 
 
-def mask_1d(rows, pattern=SPARSITY):
+def mask_1d(rows, pattern):
     """In each group along a row, the smallest magnitudes masked: all but ``kept``."""
     group = pattern.group
     groups = _padded(rows, 1, group).reshape(-1, group)
@@ -170,7 +199,7 @@ def _unblocks(blocks, shape, rows, size):
     return full[: rows.shape[0], : rows.shape[1]]
 
 
-def mask_2d_greedy(rows, pattern=SPARSITY):
+def mask_2d_greedy(rows, pattern):
     """In each group x group block (2:4: 4x4), magnitudes kept largest first while their
     row and column have fewer than ``kept`` kept: the pattern holds along the rows and
     the columns of the block."""
@@ -192,7 +221,7 @@ def mask_2d_greedy(rows, pattern=SPARSITY):
 
 
 @functools.lru_cache(maxsize=None)
-def valid_2d_patterns(pattern=SPARSITY):
+def valid_2d_patterns(pattern):
     """Every group x group 0/1 block with ``kept`` ones per row and at most ``kept`` per
     column, in the order ASP enumerates them (its tie-break between equally good
     blocks). A row can repeat at most ``kept`` times. The enumeration grows as
@@ -206,7 +235,7 @@ def valid_2d_patterns(pattern=SPARSITY):
     return patterns[valid]
 
 
-def mask_2d_best(rows, pattern=SPARSITY):
+def mask_2d_best(rows, pattern):
     """In each group x group block, the valid 2-D pattern with the largest sum of kept
     values. As in Paddle's ASP the sum is of the signed values (NVIDIA's apex sums
     magnitudes)."""
@@ -221,7 +250,7 @@ def mask_2d_best(rows, pattern=SPARSITY):
 MASK_ALGOS = {name: globals()[name] for name in config.MASK_ALGOS}
 
 
-def prune_mask(weight, algo, pattern=SPARSITY):
+def prune_mask(weight, algo, pattern):
     """The mask of ``weight`` (conv or fc) by ``algo``; all ones where the input
     dimension has fewer channels than a group (ASP leaves those dense)."""
     weight = np.asarray(weight)
