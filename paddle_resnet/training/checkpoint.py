@@ -19,7 +19,12 @@ import re
 import paddle
 
 from paddle_resnet.core.atomic import recover_staged, remove_directory, staged_directory
-from paddle_resnet.core.errors import CheckpointError
+from paddle_resnet.core.errors import (
+    CheckpointError,
+    RestartableError,
+    os_error_is_users,
+    os_error_reason,
+)
 
 PREFIX = "model"
 META = "meta.json"
@@ -70,9 +75,14 @@ def save_checkpoint(program, directory, meta, prefix=PREFIX):
             with open(os.path.join(staging, META), "w") as handle:
                 json.dump(dict(meta, files=files), handle, indent=1)
     except OSError as err:
+        if not os_error_is_users(err):  # an I/O error of the file system: restartable
+            raise RestartableError(
+                f"{directory}: the checkpoint cannot be written ({err.strerror or err}: an "
+                "I/O error of the file system); the earlier checkpoints are intact"
+            ) from None
         raise CheckpointError(
-            f"{directory}: the checkpoint cannot be written "
-            f"({err.strerror or err}); the earlier checkpoints are intact"
+            f"{directory}: the checkpoint cannot be written ({os_error_reason(err)}); "
+            "the earlier checkpoints are intact"
         ) from None
 
 

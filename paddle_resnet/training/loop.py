@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from paddle_resnet.core import feeds, watchdog
+from paddle_resnet.core import faults, feeds, watchdog
 from paddle_resnet.core.bootstrap import threads_per_process
 from paddle_resnet.core.metrics import Meter, accuracy_from_counts, eval_counts
 from paddle_resnet.training import eval_predictor, ir
@@ -32,6 +32,7 @@ def train_step(exe, programs, feed, mixup_weight=None):
     if programs.mixup_feed:
         feed = dict(feed, **{programs.mixup_feed: mixup_weight})
     lr = programs.lr_scheduler.get_lr()
+    faults.before_step()
     results = exe.run(programs.train, feed=feed, fetch_list=list(programs.train_fetches.values()))
     watchdog.beat()
     programs.lr_scheduler.step()
