@@ -266,8 +266,8 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_earlier_checkpoints(
     monkeypatch.setattr(paddle.static, "save", disk_full)
     with pytest.raises(
         CheckpointError,
-        match=r"resnet18/4: the checkpoint cannot be written "
-        r"\(No space left on device\); the earlier",
+        match=r"resnet18/4: the checkpoint cannot be written \(No space left on device: "
+        r"free space or raise the quota \(--keep-checkpoints N keeps fewer\)\); the earlier",
     ):
         ckpt.save_checkpoint(paddle.static.Program(), str(folder / "4"), {"epoch": 4})
     assert [progress for progress, _ in ckpt.saved_checkpoints(str(folder))] == [

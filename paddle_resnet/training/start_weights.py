@@ -9,6 +9,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from paddle_resnet.core import provenance
 from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.data.folder import check_class_names
 from paddle_resnet.models import model_entry
@@ -42,6 +43,8 @@ def choose(config, classes, training, rank, all_reduce):
     meta, state = read_weights(config.run)
     resumes = run_folder.continues_the_run(meta, config, training)
     check_start(config, meta, classes, training, resumes)
+    if resumes and rank == 0 and not config.run.benchmark:
+        lines += rewind(config, meta)
     if not training and state is not None:
         run_cfg = config.run
         check_quantization(
@@ -79,6 +82,22 @@ def resolve_auto(config, rank, all_reduce):
         lines.append(f"--from-checkpoint auto: no checkpoint in {folder} yet: a fresh start")
     run_cfg = dataclasses.replace(run_cfg, from_checkpoint=chosen)
     return dataclasses.replace(config, run=run_cfg), lines
+
+
+def rewind(config, meta):
+    """A resume from a checkpoint older than others in <output-dir>/<arch> (named, or
+    the newest that verifies): the newer ones, a branch this run abandons, are moved
+    aside under names neither --from-checkpoint auto nor retention takes; one line."""
+    folder = os.path.join(config.run.output_dir, config.model.arch)
+    moved = ckpt.set_aside_newer(folder, (meta["epoch"], meta.get("step_in_epoch", 0)))
+    if not moved:
+        return []
+    return [
+        f"rewound to {config.run.from_checkpoint}: the newer checkpoints "
+        f"{', '.join(old for old, _ in moved)} moved aside as "
+        f"{', '.join(new for _, new in moved)} (--from-checkpoint auto and "
+        "--keep-checkpoints leave them alone; remove them once unneeded)"
+    ]
 
 
 def check_start(config, meta, classes, training, resuming):
@@ -121,6 +140,9 @@ def load(session, start):
         programs.lr_scheduler.step(meta["epoch"] * steps_per_epoch + steps_done)
         within = f", step {steps_done} of epoch {meta['epoch'] + 1}" if steps_done else ""
         report.print(f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}{within}")
+        other_code = provenance.difference(meta.get("code"))
+        if other_code:
+            report.print(other_code)
         saved_epochs = meta["config"]["run"]["epochs"]
         if saved_epochs != config.run.epochs:
             report.print(
