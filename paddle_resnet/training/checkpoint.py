@@ -126,18 +126,23 @@ def newest_verified(folder, warn):
     return None
 
 
-# Checkpoints this process verified: (path, inode and mtime of its meta.json) -> True, so
-# that retention reads each checkpoint's files once per run, not at every save.
-_VERIFIED = {}
+# The checkpoint folders this process verified, each with the inode, size and mtime of its
+# files: retention reads a checkpoint's files once per run, not at every save, and again
+# once any file changed.
+_VERIFIED = set()
 
 
 def _verified(path):
-    """``verify_checkpoint(path)``, at most once per process for an unchanged folder."""
-    stat = os.stat(os.path.join(path, META))
-    key = (os.path.abspath(path), stat.st_ino, stat.st_mtime_ns)
+    """``verify_checkpoint(path)``, at most once per process for unchanged files."""
+    path = os.path.abspath(path)
+    files = []
+    for name in sorted(os.listdir(path)):
+        stat = os.stat(os.path.join(path, name))
+        files.append((name, stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    key = (path, tuple(files))
     if key not in _VERIFIED:
         verify_checkpoint(path)
-        _VERIFIED[key] = True
+        _VERIFIED.add(key)
 
 
 def _intact(path):
