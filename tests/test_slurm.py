@@ -58,7 +58,7 @@ def wait_for_text(slurm, job, log, text, timeout=180, after=""):
     """Poll the job's log until it holds ``text`` (after the first ``after``, a line that
     starts a part of it); fail at once should the job end."""
     deadline = time.monotonic() + timeout
-    while text not in read(log).partition(after)[2 if after else 0]:
+    while text not in (read(log).partition(after)[2] if after else read(log)):
         state = slurm.state(job)
         assert state not in ENDED and time.monotonic() < deadline, (
             f"job {job} {state} without {text!r} in its log:\n{read(log)[-3000:]}\n{slurm.log()}"
