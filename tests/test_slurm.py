@@ -67,12 +67,13 @@ def wait_for_text(slurm, job, log, text, timeout=180, after=""):
 
 
 def wait_requeued(slurm, job, log, restarts, timeout=180):
-    """Until the job waits PENDING after its ``restarts``-th requeue; its fields."""
+    """Until the job waits PENDING for its begin time after its ``restarts``-th requeue
+    (Slurm delays a requeued job: ``Slurm.start_now``); its fields."""
     deadline = time.monotonic() + timeout
     while True:
         fields = slurm.job(job)
-        if fields["JobState"] == "PENDING" and fields["Restarts"] == str(restarts):
-            assert fields["Reason"] == "BeginTime", fields
+        state = (fields["JobState"], fields["Restarts"], fields["Reason"])
+        if state == ("PENDING", str(restarts), "BeginTime"):
             return fields
         assert fields["JobState"] not in ENDED and time.monotonic() < deadline, (
             f"job {job} {fields['JobState']}, not requeued {restarts} time(s):\n"
