@@ -194,9 +194,8 @@ def set_aside_newer(folder, progress):
         return []
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     moved = []
-    for name in sorted(os.listdir(folder), key=lambda n: progress_of(n) or (0, 0)):
-        if (progress_of(name) or (-1, 0)) <= tuple(progress):
-            continue
+    named = sorted((progress_of(name), name) for name in os.listdir(folder) if progress_of(name))
+    for _, name in [found for found in named if found[0] > tuple(progress)]:
         aside, count = f"{name}.rewound-{stamp}", 1
         while os.path.exists(os.path.join(folder, aside)):
             count += 1
