@@ -133,8 +133,10 @@ def stops_reported(environ=os.environ):
     rank = environ.get("PADDLE_TRAINER_ID", "?")
     numbers = (signal.SIGTERM, signal.SIGINT)
     previous = {number: signal.signal(number, _stopped) for number in numbers}
+    ended = True  # by an exception: an error, or a stop (SystemExit)
     try:
         yield
+        ended = False
     except StoppedBySignal as stop:
         name = signal.Signals(stop.number).name
         if launched:
@@ -151,6 +153,11 @@ def stops_reported(environ=os.environ):
         )
         raise SystemExit(stopped_status(stop.number)) from None
     finally:
+        # A launched rank that ends by an error or a stop keeps its status: the launcher's
+        # SIGTERM, sent once another rank ended, must not kill it during Paddle's teardown
+        # (the launcher then reported 241, a death by signal, instead of its 75 or 143).
+        if ended and "PADDLE_LOG_DIR" in environ:
+            previous[signal.SIGTERM] = signal.SIG_IGN
         for number, handler in previous.items():
             signal.signal(number, handler)
 
