@@ -26,6 +26,11 @@ _verbose = [False]
 PARENT_AT_START = os.getppid()
 
 
+def launched(environ=os.environ):
+    """Whether ``paddle.distributed.launch`` started this process (a rank)."""
+    return "PADDLE_LOG_DIR" in environ
+
+
 def available_cores():
     return len(os.sched_getaffinity(0))
 

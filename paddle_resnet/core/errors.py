@@ -9,7 +9,10 @@ signal continues."""
 
 import dataclasses
 import errno
+import os
 import sys
+
+from paddle_resnet.core.bootstrap import launched
 
 FINISHED = 0
 UNEXPECTED = 1  # Python's own status for an uncaught exception (a traceback: a bug)
@@ -200,12 +203,19 @@ def exit_status(action):
     """``action()``'s exit status: the int it returns, else 0 (a function that returns what
     it wrote, e.g. a folder, succeeded: ``sys.exit`` of a string would print it and exit
     1). Bad input and faults print one ``error: ...`` line on stderr and return their
-    status in ``EXIT_STATUSES`` (``describe``); any other exception is a bug and keeps
-    Python's traceback and status 1."""
+    status in ``EXIT_STATUSES`` (``describe``; a rank of ``paddle.distributed.launch``
+    ends with it at once); any other exception is a bug and keeps Python's traceback and
+    status 1."""
     try:
         status = action()
         return status if isinstance(status, int) else FINISHED
     except (UserError, RestartableError, MemoryError, OSError) as err:
         status, line = describe(err)
         print(line, file=sys.stderr)
+        if launched():
+            # A rank ends at once with its status: its launcher kills the ranks it stops
+            # 3 s after its SIGTERM, and Paddle's and DALI's teardown took 2 s and more.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
         return status

@@ -156,7 +156,7 @@ def stops_reported(environ=os.environ):
         # A launched rank that ends by an error or a stop keeps its status: the launcher's
         # SIGTERM, sent once another rank ended, must not kill it during Paddle's teardown
         # (the launcher then reported 241, a death by signal, instead of its 75 or 143).
-        if ended and "PADDLE_LOG_DIR" in environ:
+        if ended and bootstrap.launched(environ):
             previous[signal.SIGTERM] = signal.SIG_IGN
         for number, handler in previous.items():
             signal.signal(number, handler)
@@ -181,7 +181,7 @@ def ends_with_launcher(environ=os.environ):
     instead of living on as an orphan that holds the output folder's lock. A thread
     watches the parent process id (PR_SET_PDEATHSIG would fire on the death of the
     launcher's thread that started the rank, not of the launcher)."""
-    if "PADDLE_LOG_DIR" not in environ:  # not started by the launcher
+    if not bootstrap.launched(environ):
         yield
         return
     stop = threading.Event()
@@ -210,7 +210,7 @@ def tell_launcher_console(line, environ=os.environ):
     Written where the launcher's output goes if that is a terminal, a pipe or a file
     opened for appending (Slurm's --open-mode=append); a file the launcher writes at its
     own offset (``> file``) would have its next line written over this one."""
-    if "PADDLE_LOG_DIR" not in environ:  # not started by the launcher
+    if not bootstrap.launched(environ):
         return
     launcher = f"/proc/{os.getppid()}"
     console = os.path.join(launcher, "fd", "1")
