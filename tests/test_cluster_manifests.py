@@ -18,6 +18,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -30,7 +31,7 @@ from paddle.distributed.launch.context.args_envs import parse_args
 
 from conftest import ROOT, once
 from paddle_resnet.core.cli import parse
-from paddle_resnet.core.errors import USER_ERROR, stopped_status
+from paddle_resnet.core.errors import LAUNCHER_STOPPED, USER_ERROR, stopped_status
 
 # Text files and schemas: the same on every Paddle version; run once, on 2.6.2.
 pytestmark = once
@@ -39,10 +40,8 @@ MANIFESTS = os.path.join(ROOT, "scripts", "cluster", "kubernetes")
 # The oldest Kubernetes the manifests are for (podFailurePolicy is GA from 1.31) and the
 # newest whose schemas kubernetes-validate bundles.
 KUBERNETES_VERSIONS = ("1.31", kubernetes_validate.latest_version())
-# What paddle.distributed.launch gives its ranks after SIGTERM before it SIGKILLs them,
-# and its exit status then (Paddle's sys.exit of the signal's number).
+# What paddle.distributed.launch gives its ranks after SIGTERM before it SIGKILLs them.
 LAUNCHER_STOP_SECONDS = 30
-SIGTERM_TO_THE_LAUNCHER = 15
 
 # Values the SDK models type as plain strings; the operator's Go types define them
 # (training-operator pkg/apis/kubeflow.org/v1: common_types.go, paddlepaddle_validation.go).
@@ -295,7 +294,11 @@ def test_restart_policy_restarts_the_training(workload):
             "Ignore": {
                 "containerName": name,
                 "operator": "In",
-                "values": [SIGTERM_TO_THE_LAUNCHER, stopped_status(2), stopped_status(15)],
+                "values": [
+                    LAUNCHER_STOPPED,
+                    stopped_status(signal.SIGINT),
+                    stopped_status(signal.SIGTERM),
+                ],
             },
         }
         disruption = [r for r in rules if "onPodConditions" in r]

@@ -10,6 +10,7 @@ signal continues."""
 import dataclasses
 import errno
 import os
+import signal
 import sys
 
 from paddle_resnet.core.bootstrap import launched
@@ -21,6 +22,8 @@ USER_ERROR = 2  # argparse's too
 # later": below 128, so that nothing takes it for a death by signal.
 RESTARTABLE = 75
 SIGNAL_BASE = 128  # 128 + N: stopped by signal N, as shells, Slurm and Kubernetes read it
+# paddle.distributed.launch after a SIGTERM to it: Paddle's sys.exit of the signal's number
+LAUNCHER_STOPPED = int(signal.SIGTERM)
 
 
 def stopped_status(signal_number):
@@ -77,7 +80,7 @@ EXIT_STATUSES = (
         f"as {RESTARTABLE}",
     ),
     ExitStatus(
-        f"{stopped_status(15)}, {stopped_status(2)}",
+        f"{stopped_status(signal.SIGTERM)}, {stopped_status(signal.SIGINT)}",
         "stopped by SIGTERM / SIGINT (128 + the signal): resumable",
         "in the training steps: saved at the step in flight, one line names the checkpoint "
         "and the command that continues; before or after them: nothing new to save",
@@ -85,11 +88,11 @@ EXIT_STATUSES = (
         "limit's warning, by the script; Indexed Job: not counted (Ignore)",
     ),
     ExitStatus(
-        "15",
+        str(LAUNCHER_STOPPED),
         "paddle.distributed.launch after a SIGTERM to it (its ranks stopped as above)",
         "Paddle's launcher exits with the signal's number: 15, or 2 after a SIGINT, which "
         "schedulers do not send (Ctrl-C on a terminal)",
-        f"as {stopped_status(15)}",
+        f"as {stopped_status(signal.SIGTERM)}",
     ),
 )
 
