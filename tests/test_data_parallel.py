@@ -22,6 +22,7 @@ from conftest import PADDLE3, ROOT, assert_same_state, once, pir_rehearsal, rand
 from paddle_resnet.commands import train
 from paddle_resnet.core import devices
 from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import RESTARTABLE
 from paddle_resnet.core.report import read_report
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training.optim import lr_at_step
@@ -291,15 +292,22 @@ def test_resume_across_world_sizes_keeps_the_epoch_schedule(two_ranks, fmnist_ro
     assert "trained by 1 rank(s), this run has 2: 5 steps per epoch" in result.stdout
 
 
+def ranks_of(out, rank=""):
+    """The process ids of the ranks (or of rank ``rank``) training into ``out``, not their
+    launcher's."""
+    found = subprocess.run(["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True)
+    ranks = []
+    for pid in found.stdout.split():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # ended meanwhile
+            if f"PADDLE_TRAINER_ID={rank}" in open(f"/proc/{pid}/environ").read():
+                ranks.append(int(pid))
+    return ranks
+
+
 def rank_1_pid(out):
     """The process id of rank 1 of the job training into ``out``."""
-    ranks = subprocess.run(
-        ["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True
-    ).stdout.split()
-    victim = [
-        int(pid) for pid in ranks if "PADDLE_TRAINER_ID=1\0" in open(f"/proc/{pid}/environ").read()
-    ]
-    assert len(victim) == 1, ranks
+    victim = ranks_of(out, "1\0")
+    assert len(victim) == 1, victim
     return victim[0]
 
 
@@ -314,7 +322,8 @@ def wait_for_epoch_1(out, job):
 
 def signal_rank_1(fmnist_root, tmp_path, signum, *flags):
     """A 2-rank job of many epochs; once epoch 1 is saved, rank 1 gets ``signum``. Returns
-    (seconds until the job ended, the launcher's output, rank 0's log, the output folder)."""
+    (seconds until the job ended, the launcher's output, rank 0's log, the output folder,
+    the launcher's exit status)."""
     out = tmp_path / "job"
     command = [
         sys.executable,
@@ -339,14 +348,17 @@ def signal_rank_1(fmnist_root, tmp_path, signum, *flags):
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGKILL)  # a stopped rank the launcher left
         job.kill()
-    assert job.returncode != 0
-    return time.time() - signalled_at, output, (tmp_path / "logs" / "workerlog.0").read_text(), out
+    rank0 = (tmp_path / "logs" / "workerlog.0").read_text()
+    return time.time() - signalled_at, output, rank0, out, job.returncode
 
 
 @once
 def test_a_killed_rank_ends_the_job_and_keeps_the_checkpoints(fmnist_root, tmp_path):
-    seconds, output, rank0, out = signal_rank_1(fmnist_root, tmp_path, signal.SIGKILL)
+    """A lost peer is a crash a restart may fix: the job ends with 75 (rank 0's status,
+    the first in the launcher's rank order), not 2, which would fail a Kubernetes Job."""
+    seconds, output, rank0, out, status = signal_rank_1(fmnist_root, tmp_path, signal.SIGKILL)
     assert seconds < 60
+    assert status == RESTARTABLE, output[-3000:]
     # Rank 0 says it either when its all-reduce fails or when the launcher, having seen
     # rank 1 die first, sends it SIGTERM; then the launcher no longer echoes rank 0's log.
     assert "error: rank 0: rank 1 stopped" in rank0, rank0[-2000:]
@@ -359,10 +371,11 @@ def test_a_killed_rank_ends_the_job_and_keeps_the_checkpoints(fmnist_root, tmp_p
 def test_a_stopped_rank_ends_the_job_within_the_collective_timeout(fmnist_root, tmp_path):
     """SIGSTOP: alive but stuck. Without the watchdog rank 0 waited in its all-reduce for
     gloo's hard-coded ~115 days."""
-    seconds, output, rank0, out = signal_rank_1(
+    seconds, output, rank0, out, status = signal_rank_1(
         fmnist_root, tmp_path, signal.SIGSTOP, "--collective-timeout", "8"
     )
     assert seconds < 8 + 30
+    assert status == RESTARTABLE, output[-3000:]
     assert (
         "error: rank 0: no progress for " in rank0
         and "(--collective-timeout 8): rank 1 is stuck (stopped, or hung)" in rank0
@@ -370,6 +383,35 @@ def test_a_stopped_rank_ends_the_job_within_the_collective_timeout(fmnist_root, 
     assert "Traceback" not in output + rank0
     meta, _ = ckpt.read_checkpoint(str(out / "resnet18"))
     assert meta["epoch"] >= 1
+
+
+@once
+def test_the_ranks_end_with_their_launcher_when_it_is_killed(fmnist_root, tmp_path):
+    """SIGKILL to paddle.distributed.launch alone (what the OOM killer may pick): its ranks,
+    each in its own process group, end within seconds without saving, where they lived on
+    as orphans holding the output folder's lock."""
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2"]
+    command += ["--log_dir", str(logs), *train_args(fmnist_root, out, "--epochs", "50")]
+    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    wait_for_epoch_1(out, job)
+    assert len(ranks_of(out)) == 2
+    before = sorted(os.listdir(out / "resnet18"))
+    job.kill()
+    job.wait()
+    deadline = time.time() + 10
+    while ranks_of(out) and time.time() < deadline:
+        time.sleep(0.2)
+    left = ranks_of(out)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "ranks outlived their launcher by 10 s"
+    assert sorted(os.listdir(out / "resnet18")) == before  # nothing saved, nothing left half
+    texts = [(logs / f"workerlog.{rank}").read_text() for rank in (0, 1)]
+    gone = f": its launcher (pid {job.pid}) is gone: this rank ends too, without saving"
+    # each rank says so, or (rank 0) that rank 1 ended first, whichever it saw first
+    assert any(gone in text for text in texts), texts[1][-2000:]
+    assert all("Traceback" not in text for text in texts)
 
 
 @once

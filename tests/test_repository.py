@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, once
 from paddle_resnet.commands import flag_table
-from paddle_resnet.core import optional
+from paddle_resnet.core import errors, optional
 from paddle_resnet.core.config import InferenceConfig, list_recipes
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.deploy import backends, verify
@@ -24,13 +24,24 @@ from paddle_resnet.deploy import backends, verify
 pytestmark = once
 
 
+def generated_block(document, name):
+    """The text between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->`` of a doc."""
+    with open(os.path.join(ROOT, document)) as handle:
+        text = handle.read()
+    block = text.split(f"<!-- {name}:start")[1].split("-->", 1)[1]
+    return block.split(f"<!-- {name}:end -->")[0].lstrip("\n")
+
+
 def test_readme_flag_table_is_the_generated_one():
-    with open(os.path.join(ROOT, "README.md")) as handle:
-        readme = handle.read()
-    block = readme.split("<!-- flag-table:start")[1].split("-->", 1)[1]
-    block = block.split("<!-- flag-table:end -->")[0].lstrip("\n")
-    assert block == flag_table.table(), (
+    assert generated_block("README.md", "flag-table") == flag_table.table(), (
         "README flag table is stale: paste the output of python -m paddle_resnet.commands.flag_table"
+    )
+
+
+def test_the_guides_exit_status_table_is_the_one_the_tools_follow():
+    assert generated_block("docs/guide.md", "exit-statuses") == errors.exit_status_table(), (
+        "docs/guide.md's exit-status table is stale: paste the output of python -c "
+        "'from paddle_resnet.core import errors; print(errors.exit_status_table(), end=\"\")'"
     )
 
 

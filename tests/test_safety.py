@@ -2,8 +2,11 @@
 that cannot be written are named before work is lost, and Paddle's chatter stays hidden."""
 
 import fcntl
+import io
+import json
 import os
 import pty
+import re
 import shutil
 import struct
 import subprocess
@@ -15,11 +18,11 @@ import pytest
 
 from conftest import FAST_TRAIN, ROOT, flat, once, small_config
 from paddle_resnet.commands import inference, train
-from paddle_resnet.core import devices, paddle_internals
+from paddle_resnet.core import devices, paddle_internals, provenance
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import CheckpointError, ConfigError, DataError
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import epochs
+from paddle_resnet.training import epochs, ir
 from paddle_resnet.training import run as training_run
 
 
@@ -196,6 +199,105 @@ def test_auto_skips_a_damaged_newest_checkpoint_with_a_warning(trained, tmp_path
     assert ckpt.newest_verified(str(tmp_path / "empty"), lines.append) is None
 
 
+def copy_of_trained(trained, tmp_path, damaged=(), **values):
+    """A copy of the ``trained`` run's checkpoints (epochs 1-3) in a folder of its own,
+    the model files of epochs ``damaged`` truncated; its config with ``values``."""
+    out = tmp_path / "out"
+    shutil.copytree(os.path.join(trained.run.output_dir, "resnet18"), out / "resnet18")
+    for epoch in damaged:
+        with open(out / "resnet18" / str(epoch) / "model.pdparams", "r+b") as handle:
+            handle.truncate(100)
+    values = {"run.output_dir": str(out), "run.report_file": None, **values}
+    return out / "resnet18", build_config(dict(flat(trained), **values))
+
+
+REWOUND = r"\.rewound-\d{8}T\d{6}Z"
+
+
+def test_a_rewind_moves_the_newer_checkpoints_aside_and_auto_follows_the_new_branch(
+    trained, tmp_path
+):
+    """--from-checkpoint of epoch 1 while 2 and 3 exist: they move aside in one line (a
+    later auto would have continued the abandoned branch), retention keeps the checkpoint
+    the run resumed from, and a checkpoint of other code says so, naming both."""
+    start = tmp_path / "out" / "resnet18" / "1"
+    folder, config = copy_of_trained(
+        trained,
+        tmp_path,
+        **{"run.from_checkpoint": str(start), "run.epochs": 2, "run.keep_checkpoints": 1},
+    )
+    meta_path = folder / "1" / ckpt.META
+    meta = json.loads(meta_path.read_text())
+    assert set(meta["code"]) >= {"toolkit", "paddle", "ir"}
+    meta["code"].update(toolkit="0.1.0", commit="0123456789abcdef", paddle="2.5.2")
+    meta_path.write_text(json.dumps(meta))  # meta.json is not among the checksummed files
+    console = io.StringIO()
+    train.run(config, report_stream=console)
+    lines = console.getvalue().splitlines()
+    rewound = [line for line in lines if line.startswith("rewound to ")]
+    assert len(rewound) == 1 and re.fullmatch(
+        rf"rewound to {folder}/1: the newer checkpoints 2, 3 moved aside as 2{REWOUND}, "
+        rf"3{REWOUND} \(--from-checkpoint auto and --keep-checkpoints leave them alone; "
+        r"remove them once unneeded\)",
+        rewound[0],
+    ), rewound
+    now = provenance.code()
+    commit = f" (commit {now['commit'][:10]})" if now.get("commit") else ""
+    assert (
+        "warning: the checkpoint was written by paddle-resnet 0.1.0 (commit 0123456789) on "
+        f"Paddle 2.5.2, this run is paddle-resnet {now['toolkit']}{commit} on Paddle "
+        f"{now['paddle']}: it continues, on other code"
+    ) in console.getvalue()
+    names = sorted(os.listdir(folder))
+    assert names[:2] == ["1", "2"] and len(names) == 4, names  # 1: resumed from, kept
+    assert ckpt.newest_verified(str(folder), print) == str(folder / "2")
+    assert ckpt.read_checkpoint(str(folder / "2"))[0]["code"] == dict(now, ir=ir.chosen(config)[0])
+
+
+def test_damaged_newer_checkpoints_never_cost_a_good_one(trained, tmp_path):
+    """The case found by hand: epochs 2 and 3 damaged, --from-checkpoint auto
+    --keep-checkpoints 1 resumed from 1, and after saving 2 removed 1 and 2, leaving the
+    damaged 3 alone; a kill then left nothing to continue from. Now the damaged ones move
+    aside, and neither the new checkpoint nor the one resumed from is removed."""
+    folder, config = copy_of_trained(
+        trained,
+        tmp_path,
+        damaged=(2, 3),
+        **{"run.from_checkpoint": "auto", "run.epochs": 2, "run.keep_checkpoints": 1},
+    )
+    console = io.StringIO()
+    train.run(config, report_stream=console)
+    out = console.getvalue()
+    assert f"--from-checkpoint auto: {folder}/1, the newest checkpoint of this run" in out
+    assert "removed older checkpoints" not in out
+    assert sorted(os.listdir(folder))[:2] == ["1", "2"]
+    for epoch in (1, 2):
+        ckpt.verify_checkpoint(str(folder / str(epoch)))
+    # retention itself: a damaged checkpoint among the newest N is not counted as one
+    shutil.copytree(folder / "2", folder / "3")
+    with open(folder / "2" / "model.pdparams", "r+b") as handle:
+        handle.truncate(100)
+    assert ckpt.remove_superseded(str(folder / "3"), 2, (0, 0)) == []  # 1 is the second
+    assert ckpt.remove_superseded(str(folder / "3"), 1, (0, 0)) == ["2", "1"]  # 3 alone
+
+
+def test_auto_says_so_when_every_checkpoint_is_damaged(trained, tmp_path):
+    folder, config = copy_of_trained(
+        trained, tmp_path, damaged=(1, 2, 3), **{"run.from_checkpoint": "auto"}
+    )
+    with pytest.raises(CheckpointError) as error:
+        train.run(config, report_stream=quiet())
+    message = str(error.value)
+    assert message.startswith(
+        f"--from-checkpoint auto: every checkpoint in {folder} is damaged (epochs 1-3; the "
+        f"newest: {folder}/3/model.pdparams: truncated or modified (expected "
+    ), message
+    assert message.endswith(
+        f"): restore one from a copy, or move the folder aside (mv {folder} {folder}.damaged) "
+        "to start afresh"
+    ), message
+
+
 def test_export_refuses_auto_in_one_line(trained, tmp_path):
     result = subprocess.run(
         [sys.executable, "export_model.py", "--from-checkpoint", "auto"]
@@ -266,8 +368,8 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_earlier_checkpoints(
     monkeypatch.setattr(paddle.static, "save", disk_full)
     with pytest.raises(
         CheckpointError,
-        match=r"resnet18/4: the checkpoint cannot be written "
-        r"\(No space left on device\); the earlier",
+        match=r"resnet18/4: the checkpoint cannot be written \(No space left on device: "
+        r"free space or raise the quota \(--keep-checkpoints N keeps fewer\)\); the earlier",
     ):
         ckpt.save_checkpoint(paddle.static.Program(), str(folder / "4"), {"epoch": 4})
     assert [progress for progress, _ in ckpt.saved_checkpoints(str(folder))] == [

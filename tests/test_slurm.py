@@ -1,13 +1,17 @@
 """The Slurm batch scripts (scripts/cluster/slurm) under a real Slurm started on this host
-(tests/slurm_cluster.py): a job requeued in the middle of an epoch saves at its step, runs
-again and resumes there through --from-checkpoint auto, and ends COMPLETED with the
-weights of a run never stopped; the time limit's warning (USR1 to the batch shell) stops
-the launchers of the multi-node script at a step and the script requeues its job; a
-training that exits 2 (a user error) ends the job FAILED, not requeued."""
+(tests/slurm_cluster.py), acting on the exit statuses (docs/guide.md): a training killed
+after a checkpoint (a crash) is requeued by the script, a job requeued in the middle of an
+epoch saves at its step, and each start resumes through --from-checkpoint auto: the job
+ends COMPLETED with the weights of a run never stopped; a training that crashes at once
+on every start ends FAILED after three starts without a checkpoint, in one line; the time
+limit's warning (USR1 to the batch shell) stops the launchers of the multi-node script at
+a step and the script requeues its job; a training that exits 2 (input no restart can
+fix) ends the job FAILED, not requeued."""
 
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +20,8 @@ import pytest
 import slurm_cluster
 
 from conftest import FAST_TRAIN, ROOT, assert_same_state, once, train_command
+from paddle_resnet.core import faults
+from paddle_resnet.core.errors import RESTARTABLE
 from paddle_resnet.training import checkpoint as ckpt
 
 # Signals, requeues and shell scripts do not depend on the Paddle version.
@@ -48,15 +54,40 @@ def read(path):
     return path.read_text() if path.exists() else ""
 
 
-def wait_for_text(slurm, job, log, text, timeout=180):
-    """Poll the job's log until it holds ``text``; fail at once should the job end."""
+def wait_for_text(slurm, job, log, text, timeout=180, after=""):
+    """Poll the job's log until it holds ``text`` (after the first ``after``, a line that
+    starts a part of it); fail at once should the job end."""
     deadline = time.monotonic() + timeout
-    while text not in read(log):
+    while text not in (read(log).partition(after)[2] if after else read(log)):
         state = slurm.state(job)
         assert state not in ENDED and time.monotonic() < deadline, (
             f"job {job} {state} without {text!r} in its log:\n{read(log)[-3000:]}\n{slurm.log()}"
         )
         time.sleep(0.2)
+
+
+def wait_requeued(slurm, job, log, restarts, timeout=180):
+    """Until the job waits PENDING for its begin time after its ``restarts``-th requeue
+    (Slurm delays a requeued job: ``Slurm.start_now``); its fields."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fields = slurm.job(job)
+        state = (fields["JobState"], fields["Restarts"], fields["Reason"])
+        if state == ("PENDING", str(restarts), "BeginTime"):
+            return fields
+        assert fields["JobState"] not in ENDED and time.monotonic() < deadline, (
+            f"job {job} {fields['JobState']}, not requeued {restarts} time(s):\n"
+            f"{read(log)[-3000:]}\n{slurm.log()}"
+        )
+        time.sleep(0.2)
+
+
+def training_pid(out):
+    """The process id of the training (one process, no launcher) writing into ``out``."""
+    found = subprocess.run(["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True)
+    pids = [int(pid) for pid in found.stdout.split()]
+    assert len(pids) == 1, pids
+    return pids[0]
 
 
 def test_the_batch_scripts_parse_and_pass_shellcheck():
@@ -83,24 +114,38 @@ def test_a_job_whose_training_exits_2_fails_and_is_not_requeued(slurm, tmp_path)
     assert fields["ExitCode"] == "2:0" and fields["Restarts"] == "0"
     output = read(log)
     assert "error: image root '/nonexistent' does not exist" in output
-    assert output.strip().splitlines()[-1] == "train.sbatch: training failed with exit status 2"
+    assert output.strip().splitlines()[-1] == (
+        "train.sbatch: training failed with exit status 2 (input that no restart can fix): "
+        "not requeued"
+    )
 
 
-def test_a_requeued_job_resumes_at_its_step_and_ends_as_a_run_never_stopped(
+def test_a_crashed_and_a_requeued_job_continue_and_end_as_a_run_never_stopped(
     slurm, fmnist_root, tmp_path, uninterrupted
 ):
-    """scontrol requeue in the middle of epoch 2: the training saves at the step in
-    flight and exits 143, the job waits PENDING (started at once here), the same script
-    runs again with SLURM_RESTART_COUNT=1 and resumes from that checkpoint through
-    --from-checkpoint auto; the job ends COMPLETED with the final weights of a run never
-    stopped, bit for bit."""
+    """Start 1: the training is SIGKILLed (the OOM killer) in epoch 2, after writing epoch
+    1's checkpoint: a crash after progress, which the script requeues. Start 2 resumes
+    from epoch 1; scontrol requeue in the middle of epoch 2: the training saves at the
+    step in flight and exits 143, and Slurm requeues the job. Start 3 resumes from that
+    step through --from-checkpoint auto, and the job ends COMPLETED with the final weights
+    of a run never stopped, bit for bit. (Each requeued start is let go at once.)"""
     out, log = tmp_path / "out", tmp_path / "job.log"
     job = submit(slurm, SINGLE, log, *train_command(fmnist_root, out)[3:])
-    wait_for_text(slurm, job, log, "epoch 2 step 3:")
+    wait_for_text(slurm, job, log, "epoch 2 step 2:")
+    os.kill(training_pid(out), signal.SIGKILL)
+    wait_requeued(slurm, job, log, 1)
+    assert (
+        f"train.sbatch: training crashed with exit status 137 after writing a checkpoint: "
+        f"requeueing job {job}"
+    ) in read(log)
+
+    slurm.start_now(job)
+    second = f"train.sbatch: job {job} start 2 (SLURM_RESTART_COUNT=1)"
+    wait_for_text(slurm, job, log, "epoch 2 step 3:", after=second)
+    restart = read(log).partition(second)[2]
+    assert f"resumed from {out}/resnet18/1 after epoch 1" in restart
     slurm.requeue(job)
-    fields = slurm.wait_state(job, {"PENDING"} | ENDED, timeout=60)
-    assert fields["JobState"] == "PENDING", (fields, read(log))
-    assert fields["Reason"] == "BeginTime" and fields["Restarts"] == "1"
+    wait_requeued(slurm, job, log, 2)
     stop = re.search(
         r"^stopped by SIGTERM in epoch 2 after step (\d+) of 10: saved (\S+);", read(log), re.M
     )
@@ -115,12 +160,40 @@ def test_a_requeued_job_resumes_at_its_step_and_ends_as_a_run_never_stopped(
     fields = slurm.wait_state(job, ENDED, timeout=180)
     output = read(log)
     assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", (fields, output)
-    assert fields["Restarts"] == "1"
-    assert f"train.sbatch: job {job} start 2 (SLURM_RESTART_COUNT=1)" in output
-    restart = output[output.index("SLURM_RESTART_COUNT=1") :]
+    assert fields["Restarts"] == "2"
+    restart = output.partition(f"train.sbatch: job {job} start 3 (SLURM_RESTART_COUNT=2)")[2]
     assert f"resumed from {saved} after epoch 1, step {steps} of epoch 2" in restart
     assert restart.strip().splitlines()[-1] == "train.sbatch: training finished"
+    assert not (out / f".slurm-crashes-{job}").exists()
     assert_same_state(ckpt.read_checkpoint(str(out / "resnet18" / "2"))[1], uninterrupted)
+
+
+def test_a_crash_without_progress_ends_failed_after_three_starts(slurm, fmnist_root, tmp_path):
+    """The multi-node script (one node, srun, one launcher with one rank) whose training
+    fails at its second step on every start (an external error of the executor, exit
+    75): requeued twice, then FAILED with that status and one line, not requeued again."""
+    out, log, ranks = tmp_path / "out", tmp_path / "job.log", tmp_path / "ranks"
+    args = train_command(fmnist_root, out)[3:]
+    env = {faults.VARIABLE: "external-error@2", "LAUNCH_LOG_DIR": str(ranks)}
+    job = submit(slurm, MULTI, log, *args, options=["--nodes=1"], **env)
+    for restarts in (1, 2):
+        wait_requeued(slurm, job, log, restarts)
+        assert (
+            f"train_multinode.sbatch: training crashed with exit status {RESTARTABLE} without "
+            f"a new checkpoint, {restarts} start(s) in a row: requeueing job {job}"
+        ) in read(log)
+        slurm.start_now(job)
+    fields = slurm.wait_state(job, ENDED, timeout=180)
+    output = read(log)
+    assert fields["JobState"] == "FAILED" and fields["Restarts"] == "2", (fields, output)
+    assert fields["ExitCode"] == f"{RESTARTABLE}:0"
+    assert output.strip().splitlines()[-1] == (
+        f"train_multinode.sbatch: training failed with exit status {RESTARTABLE} without a "
+        "new checkpoint, 3 start(s) in a row: not requeued (MAX_CRASHES_WITHOUT_PROGRESS=3); "
+        "the lines above say why"
+    )
+    rank0 = read(ranks / "node0" / "workerlog.0")
+    assert rank0.count("error: a CUDA, cuDNN or NCCL call failed") == 3, rank0[-3000:]
 
 
 def test_the_warning_before_the_time_limit_stops_the_launchers_and_requeues(

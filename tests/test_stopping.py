@@ -67,7 +67,8 @@ def test_the_same_command_continues_after_kills_and_stops_bit_identical(
     it saves at the step in flight) or killed outright (SIGKILL: node lost, OOM, the
     grace period over) at random moments, and started again with the same command line,
     --from-checkpoint auto. It ends with the weights of a run never stopped, bit for bit;
-    --keep-checkpoints 1 leaves the final checkpoint alone."""
+    --keep-checkpoints 1 leaves the final checkpoint and the one the last start resumed
+    from."""
     seed = random_seed()
     rng = random.Random(seed)
     steps = sorted(rng.sample(range(1, 2 * STEPS_PER_EPOCH - 1), 3))  # each before the end
@@ -102,7 +103,9 @@ def test_the_same_command_continues_after_kills_and_stops_bit_identical(
         assert meta["global_step"] >= step, why
     final = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert final.returncode == 0, final.stderr[-3000:]
-    assert sorted(os.listdir(out / "resnet18")) == ["2"]  # --keep-checkpoints 1
+    resumed = re.search(r"--from-checkpoint auto: \S+/(\S+), the newest", final.stdout)[1]
+    # --keep-checkpoints 1, and the checkpoint the last start resumed from
+    assert sorted(os.listdir(out / "resnet18")) == sorted({"2", resumed}), final.stdout
     assert_same_state(ckpt.read_checkpoint(str(out / "resnet18" / "2"))[1], uninterrupted)
     runs = [r for r in read_report(str(out / "report.json")) if r["type"] == "RUN"]
     assert len(runs) == len(plan) + 1  # each run's lines begin with its RUN record

@@ -17,17 +17,20 @@ holds an exclusive ``flock`` on ``.<name>.lock-<host>-<pid>`` for the whole
 replacement, and the kernel (or the network file system's lock manager) releases it
 when the process dies, wherever it ran. So a job restarted on another node (a
 preempted cluster job) finishes what the dead node's process left, where a process id
-of another host could not be checked at all.
+of another host could not be checked at all. A file system that takes no locks (Lustre
+mounted without ``flock``, NFS without its lock manager) ends the run at its first lock
+with one line naming the file system (``_flock``).
 """
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
 import shutil
 import socket
 
-from paddle_resnet.core.errors import UserError
+from paddle_resnet.core.errors import UserError, os_error_is_users, os_error_reason
 
 _LEFTOVER = re.compile(
     r"^\.(?P<name>.+)\.(?P<kind>partial|retired|removed|lock)-(?P<host>.+)-(?P<pid>\d+)$"
@@ -64,7 +67,9 @@ def check_writable_folder(path, what):
             handle.write(b"0")
         os.remove(probe)
     except OSError as err:
-        raise UserError(f"{what} {path}: cannot write there ({err.strerror or err})") from None
+        if not os_error_is_users(err):  # an I/O error of the file system
+            raise
+        raise UserError(f"{what} {path}: cannot write there ({os_error_reason(err)})") from None
 
 
 def _fsync_dir(path):
@@ -73,6 +78,52 @@ def _fsync_dir(path):
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+# flock's answers on a file system that cannot lock: ENOLCK (NFS without its lock manager),
+# EOPNOTSUPP / ENOSYS (Lustre mounted without flock, FUSE), EINVAL (some of both)
+_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
+def mount_of(path):
+    """(mount point, type, options) of the file system holding ``path``, from
+    /proc/mounts; None where it cannot be read."""
+    try:
+        with open("/proc/mounts") as handle:
+            entries = [line.split() for line in handle]
+    except OSError:
+        return None
+    target = os.path.realpath(path)
+    best = None
+    for fields in entries:
+        if len(fields) < 4:
+            continue
+        # /proc/mounts escapes spaces, tabs, newlines and backslashes as octal
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1])
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[0])):
+            best = (point, fields[2], fields[3])
+    return best
+
+
+def _flock(descriptor, operation, path):
+    """``fcntl.flock``; a file system that cannot lock is a UserError naming it and what
+    to do (a restart fails the same way)."""
+    try:
+        fcntl.flock(descriptor, operation)
+    except BlockingIOError:
+        raise
+    except OSError as err:
+        if err.errno not in _NO_LOCKS:
+            raise
+        mount = mount_of(os.path.dirname(os.path.abspath(path)))
+        where = f"{mount[1]} at {mount[0]}, mounted {mount[2]}" if mount else "unknown"
+        raise UserError(
+            f"{path}: the file system ({where}) cannot take a lock (flock: "
+            f"{err.strerror}), which a run holds on its folders: mount it with locks "
+            "(Lustre: -o flock; NFS: without nolock, with its lock manager running) or "
+            "choose a folder on a file system that takes them"
+        ) from None
 
 
 def _owner():
@@ -91,7 +142,7 @@ def _holds_lock(lock_path):
     except FileNotFoundError:
         return False  # never locked (an older version), or released
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, lock_path)
     except BlockingIOError:
         return True
     finally:
@@ -167,7 +218,7 @@ def _writer_lock(directory):
     path = _hidden(directory, "lock", _owner())
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        _flock(descriptor, fcntl.LOCK_EX, path)
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -218,7 +269,10 @@ def held_by_this_run(lock_path, what):
     os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
     descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, lock_path)
+    except UserError:
+        os.close(descriptor)
+        raise
     except BlockingIOError:
         with open(lock_path) as handle:
             holder = handle.read().strip() or "another process"

@@ -21,6 +21,14 @@ FALSE_WORDS = ("0", "false", "no", "off", "n", "f")
 # (the environment Paddle reads must be set before it loads), then set from the built
 # Config's run.verbose (cli.main_with), which parses the same flag the same way.
 _verbose = [False]
+# The process that started this one, as it was when the package was first imported (before
+# Paddle loads): a rank whose launcher is gone ends too (``distributed.ends_with_launcher``).
+PARENT_AT_START = os.getppid()
+
+
+def launched(environ=os.environ):
+    """Whether ``paddle.distributed.launch`` started this process (a rank)."""
+    return "PADDLE_LOG_DIR" in environ
 
 
 def available_cores():

@@ -6,6 +6,7 @@ it reads; a flag of another tool is refused with one line that says whose it is.
 """
 
 import argparse
+import os
 import sys
 from typing import Optional
 
@@ -211,6 +212,20 @@ def config_from_args(namespace):
 def parse(tool, argv):
     """The Config of ``tool``'s command line ``argv`` (tests and scripts build it so)."""
     return config_from_args(build_parser(tool).parse_args(argv))
+
+
+def print_checkpoint_folder(argv):
+    """Print the folder train.py's command line ``argv`` writes its checkpoints to
+    (<output-dir>/<arch>, recipes and aliases resolved); the exit status, 2 for bad flags.
+    For the Slurm scripts, which count crashes without a new checkpoint there, without
+    loading Paddle: ``python -c 'import sys; from paddle_resnet.core import cli;
+    sys.exit(cli.print_checkpoint_folder(sys.argv[1:]))' FLAGS``."""
+
+    def folder():
+        config = parse("train", argv)
+        print(os.path.join(config.run.output_dir, config.model.arch))
+
+    return exit_status(folder)
 
 
 def flag_table_markdown(choices=None):

@@ -7,7 +7,8 @@ SIGSTOP, hung in a driver, swapping) is not: its peers wait in their next collec
 and gloo's own timeout is hard-coded to about 115 days (NCCL has none by default in
 static mode). Each training step and evaluation batch calls ``beat``; a thread checks
 that the last beat is recent and otherwise prints the error line and ends this process
-(with exit status 2), so that ``paddle.distributed.launch`` ends the job.
+(with the status of a crash a restart may fix, ``errors.RESTARTABLE``), so that
+``paddle.distributed.launch`` ends the job.
 """
 
 import contextlib
@@ -15,6 +16,8 @@ import os
 import sys
 import threading
 import time
+
+from paddle_resnet.core.errors import RESTARTABLE
 
 _last_beat = [time.monotonic()]
 
@@ -33,7 +36,7 @@ def _watch(timeout, message, stop):
             sys.stdout.flush()
             # A thread cannot raise into the main thread while it waits inside a C++
             # collective: end the process, which the launcher sees.
-            os._exit(2)
+            os._exit(RESTARTABLE)
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from nvidia.dali import tfrecord as tfrec
 
 from paddle_resnet.core.atomic import atomic_files
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
-from paddle_resnet.core.errors import DataError
+from paddle_resnet.core.errors import DataError, os_error_is_users
 from paddle_resnet.data.folder import ImageList, check_same_classes, scan_split
 
 SPLITS = ("train", "val")
@@ -145,6 +145,8 @@ def read_index_lines(index_path):
         with open(index_path) as handle:
             return [line.split() for line in handle if line.strip()]
     except (OSError, UnicodeDecodeError) as err:
+        if isinstance(err, OSError) and not os_error_is_users(err):
+            raise  # an I/O error of the file system: a restart may succeed
         raise DataError(f"{index_path}: not a readable index file ({err})") from None
 
 
@@ -295,6 +297,8 @@ def check_tfrecord(path, index_path=None):
                 check_example(data, path, number)
                 frames.append([str(offset), str(size)])
     except OSError as err:
+        if not os_error_is_users(err):
+            raise  # an I/O error of the file system: a restart may succeed
         raise DataError(f"{path}: cannot be read ({err.strerror or err})") from None
     if index_path is not None and read_index_lines(index_path) != frames:
         raise DataError(

@@ -17,6 +17,7 @@ import os
 import signal
 import stat
 import sys
+import threading
 
 import numpy as np
 import paddle
@@ -25,10 +26,16 @@ from paddle.distributed import fleet
 from paddle_resnet.core import bootstrap, paddle_internals, watchdog
 from paddle_resnet.core.bootstrap import paddle_chatter
 from paddle_resnet.core.devices import gpu_available
-from paddle_resnet.core.errors import UserError
+from paddle_resnet.core.errors import (
+    RESTARTABLE,
+    RestartableError,
+    UserError,
+    stopped_status,
+)
 from paddle_resnet.training import ir
 
 STREAM_SYNC_OPS = ("c_sync_comm_stream", "c_sync_calc_stream")
+LAUNCHER_POLL_SECONDS = 1.0
 
 
 def launcher_ranks(environ=os.environ):
@@ -95,34 +102,102 @@ def collective_rewrite(main, startup):
         paddle_internals.remove_ops(program, STREAM_SYNC_OPS)
 
 
-class StoppedByLauncher(Exception):
-    """SIGTERM arrived: ``paddle.distributed.launch`` stops the other ranks when one ends."""
+class StoppedBySignal(Exception):
+    """SIGTERM or SIGINT arrived outside the training steps (which stop at a step:
+    ``stopping.py``); ``number`` is the signal."""
+
+    def __init__(self, number):
+        super().__init__(number)
+        self.number = number
 
 
-def _stopped_by_launcher(signum, frame):
-    raise StoppedByLauncher()
+def _stopped(signum, frame):
+    raise StoppedBySignal(signum)
+
+
+def _ranks_launched(environ):
+    return len([e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]) > 1
 
 
 @contextlib.contextmanager
-def launcher_stop_reported(environ=os.environ):
-    """For a whole run under ``paddle.distributed.launch`` with several ranks: a SIGTERM
-    from the launcher (another rank ended, e.g. refused the same bad input first) becomes
-    one line of this rank's own, where Paddle's handler printed a C++ "Termination
-    signal" dump. ``peers_watched`` says more once training runs."""
-    if len([e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]) <= 1:
-        yield
-        return
+def stops_reported(environ=os.environ):
+    """For a whole run: SIGTERM or SIGINT outside the training steps (start-up, the
+    summary; the steps themselves stop at one, saved) end the run with one line, where
+    Python printed a KeyboardInterrupt traceback and Paddle's handler a C++ "Termination
+    signal" dump. A rank of a multi-rank job gets SIGTERM from its launcher when another
+    rank ended (e.g. failed, or refused the same bad input first): a crash the other's
+    log explains (``RestartableError``; the launcher's status is the first rank's that
+    ended non-zero). A single process was stopped, resumable: status 128 + the signal.
+    ``peers_watched`` says more once training runs."""
+    launched = _ranks_launched(environ)
     rank = environ.get("PADDLE_TRAINER_ID", "?")
-    previous = signal.signal(signal.SIGTERM, _stopped_by_launcher)
+    numbers = (signal.SIGTERM, signal.SIGINT)
+    previous = {number: signal.signal(number, _stopped) for number in numbers}
+    ended = True  # by an exception: an error, or a stop (SystemExit)
     try:
         yield
-    except StoppedByLauncher:
-        raise UserError(
-            f"rank {rank}: stopped by the launcher (SIGTERM): another rank ended "
-            "first; its log in the launcher's --log_dir says why"
-        ) from None
+        ended = False
+    except StoppedBySignal as stop:
+        name = signal.Signals(stop.number).name
+        if launched:
+            raise RestartableError(
+                f"rank {rank}: stopped by the launcher ({name}) outside the training steps: "
+                "another rank ended first (its log in the launcher's --log_dir says why), "
+                "or the launcher was stopped"
+            ) from None
+        print(
+            f"stopped by {name} outside the training steps: nothing new to save; "
+            "the same command continues",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(stopped_status(stop.number)) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        # A launched rank that ends by an error or a stop keeps its status: the launcher's
+        # SIGTERM, sent once another rank ended, must not kill it during Paddle's teardown
+        # (the launcher then reported 241, a death by signal, instead of its 75 or 143).
+        if ended and bootstrap.launched(environ):
+            previous[signal.SIGTERM] = signal.SIG_IGN
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _watch_launcher(launcher, rank, stop):
+    while not stop.wait(LAUNCHER_POLL_SECONDS):
+        if os.getppid() != launcher:
+            print(
+                f"error: rank {rank}: its launcher (pid {launcher}) is gone: this rank "
+                "ends too, without saving; the checkpoints written are intact",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(RESTARTABLE)  # at once, whatever the main thread waits in
+
+
+@contextlib.contextmanager
+def ends_with_launcher(environ=os.environ):
+    """For a process started by ``paddle.distributed.launch``: when the launcher dies (the
+    OOM killer's SIGKILL), end this rank within ``LAUNCHER_POLL_SECONDS``, without saving,
+    instead of living on as an orphan that holds the output folder's lock. A thread
+    watches the parent process id (PR_SET_PDEATHSIG would fire on the death of the
+    launcher's thread that started the rank, not of the launcher)."""
+    if not bootstrap.launched(environ):
+        yield
+        return
+    stop = threading.Event()
+    rank = environ.get("PADDLE_TRAINER_ID", "?")
+    watcher = threading.Thread(
+        target=_watch_launcher,
+        args=(bootstrap.PARENT_AT_START, rank, stop),
+        daemon=True,
+        name="paddle-resnet-launcher-watch",
+    )
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
 
 
 def tell_launcher_console(line, environ=os.environ):
@@ -135,7 +210,7 @@ def tell_launcher_console(line, environ=os.environ):
     Written where the launcher's output goes if that is a terminal, a pipe or a file
     opened for appending (Slurm's --open-mode=append); a file the launcher writes at its
     own offset (``> file``) would have its next line written over this one."""
-    if "PADDLE_LOG_DIR" not in environ:  # not started by the launcher
+    if not bootstrap.launched(environ):
         return
     launcher = f"/proc/{os.getppid()}"
     console = os.path.join(launcher, "fd", "1")
@@ -190,19 +265,19 @@ def peers_watched(rank, world_size, checkpoints, timeout):
             f"collective operation. {resume}"
         )
 
-    previous = signal.signal(signal.SIGTERM, _stopped_by_launcher)
+    previous = signal.signal(signal.SIGTERM, _stopped)
     try:
         with watchdog.watching(timeout, stuck):
             yield
-    except StoppedByLauncher:
-        raise UserError(
+    except StoppedBySignal:
+        raise RestartableError(
             f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
             f"launcher's --log_dir), and the launcher ended this rank (SIGTERM). "
             f"{resume}"
         ) from None
     except RuntimeError as err:
         reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise UserError(
+        raise RestartableError(
             f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
             f"launcher's --log_dir); a collective operation failed ({reason}). "
             f"{resume}"

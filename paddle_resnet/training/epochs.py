@@ -8,8 +8,9 @@ import os
 
 import numpy as np
 
+from paddle_resnet.core import provenance
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import distributed, stopping
+from paddle_resnet.training import distributed, ir, stopping
 from paddle_resnet.training.loop import evaluate, settle_evaluation, train_one_epoch
 from paddle_resnet.training.profiling import step_profiler
 from paddle_resnet.training.sparsity import masks as sparse_masks
@@ -41,7 +42,7 @@ def train_epochs(session, train_split, val_split, start):
                 stop=stop,
             )
             if stop.signal_number is not None:
-                _save_stopped(session, epoch, metrics["train.steps"], stop)
+                _save_stopped(session, epoch, metrics["train.steps"], stop, start)
             last = epoch == run_cfg.epochs
             if session.all_reduce:
                 checksum = distributed.check_ranks_agree(
@@ -58,7 +59,7 @@ def train_epochs(session, train_split, val_split, start):
             # Saved before validating, so that a broken validation image never costs the epoch.
             if session.rank == 0 and (epoch % run_cfg.save_interval == 0 or last):
                 directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
-                _save(session, directory, epoch, 0)
+                _save(session, directory, epoch, 0, start)
             if val_split is not None and (epoch % run_cfg.eval_interval == 0 or last):
                 metrics.update(evaluate(session, val_split, epoch))
                 if metrics["val.top1"] > history.get("val.best_top1", -1.0):
@@ -69,8 +70,9 @@ def train_epochs(session, train_split, val_split, start):
     return dict(metrics, **{f"run.{key}": value for key, value in history.items()})
 
 
-def _save(session, directory, epochs_done, steps_done):
-    """A checkpoint after ``epochs_done`` epochs and ``steps_done`` steps of the next."""
+def _save(session, directory, epochs_done, steps_done, start):
+    """A checkpoint after ``epochs_done`` epochs and ``steps_done`` steps of the next, and
+    the retention after it (the checkpoint at ``start``, where the run began, is kept)."""
     config = session.config
     ckpt.save_checkpoint(
         session.programs.train,
@@ -87,18 +89,19 @@ def _save(session, directory, epochs_done, steps_done):
             "sparsity": sparse_masks.sparsity_record(session.programs.train)
             if config.asp.enabled
             else None,
+            "code": dict(provenance.code(), ir=ir.record(config)["name"]),
         },
         prefix=config.run.model_prefix,
     )
     session.report.print(f"saved {directory}")
-    removed = ckpt.remove_superseded(os.path.dirname(directory), config.run.keep_checkpoints)
+    removed = ckpt.remove_superseded(directory, config.run.keep_checkpoints, start)
     if removed:
         session.report.print(
             f"removed older checkpoints (--keep-checkpoints): {', '.join(removed)}"
         )
 
 
-def _save_stopped(session, epoch, steps_done, stop):
+def _save_stopped(session, epoch, steps_done, stop, start):
     """The checkpoint of a run stopped by a signal in ``epoch`` after ``steps_done``
     steps (``<arch>/<epoch>-step<k>``, by rank 0; the other ranks wait for it), each
     rank's one line; raises ``stopping.Stopped``, which the tool turns into its exit."""
@@ -108,7 +111,7 @@ def _save_stopped(session, epoch, steps_done, stop):
     name = ckpt.checkpoint_name(epochs_done, within)
     directory = os.path.join(config.run.output_dir, config.model.arch, name)
     if rank == 0:
-        _save(session, directory, epochs_done, within)
+        _save(session, directory, epochs_done, within, start)
     if session.all_reduce:  # no rank ends the job before the checkpoint is complete
         session.all_reduce(np.zeros(4))
     where = f"in epoch {epoch} after step {steps_done} of {steps_per_epoch}"

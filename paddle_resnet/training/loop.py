@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from paddle_resnet.core import feeds, watchdog
+from paddle_resnet.core import faults, feeds, watchdog
 from paddle_resnet.core.bootstrap import threads_per_process
 from paddle_resnet.core.metrics import (
     Meter,
@@ -42,6 +42,7 @@ def train_step(exe, programs, feed, mixup_weight=None, class_weights=None):
     if programs.class_weights_feed:
         feed = dict(feed, **{programs.class_weights_feed: class_weights})
     lr = programs.lr_scheduler.get_lr()
+    faults.before_step()
     results = exe.run(programs.train, feed=feed, fetch_list=list(programs.train_fetches.values()))
     watchdog.beat()
     programs.lr_scheduler.step()

@@ -36,7 +36,8 @@ def run(config, report_stream=None, after_training=None):
     training = run_cfg.run_scope != "eval_only"
     evaluating = run_cfg.run_scope != "train_only" and not run_cfg.benchmark
     with contextlib.ExitStack() as steps:
-        steps.enter_context(distributed.launcher_stop_reported())
+        steps.enter_context(distributed.ends_with_launcher())
+        steps.enter_context(distributed.stops_reported())
         steps.enter_context(ir.selected(config))
         if training:
             devices.check_training_options(config)

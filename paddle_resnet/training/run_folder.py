@@ -55,22 +55,14 @@ def check_output_free(config, resuming_meta):
     if resuming_meta is None:
         raise CheckpointError(
             f"{folder} already holds checkpoints of an earlier run "
-            f"({_describe_saved(saved)}): continue it with --from-checkpoint {ckpt.AUTO} "
+            f"({ckpt.describe_saved(saved)}): continue it with --from-checkpoint {ckpt.AUTO} "
             f"(or name one of its checkpoints), or choose another --output-dir"
         )
-    newest = saved[-1][1]
-    with open(os.path.join(newest, ckpt.META)) as handle:
-        check_same_run(json.load(handle), config, newest)
-
-
-def _describe_saved(saved):
-    """ "epochs 1-5 and 6-step31" for the message that names a folder's checkpoints."""
-    epochs = [progress[0] for progress, _ in saved if not progress[1]]
-    within = [os.path.basename(path) for progress, path in saved if progress[1]]
-    parts = []
-    if epochs:
-        parts.append(
-            f"epoch {epochs[0]}" if len(epochs) == 1 else f"epochs {epochs[0]}-{epochs[-1]}"
-        )
-    parts += within[-1:]
-    return " and ".join(parts)
+    for _, path in reversed(saved):
+        try:
+            with open(os.path.join(path, ckpt.META)) as handle:
+                meta = json.load(handle)
+        except ValueError:
+            continue  # damaged: --from-checkpoint auto skipped it with a warning
+        check_same_run(meta, config, path)
+        return

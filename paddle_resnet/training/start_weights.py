@@ -10,6 +10,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from paddle_resnet.core import provenance
 from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index
 from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.data.folder import check_class_names
@@ -42,7 +43,10 @@ class Start:
 def choose(config, classes, training, rank=0, all_reduce=None):
     """The ``Start`` of this run, checked against its output folder and ``classes``."""
     config, lines = resolve_auto(config, rank, all_reduce)
-    return read(config, classes, training, lines)
+    start = read(config, classes, training, lines)
+    if start.resumes and rank == 0 and not config.run.benchmark:
+        start.lines += rewind(config, start.meta)
+    return start
 
 
 def read(config, classes, training, lines=()):
@@ -108,6 +112,22 @@ def resolve_auto(config, rank, all_reduce):
         lines.append(f"--from-checkpoint auto: no checkpoint in {folder} yet: a fresh start")
     run_cfg = dataclasses.replace(run_cfg, from_checkpoint=chosen)
     return dataclasses.replace(config, run=run_cfg), lines
+
+
+def rewind(config, meta):
+    """A resume from a checkpoint older than others in <output-dir>/<arch> (named, or
+    the newest that verifies): the newer ones, a branch this run abandons, are moved
+    aside under names neither --from-checkpoint auto nor retention takes; one line."""
+    folder = os.path.join(config.run.output_dir, config.model.arch)
+    moved = ckpt.set_aside_newer(folder, (meta["epoch"], meta.get("step_in_epoch", 0)))
+    if not moved:
+        return []
+    return [
+        f"rewound to {config.run.from_checkpoint}: the newer checkpoints "
+        f"{', '.join(old for old, _ in moved)} moved aside as "
+        f"{', '.join(new for _, new in moved)} (--from-checkpoint auto and "
+        "--keep-checkpoints leave them alone; remove them once unneeded)"
+    ]
 
 
 def check_start(config, meta, classes, training, resuming):
@@ -205,6 +225,9 @@ def _resume(programs, start, world_size, steps_per_epoch):
     programs.lr_scheduler.step(meta["epoch"] * steps_per_epoch + steps_done)
     within = f", step {steps_done} of epoch {meta['epoch'] + 1}" if steps_done else ""
     lines = [f"resumed from {run_cfg.from_checkpoint} after epoch {meta['epoch']}{within}"]
+    other_code = provenance.difference(meta.get("code"))
+    if other_code:
+        lines.append(other_code)
     saved_epochs = meta["config"]["run"]["epochs"]
     if saved_epochs != run_cfg.epochs:
         lines.append(

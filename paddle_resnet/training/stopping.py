@@ -32,7 +32,9 @@ import time
 
 import numpy as np
 
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+from paddle_resnet.core.errors import stopped_status
+
+EXIT_CODES = {number: stopped_status(number) for number in (signal.SIGINT, signal.SIGTERM)}
 REPEATS_SECONDS = 1.0
 
 

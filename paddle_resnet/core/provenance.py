@@ -1,0 +1,69 @@
+"""What code this process runs, as a checkpoint records it (``meta.json``'s "code"): the
+toolkit's version and, where it runs from a git checkout, its commit, and Paddle's version.
+A resume on other code says so in one line (``difference``): a requeued job may pick up
+an upgraded checkout or image."""
+
+import functools
+import importlib.metadata
+import os
+import subprocess
+
+import paddle
+
+PACKAGE = "paddle-resnet"
+# The checkout the package runs from (the repository's root in an editable install).
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _commit():
+    """The commit of the checkout the package runs from, or None (not a git checkout, or
+    no git)."""
+    if not os.path.exists(os.path.join(_CHECKOUT, ".git")):
+        return None
+    try:
+        result = subprocess.run(
+            ["git", "-C", _CHECKOUT, "rev-parse", "--verify", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=None)
+def code():
+    """{"toolkit": version, "commit": the checkout's commit (where there is one),
+    "paddle": version} of this process."""
+    try:
+        version = importlib.metadata.version(PACKAGE)
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout not installed
+        version = "unknown"
+    record = {"toolkit": version, "paddle": paddle.__version__}
+    commit = _commit()
+    if commit:
+        record["commit"] = commit
+    return record
+
+
+def _describe(record):
+    commit = f" (commit {record['commit'][:10]})" if record.get("commit") else ""
+    return f"{PACKAGE} {record.get('toolkit', 'unknown')}{commit} on Paddle {record.get('paddle')}"
+
+
+def difference(recorded):
+    """One line when the code ``recorded`` by a checkpoint is not this process's (another
+    toolkit version or commit, another Paddle), else None; None also for a checkpoint of
+    a version that recorded none."""
+    if not recorded:
+        return None
+    now = code()
+    keys = ("toolkit", "commit", "paddle")
+    if all(recorded.get(key) == now.get(key) for key in keys):
+        return None
+    return (
+        f"warning: the checkpoint was written by {_describe(recorded)}, this run is "
+        f"{_describe(now)}: it continues, on other code (a resumed run is bit-identical to "
+        "one never stopped only on the same code)"
+    )
