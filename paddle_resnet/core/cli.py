@@ -27,6 +27,13 @@ from paddle_resnet.core.config import (
 )
 from paddle_resnet.core.errors import ConfigError, exit_status
 
+# The command a tool is run as, where it is not <tool>.py at the repository's root.
+PROGRAMS = {"check_data": "paddle-resnet-check-data"}
+
+
+def program(tool):
+    return PROGRAMS.get(tool, f"{tool}.py")
+
 
 def tool_reads(tool, dotted):
     """Whether ``tool`` takes the flag of config key ``dotted`` (declared on the key)."""
@@ -79,8 +86,8 @@ class _OtherToolsFlag(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         parser.error(
-            f"{option_string} is not used by {self.tool}.py (it sets {self.dest}, "
-            f"read by {' and '.join(f'{t}.py' for t in self.readers)})"
+            f"{option_string} is not used by {program(self.tool)} (it sets {self.dest}, "
+            f"read by {' and '.join(map(program, self.readers))})"
         )
 
 
@@ -111,7 +118,7 @@ def build_parser(tool, description=None, choices=None):
     abbreviations; flags of keys the tool does not read are refused; ``choices``: the
     values of keys whose registry lives above core/ ({dotted key: values})."""
     parser = argparse.ArgumentParser(
-        prog=f"{tool}.py",
+        prog=program(tool),
         description=description,
         allow_abbrev=False,
         argument_default=argparse.SUPPRESS,
@@ -216,7 +223,12 @@ def parse(tool, argv):
 def flag_table_markdown(choices=None):
     """The README's flag table, generated from the config fields, with the tools that
     take each flag (``choices`` as for build_parser)."""
-    short = {"train": "train", "export_model": "export", "inference": "infer"}
+    short = {
+        "train": "train",
+        "export_model": "export",
+        "inference": "infer",
+        "check_data": "check-data",
+    }
     lines = ["| flag | config key | default | tools | meaning |", "|---|---|---|---|---|"]
     section = None
     for dotted, f in all_keys():
@@ -236,7 +248,7 @@ def flag_table_markdown(choices=None):
 
 def main_with(tool, description, action, argv=None, choices=None):
     """Parse ``argv`` into the Config of ``tool`` and run ``action(config)``; returns the
-    exit code (``choices`` as for build_parser).
+    exit code: the int ``action`` returns, else 0 (``choices`` as for build_parser).
 
     --list-configs and --show-config answer and stop; bad input and unreadable or
     unwritable files end in one line (``errors.exit_status``).
@@ -254,6 +266,6 @@ def main_with(tool, description, action, argv=None, choices=None):
             print(to_yaml(config), end="")
             if show == "exit":
                 return
-        action(config)
+        return action(config)
 
     return exit_status(run)
