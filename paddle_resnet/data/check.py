@@ -82,12 +82,14 @@ class Finding:
         if len(self.examples) < EXAMPLES:
             self.examples.append(example)
 
-    def line(self):
-        """``finding: <count> <text>: <examples>``; a text holding ``{count}`` places it."""
+    def line(self, label=None):
+        """``finding: <count> <text>: <examples>`` (or ``label``: ...); a text holding
+        ``{count}`` places the count there."""
         count = counted(self.count, self.noun)
         what = self.text.format(count=count) if "{count}" in self.text else f"{count} {self.text}"
         listed = ", ".join(self.examples) + (", ..." if self.count > len(self.examples) else "")
-        return f"{'finding' if self.serious else 'note'}: {what}: {listed}"
+        label = label or ("finding" if self.serious else "note")
+        return f"{label}: {what}: {listed}"
 
 
 @dataclasses.dataclass
@@ -226,9 +228,10 @@ def problem_kind(problem):
     return "not_image" if problem == "not an image" else "broken"
 
 
-def new_findings(crop_size):
+def new_findings(crop_size, fmt):
     """Every kind of finding, empty, in the order they are printed."""
-    refused = "train.py refuses them"
+    # image trees are screened before DALI sees them; record files are not
+    refused = "train.py refuses them" if fmt == "folder" else "DALI fails on them mid-run"
     far = crop_size // FAR_SMALLER
     kinds = [
         Finding("missing_split", "split", "missing (train.py reads train/ and val/)"),
@@ -252,7 +255,7 @@ def new_findings(crop_size):
         Finding(
             "leak",
             "image",
-            "in both train/ and val/ (the same bytes: a leak into the validation figure)",
+            "in both the train and val splits (the same bytes: a leak into the validation figure)",
         ),
         Finding("relabelled", "image", "stored under two classes of a split (the same bytes)"),
         Finding("imbalance", "split", f"with classes {IMBALANCE_FINDING}:1 or more apart"),
@@ -309,6 +312,14 @@ class Result:
     @property
     def status(self):
         return 1 if any(f.serious for f in self.findings) else 0
+
+    def start_lines(self):
+        """A training run's lines: the counts and time in one, a warning per finding."""
+        splits = "; ".join(describe_split(name, split) for name, split in self.splits.items())
+        serious = [f for f in self.findings if f.serious]
+        verdict = counted(len(serious), "finding") if serious else "no findings"
+        head = f"data check ({self.seconds:.1f} s; --no-data-check skips it): {splits}; {verdict}"
+        return [head] + [f.line("warning") for f in serious]
 
     def summary_lines(self):
         return [describe_split(name, split) for name, split in self.splits.items()]
@@ -438,7 +449,7 @@ def open_sources(data_config):
 def fast_pass(sources, image_root, fmt, crop_size):
     """(Result, Survey) of the fast pass over ``sources`` ({split: TreeSplit or RecordSplit})."""
     start = time.perf_counter()
-    findings = new_findings(crop_size)
+    findings = new_findings(crop_size, fmt)
     survey = Survey(crop_size, findings)
     for source in sources.values():
         for folder in getattr(source, "empty", ()):

@@ -12,6 +12,7 @@ import sys
 from paddle_resnet.core import affinity, devices
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
 from paddle_resnet.core.report import Report
+from paddle_resnet.data import check
 from paddle_resnet.data.dali import open_split, train_steps
 from paddle_resnet.data.folder import check_num_classes, check_same_classes
 from paddle_resnet.training import distributed, ir, prepare, run_folder, start_weights
@@ -37,7 +38,7 @@ def run(config, report_stream=None, after_training=None):
         # One run per output folder, from before its checks to its last line.
         steps.enter_context(run_folder.claimed(run_cfg.output_dir, rank))
         place, device_id, all_reduce = this_process(run_cfg, world_size)
-        train_split, val_split, classes = open_data(config, training, evaluating)
+        train_split, val_split, classes, checked = open_data(config, training, evaluating)
         start = start_weights.choose(config, classes, training, rank, all_reduce)
         config, run_cfg = start.config, start.config.run  # --from-checkpoint auto resolved
         steps_per_epoch = (
@@ -60,7 +61,7 @@ def run(config, report_stream=None, after_training=None):
             classes=classes,
             steps_per_epoch=steps_per_epoch,
         )
-        introduce(session, start.lines)
+        introduce(session, start.lines, checked)
         progress = start_weights.load(session, start)
         prepare.prune(session, progress)
         if rank == 0:
@@ -89,7 +90,8 @@ def this_process(run_cfg, world_size):
 
 
 def open_data(config, training, evaluating):
-    """(train split, val split, class names), checked against each other and the model."""
+    """(train split, val split, class names, the data check's Result or None), checked
+    against each other and the model, then by the data check (``data/check.at_start``)."""
     train_split = open_split(config.data, "train") if training else None
     val_split = open_split(config.data, "val") if evaluating else None
     if train_split and val_split:
@@ -99,7 +101,8 @@ def open_data(config, training, evaluating):
             check_num_classes(
                 split, config.model.num_classes, f"{config.data.image_root}/{split.split}"
             )
-    return train_split, val_split, (train_split or val_split).classes
+    checked = check.at_start(config, train_split, val_split)
+    return train_split, val_split, (train_split or val_split).classes, checked
 
 
 def open_report(config, rank, stream):
@@ -113,9 +116,10 @@ def open_report(config, rank, stream):
     )
 
 
-def introduce(session, start_lines):
+def introduce(session, start_lines, checked):
     """The first lines of a run: where it starts, its parameters (in the report only),
-    the model, its classes and this process's place."""
+    the model, its classes and this process's place, and what the data check found
+    (``checked``, its counts and notes in the report only)."""
     report, config = session.report, session.config
     for line in start_lines:
         report.print(line)
@@ -131,6 +135,10 @@ def introduce(session, start_lines):
         f"rank {session.rank}/{session.world_size}, {devices.describe(session.device_id)}, "
         f"{ir.label(config)}"
     )
+    if checked:
+        for line in checked.start_lines():
+            report.print(line)
+        report.log("DATA_CHECK", checked.as_dict(), kind="DATA_CHECK", console=False)
 
 
 def work(session, train_split, val_split, start, progress):
