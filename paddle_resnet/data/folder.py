@@ -161,24 +161,24 @@ def stream_header(handle, size):
     handle.seek(0)
     try:
         with Image.open(handle) as image:
-            mode, (width, height) = image.mode, image.size
+            kind, mode, (width, height) = image.format, image.mode, image.size
             args = image.tile[0][3] if image.tile else ""
             rawmode = args[0] if isinstance(args, tuple) else str(args)
             deep = ";16" in rawmode or mode.startswith("I;16") or mode in ("I", "F")
-            found = ImageHeader(
-                size, image.format, mode, width, height, 16 if deep else 8, None, key
-            )
-            if image.format != "JPEG":
-                try:
-                    image.load()
-                except Exception:  # Pillow raises many types for broken files
-                    return found._replace(problem="cut short or corrupt")
-                return found
+            problem = None if kind == "JPEG" else _decode_problem(image)
     except Exception:  # Pillow raises many types for what it cannot identify
         return ImageHeader(size, None, None, 0, 0, 0, "not an image", key)
-    if not _jpeg_end_found(handle, size):
-        return found._replace(problem="cut short (no JPEG end marker)")
-    return found
+    if kind == "JPEG" and not _jpeg_end_found(handle, size):
+        problem = "cut short (no JPEG end marker)"
+    return ImageHeader(size, kind, mode, width, height, 16 if deep else 8, problem, key)
+
+
+def _decode_problem(image):
+    try:
+        image.load()
+    except Exception:  # Pillow raises many types for broken files
+        return "cut short or corrupt"
+    return None
 
 
 def _jpeg_end_found(handle, size):
@@ -191,10 +191,17 @@ def _jpeg_end_found(handle, size):
     return False
 
 
+# Files per task of ``read_headers``: a million files make a few thousand tasks.
+CHUNK = 256
+
+
 def read_headers(files):
-    """The ImageHeader of each of ``files``, in parallel threads (the work is file reads)."""
+    """The ImageHeader of each of ``files``, in order (a generator), read in parallel
+    threads (the work is mostly file reads), CHUNK files a task."""
+    chunks = [files[i : i + CHUNK] for i in range(0, len(files), CHUNK)]
     with concurrent.futures.ThreadPoolExecutor(max(4, 2 * (os.cpu_count() or 1))) as pool:
-        return list(pool.map(read_header, files))
+        for headers in pool.map(lambda chunk: [read_header(path) for path in chunk], chunks):
+            yield from headers
 
 
 # file tuple -> its broken files: each list is screened once per process
