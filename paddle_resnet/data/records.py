@@ -12,8 +12,9 @@ Neither MXNet nor TensorFlow is needed: TFRecord's tf.train.Example is declared 
 as a protobuf message (``protobuf``), its checksums are CRC32C (``crc32c``).
 
 ``FORMATS`` at the end is the one table of record formats (name, file suffixes,
-writer, checker, DALI reader); the data.format choices and every use derive from it.
-A new format is its writer, checker and reader here and one row in the table.
+writer, checker, DALI reader, the data check's Python readers); the data.format choices
+and every use derive from it. A new format is its writer, checker and readers here and
+one row in the table.
 """
 
 import dataclasses
