@@ -77,10 +77,13 @@ class Finding:
     count: int = 0
     examples: List[str] = dataclasses.field(default_factory=list)
 
-    def add(self, example, count=1):
-        self.count += count
+    def add(self, example):
+        """One more; ``example`` (a name, or a function making it, called only while
+        examples are wanted: a finding may hold every image of a million) kept among the
+        first EXAMPLES."""
+        self.count += 1
         if len(self.examples) < EXAMPLES:
-            self.examples.append(example)
+            self.examples.append(example() if callable(example) else example)
 
     def line(self, label=None):
         """``finding: <count> <text>: <examples>`` (or ``label``: ...); a text holding
@@ -190,23 +193,26 @@ class Survey:
             counts[label] += 1
             self.images += 1
             if not 0 <= label < len(source.classes):
-                self.findings["label"].add(source.name(position))
+                self._count("label", source, position)
             if header.problem:
                 broken.append(position)
-                self.findings[problem_kind(header.problem)].add(source.name(position))
+                self._count(problem_kind(header.problem), source, position)
                 keys.append(0)
                 continue
             keys.append(int.from_bytes(header.key[:8], "little") or 1)
-            self._read_image(source.name(position), header)
+            self._read_image(source, position, header)
         self.per_class[source.split] = counts
         self.broken[source.split] = broken
         self.keys[source.split] = np.array(keys, dtype=np.uint64)
 
-    def _read_image(self, name, header):
+    def _count(self, kind, source, position):
+        self.findings[kind].add(lambda: source.name(position))
+
+    def _read_image(self, source, position, header):
         mode = header.mode
         if mode in GRAY_MODES:
             self.gray += 1
-            self.findings["gray"].add(name)
+            self._count("gray", source, position)
         for kind, holds in (
             ("cmyk", mode == "CMYK"),
             ("deep", header.bits > 8),
@@ -214,11 +220,11 @@ class Survey:
             ("palette", mode in ("P", "PA")),
         ):
             if holds:
-                self.findings[kind].add(name)
+                self._count(kind, source, position)
         shorter = min(header.width, header.height)
         if shorter < self.crop_size:
             kind = "far_smaller" if shorter * FAR_SMALLER < self.crop_size else "smaller"
-            self.findings[kind].add(name)
+            self._count(kind, source, position)
 
 
 def problem_kind(problem):
@@ -537,6 +543,8 @@ def check(config):
                 if data.format == "folder"
                 else records.record_paths(data.image_root, split, data.format)[0]
             )
+        elif not sources[split].classes:
+            survey.findings["missing_split"].add(f"{split}/ (no class folders)")
     if config.check.decode:
         result.decode = decode_pass(sources, survey, data.num_threads)
     result.findings = [f for f in survey.findings.values() if f.count]
