@@ -43,6 +43,7 @@ from paddle_resnet.data.folder import (
     IMAGE_EXTENSIONS,
     class_folders,
     folder_contents,
+    image_root_folder,
     read_headers,
     refuse_broken,
     remember_broken,
@@ -113,7 +114,7 @@ class TreeSplit:
         ``scan_split`` stops at the first)."""
         split_dir = os.path.join(image_root, split)
         found = cls(split, image_root, tuple(class_folders(split_dir)), [], [])
-        found.ignored.extend(folder_contents(split_dir)[1])
+        found.ignored.extend(sum(folder_contents(split_dir), []))  # outside a class folder
         for label, name in enumerate(found.classes):
             images, others = folder_contents(os.path.join(split_dir, name))
             if not images:
@@ -134,10 +135,10 @@ class TreeSplit:
         return records.read_bytes(self.files[position])
 
     def encoded(self, skip):
-        """(name, encoded bytes) of each image but the positions in ``skip``."""
+        """(position, encoded bytes) of each image but the positions in ``skip``."""
         for position in range(len(self.files)):
             if position not in skip:
-                yield self.name(position), self.content(position)
+                yield position, self.content(position)
 
 
 @dataclasses.dataclass
@@ -171,7 +172,7 @@ class RecordSplit:
     def encoded(self, skip):
         for position, (_, _, image) in enumerate(self._images()):
             if position not in skip:
-                yield self.name(position), image
+                yield position, image
 
 
 @dataclasses.dataclass
@@ -238,11 +239,12 @@ def new_findings(crop_size, fmt):
     """Every kind of finding, empty, in the order they are printed."""
     # image trees are screened before DALI sees them; record files are not
     refused = "train.py refuses them" if fmt == "folder" else "DALI fails on them mid-run"
+    refused_classes = " (train.py refuses them)" if fmt == "folder" else ""
     far = crop_size // FAR_SMALLER
     kinds = [
         Finding("missing_split", "split", "missing (train.py reads train/ and val/)"),
         Finding("empty_class", "class folder", f"without images ({refused})"),
-        Finding("missing_class", "class", "missing from a split (train.py refuses them)"),
+        Finding("missing_class", "class", "missing from a split" + refused_classes),
         Finding("label", "record", "with a label that is no class of classes.json"),
         Finding("unreadable", "file", f"that cannot be read ({refused})"),
         Finding(
@@ -263,7 +265,9 @@ def new_findings(crop_size, fmt):
             "image",
             "in both the train and val splits (the same bytes: a leak into the validation figure)",
         ),
-        Finding("relabelled", "image", "stored under two classes of a split (the same bytes)"),
+        Finding(
+            "relabelled", "image", "stored under more than one class of a split (the same bytes)"
+        ),
         Finding("imbalance", "split", f"with classes {IMBALANCE_FINDING}:1 or more apart"),
         Finding(
             "cmyk",
@@ -330,9 +334,6 @@ class Result:
     def summary_lines(self):
         return [describe_split(name, split) for name, split in self.splits.items()]
 
-    def finding_lines(self, notes=True):
-        return [f.line() for f in self.findings if f.serious or notes]
-
     def lines(self):
         rate = self.images / max(self.seconds, 1e-9)
         done = [f"fast pass: {self.images:,} images in {self.seconds:.1f} s ({rate:,.0f} img/s)"]
@@ -344,7 +345,8 @@ class Result:
             )
         serious = sum(f.serious for f in self.findings)
         verdict = f"{counted(serious, 'finding')}" if serious else "no findings"
-        return self.summary_lines() + self.finding_lines() + done + [verdict]
+        findings = [f.line() for f in self.findings]
+        return self.summary_lines() + findings + done + [verdict]
 
     def as_dict(self):
         return {
@@ -435,11 +437,7 @@ def read_duplicates(sources, groups, findings):
 
 def open_sources(data_config):
     """The TreeSplit or RecordSplit of each split there is; DataError when there is none."""
-    root, fmt = data_config.image_root, data_config.format
-    if not root:
-        raise DataError("no image root given: set --image-root (data.image_root)")
-    if not os.path.isdir(root):
-        raise DataError(f"image root {root!r} does not exist or is not a folder")
+    root, fmt = image_root_folder(data_config.image_root), data_config.format
     if fmt == "folder":
         present = [s for s in SPLITS if os.path.isdir(os.path.join(root, s))]
         if not present:
@@ -513,13 +511,13 @@ def decode_pass(sources, survey, num_threads):
 
     def samples():
         for split, source in sources.items():
-            for sample in source.encoded(set(survey.broken[split])):
+            for position, image in source.encoded(set(survey.broken[split])):
                 decoded[0] += 1
-                yield sample
+                yield (split, position), image
 
     start = time.perf_counter()
-    for name in undecodable(samples(), threads):
-        survey.findings["undecodable"].add(name)
+    for split, position in undecodable(samples(), threads):
+        survey.findings["undecodable"].add(sources[split].name(position))
     seconds = time.perf_counter() - start
     return {
         "images": decoded[0],

@@ -347,7 +347,7 @@ def _decoder(num_threads):
 
 
 def _decoded(pipe, batch):
-    """Whether ``pipe`` decodes every (name, encoded bytes) of ``batch``; DALI's own error
+    """Whether ``pipe`` decodes every (key, encoded bytes) of ``batch``; DALI's own error
     line hidden unless --verbose."""
     pipe.feed_input("encoded", [np.frombuffer(data, dtype=np.uint8) for _, data in batch])
     try:
@@ -359,7 +359,7 @@ def _decoded(pipe, batch):
 
 
 def undecodable(samples, num_threads):
-    """The names of the (name, encoded bytes) ``samples`` that DALI's CPU decoder fails on,
+    """The keys of the (key, encoded bytes) ``samples`` that DALI's CPU decoder fails on,
     decoded in batches on ``num_threads`` threads; a failed batch is decoded again image
     by image to name the failing ones."""
     samples = iter(samples)

@@ -43,13 +43,18 @@ def list_images(folder):
     return folder_contents(folder)[0]
 
 
-def split_folder(image_root, split):
-    """<image_root>/<split>, or a DataError naming what is missing."""
+def image_root_folder(image_root):
+    """``image_root``, or a DataError saying that it is not given or not a folder."""
     if not image_root:
         raise DataError("no image root given: set --image-root (data.image_root)")
     if not os.path.isdir(image_root):
         raise DataError(f"image root {image_root!r} does not exist or is not a folder")
-    split_dir = os.path.join(image_root, split)
+    return image_root
+
+
+def split_folder(image_root, split):
+    """<image_root>/<split>, or a DataError naming what is missing."""
+    split_dir = os.path.join(image_root_folder(image_root), split)
     if not os.path.isdir(split_dir):
         raise DataError(f"{split_dir}: missing; expected {image_root}/{split}/<class>/<image>")
     return split_dir
