@@ -14,7 +14,7 @@ from PIL import Image
 from conftest import ROOT, once, small_config
 from paddle_resnet.commands import check_data
 from paddle_resnet.core.errors import DataError
-from paddle_resnet.data import records
+from paddle_resnet.data import check, records
 from paddle_resnet.training import run as training_run
 
 # Pillow, DALI and files: no Paddle API; run once, on 2.6.2.
@@ -136,6 +136,11 @@ def test_a_root_that_is_not_there_is_one_line(tmp_path):
     ]
 
 
+def checked_at_start(config):
+    """What a training run's start does with its data: open it, then check it."""
+    return check.at_start(config, *training_run.open_data(config, True, True)[:2])
+
+
 def test_a_run_starts_with_the_check_and_refuses_broken_images(tmp_path):
     """train.py's data: the check's warnings for the run to print, its broken images
     refused in one line, nothing with --no-data-check."""
@@ -144,15 +149,14 @@ def test_a_run_starts_with_the_check_and_refuses_broken_images(tmp_path):
     shutil.copy(root / "train" / "b" / "2.jpg", root / "val" / "a" / "leak.jpg")
     two = {"model.num_classes": 2}
     config = small_config(str(root), tmp_path / "out", **two)
-    *_, checked = training_run.open_data(config, training=True, evaluating=True)
-    lines = checked.start_lines()
+    lines = checked_at_start(config).start_lines()
     assert lines[0].startswith("data check (") and lines[0].endswith("; 1 finding")
     assert lines[1:] == [
         "warning: 1 image in both the train and val splits (the same bytes: a leak into the "
         "validation figure): train/b/2.jpg = val/a/leak.jpg"
     ]
     skipped = small_config(str(root), tmp_path / "out", **two, **{"check.at_start": False})
-    assert training_run.open_data(skipped, training=True, evaluating=True)[-1] is None
+    assert checked_at_start(skipped) is None
     (root / "val" / "b" / "1.jpg").write_bytes(b"\xff\xd8 not a JPEG")
     with pytest.raises(DataError, match=r"^\S+/val/b/1.jpg: cannot be decoded as an image$"):
-        training_run.open_data(config, training=True, evaluating=True)
+        checked_at_start(config)

@@ -38,9 +38,11 @@ def run(config, report_stream=None, after_training=None):
         # One run per output folder, from before its checks to its last line.
         steps.enter_context(run_folder.claimed(run_cfg.output_dir, rank))
         place, device_id, all_reduce = this_process(run_cfg, world_size)
-        train_split, val_split, classes, checked = open_data(config, training, evaluating)
+        train_split, val_split, classes = open_data(config, training, evaluating)
         start = start_weights.choose(config, classes, training, rank, all_reduce)
         config, run_cfg = start.config, start.config.run  # --from-checkpoint auto resolved
+        # after the quick refusals: on ImageNet it reads 1.3 M headers
+        checked = check.at_start(config, train_split, val_split)
         steps_per_epoch = (
             train_steps(len(train_split), config.data.batch_size, world_size) if training else None
         )
@@ -90,8 +92,7 @@ def this_process(run_cfg, world_size):
 
 
 def open_data(config, training, evaluating):
-    """(train split, val split, class names, the data check's Result or None), checked
-    against each other and the model, then by the data check (``data/check.at_start``)."""
+    """(train split, val split, class names), checked against each other and the model."""
     train_split = open_split(config.data, "train") if training else None
     val_split = open_split(config.data, "val") if evaluating else None
     if train_split and val_split:
@@ -101,8 +102,7 @@ def open_data(config, training, evaluating):
             check_num_classes(
                 split, config.model.num_classes, f"{config.data.image_root}/{split.split}"
             )
-    checked = check.at_start(config, train_split, val_split)
-    return train_split, val_split, (train_split or val_split).classes, checked
+    return train_split, val_split, (train_split or val_split).classes
 
 
 def open_report(config, rank, stream):
