@@ -19,7 +19,7 @@ from paddle_resnet.data import check
 
 
 def main(argv=None):
-    return main_with("check_data", __doc__.splitlines()[0], check.check, argv, REGISTRY_CHOICES)
+    return main_with("check_data", __doc__.splitlines()[0], check.report, argv, REGISTRY_CHOICES)
 
 
 if __name__ == "__main__":

@@ -258,7 +258,8 @@ def new_findings(crop_size, fmt):
         Finding(
             "ignored",
             "file",
-            f"the loaders skip (not named {'/'.join(e[1:] for e in IMAGE_EXTENSIONS)})",
+            "the loaders skip (outside a class folder, or not named "
+            f"{'/'.join(e[1:] for e in IMAGE_EXTENSIONS)})",
         ),
         Finding(
             "leak",
@@ -314,10 +315,15 @@ class Result:
     format: str
     crop_size: int
     splits: Dict[str, dict]
-    findings: List[Finding]
+    kinds: Dict[str, Finding]  # every kind, found or not
     images: int
     seconds: float
     decode: Optional[dict] = None
+
+    @property
+    def findings(self):
+        """The kinds found (findings and notes), in their order."""
+        return [f for f in self.kinds.values() if f.count]
 
     @property
     def status(self):
@@ -363,9 +369,10 @@ class Result:
 
 
 def describe_split(name, split):
+    classes = counted(split["classes"], "class")
     if not split["images"]:
-        return f"{name}: {split['classes']} classes, no images"
-    head = f"{name}: {split['classes']} classes, {split['images']:,} images, "
+        return f"{name}: {classes}, no images"
+    head = f"{name}: {classes}, {counted(split['images'], 'image')}, "
     (small, fewest), (large, most) = split["smallest"], split["largest"]
     if fewest == most:
         return head + f"{most:,} per class"
@@ -483,7 +490,7 @@ def fast_pass(sources, image_root, fmt, crop_size):
         fmt,
         crop_size,
         splits,
-        [f for f in findings.values() if f.count],
+        findings,
         survey.images,
         time.perf_counter() - start,
     )
@@ -527,25 +534,30 @@ def decode_pass(sources, survey, num_threads):
     }
 
 
-def check(config):
+def missing_splits(sources, data_config, findings):
+    """A split without its folder or record file, or without a class folder."""
+    for split in SPLITS:
+        if split not in sources:
+            findings["missing_split"].add(
+                f"{split}/"
+                if data_config.format == "folder"
+                else records.record_paths(data_config.image_root, split, data_config.format)[0]
+            )
+        elif not sources[split].classes:
+            findings["missing_split"].add(f"{split}/ (no class folders)")
+
+
+def report(config):
     """paddle-resnet-check-data: the fast pass (and with --decode the decode) over
     ``config.data``'s image tree or record files; prints its lines, writes --json;
     returns the exit status: 0 clean, 1 findings."""
-    data = config.data
+    data, start = config.data, time.perf_counter()
     sources = open_sources(data)
     result, survey = fast_pass(sources, data.image_root, data.format, data.crop_size)
-    for split in SPLITS:
-        if split not in sources:
-            survey.findings["missing_split"].add(
-                f"{split}/"
-                if data.format == "folder"
-                else records.record_paths(data.image_root, split, data.format)[0]
-            )
-        elif not sources[split].classes:
-            survey.findings["missing_split"].add(f"{split}/ (no class folders)")
+    result.seconds = time.perf_counter() - start  # the scan of the folders included
+    missing_splits(sources, data, survey.findings)
     if config.check.decode:
         result.decode = decode_pass(sources, survey, data.num_threads)
-    result.findings = [f for f in survey.findings.values() if f.count]
     print("\n".join(result.lines()))
     if config.check.json_path:
         with atomic_files(config.check.json_path) as (handle,):
