@@ -63,11 +63,12 @@ def test_corrupt_jpeg_mid_run_keeps_earlier_report(capsys, fmnist_root, tmp_path
     report = tmp_path / "out" / "report.json"
     report.parent.mkdir()
     report.write_text('{"type": "LOG", "step": [1, 1], "data": {}}\n')
-    fails_with(
-        capsys,
-        FAST + ["--image-root", str(data), "--output-dir", str(tmp_path / "out")],
-        f"{broken.name}: cannot be decoded as an image",
-    )
+    # The data check at the start of a run refuses it before any training...
+    argv = FAST + ["--image-root", str(data), "--output-dir", str(tmp_path / "out")]
+    fails_with(capsys, argv, f"{broken.name}: cannot be decoded as an image")
+    assert not (tmp_path / "out" / "resnet18").exists()
+    # ... without it, the loaders find it when the validation reads it
+    fails_with(capsys, argv + ["--no-data-check"], f"{broken.name}: cannot be decoded as an image")
     assert report.read_text().startswith('{"type": "LOG", "step": [1, 1]')
     # The epoch was saved before the validation that failed: no training is lost.
     assert (tmp_path / "out" / "resnet18" / "1" / "meta.json").exists()
@@ -200,12 +201,15 @@ def test_a_broken_image_outside_training_is_one_line_not_a_crash(trained, fmnist
     assert export.returncode == 2, export.stderr[-2000:]
     assert only_line(export) == f"error: {calibration}: cannot be decoded as an image"
     assert not (tmp_path / "int8").exists()  # nothing half-written in place
-    # training too, and without DALI's own "[ERROR] [jpeg_parser]" line above ours
+    # training too, and without DALI's own "[ERROR] [jpeg_parser]" line above ours; its
+    # data check screens both splits: the broken validation image is counted too
     training = run_python(
         "train.py", *FAST, "--image-root", str(data), "--output-dir", str(tmp_path / "out")
     )
     assert training.returncode == 2
-    assert only_line(training) == f"error: {calibration}: cannot be decoded as an image"
+    assert (
+        only_line(training) == f"error: {calibration}: cannot be decoded as an image (and 1 more)"
+    )
 
 
 @once

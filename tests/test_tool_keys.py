@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import FAST_TRAIN, once
-from paddle_resnet.commands import export_model, inference, train
+from paddle_resnet.commands import check_data, export_model, inference, train
 from paddle_resnet.core import config as config_module
 from paddle_resnet.core.cli import tool_reads
 from paddle_resnet.core.config import AmpConfig, Config, InferenceConfig, all_keys
@@ -107,3 +107,9 @@ def test_export_and_inference_read_every_key_they_accept(recorded_reads, trained
     trt_int8 = InferenceConfig(trt_precision="INT8")
     predictor.predictor_settings(trt_int8, "trt", [3, 32, 32], 8, quantized=True)
     assert not unread("inference", recorded_reads)
+
+
+def test_check_data_reads_every_key_it_accepts(recorded_reads, fmnist_root, tmp_path):
+    argv = ["--image-root", fmnist_root, "--crop-size", "28", "--dali-num-threads", "1"]
+    run_tool(check_data.main, argv + ["--decode", "--json", str(tmp_path / "check.json")])
+    assert not unread("check_data", recorded_reads)

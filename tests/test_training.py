@@ -155,6 +155,11 @@ def test_resume_continues_exactly(fmnist_root, tmp_path):
         )
         assert result.returncode == 0, result.stderr[-2000:]
     assert "resumed from" in result.stdout
+    # the data check's line (its warnings would follow it)
+    assert (
+        "s; --no-data-check skips it): train: 10 classes, 160 images, 16 per class; no findings"
+        in result.stdout
+    )
     resumed_epochs = [
         r["step"] for r in read_report(str(resumed / "report.json")) if r["type"] == "EPOCH"
     ]

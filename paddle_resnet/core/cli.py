@@ -28,6 +28,13 @@ from paddle_resnet.core.config import (
 )
 from paddle_resnet.core.errors import ConfigError, exit_status
 
+# The command a tool is run as, where it is not <tool>.py at the repository's root.
+PROGRAMS = {"check_data": "paddle-resnet-check-data"}
+
+
+def program(tool):
+    return PROGRAMS.get(tool, f"{tool}.py")
+
 
 def tool_reads(tool, dotted):
     """Whether ``tool`` takes the flag of config key ``dotted`` (declared on the key)."""
@@ -80,8 +87,8 @@ class _OtherToolsFlag(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         parser.error(
-            f"{option_string} is not used by {self.tool}.py (it sets {self.dest}, "
-            f"read by {' and '.join(f'{t}.py' for t in self.readers)})"
+            f"{option_string} is not used by {program(self.tool)} (it sets {self.dest}, "
+            f"read by {' and '.join(map(program, self.readers))})"
         )
 
 
@@ -112,7 +119,7 @@ def build_parser(tool, description=None, choices=None):
     abbreviations; flags of keys the tool does not read are refused; ``choices``: the
     values of keys whose registry lives above core/ ({dotted key: values})."""
     parser = argparse.ArgumentParser(
-        prog=f"{tool}.py",
+        prog=program(tool),
         description=description,
         allow_abbrev=False,
         argument_default=argparse.SUPPRESS,
@@ -231,7 +238,12 @@ def print_checkpoint_folder(argv):
 def flag_table_markdown(choices=None):
     """The README's flag table, generated from the config fields, with the tools that
     take each flag (``choices`` as for build_parser)."""
-    short = {"train": "train", "export_model": "export", "inference": "infer"}
+    short = {
+        "train": "train",
+        "export_model": "export",
+        "inference": "infer",
+        "check_data": "check-data",
+    }
     lines = ["| flag | config key | default | tools | meaning |", "|---|---|---|---|---|"]
     section = None
     for dotted, f in all_keys():

@@ -37,13 +37,15 @@ DEFAULT_INFERENCE_DIR = "./inference"
 
 # The tools that read a key, declared on the key (``key(..., tools=...)``): each tool's
 # command line takes exactly the flags of the keys it reads and refuses the others.
-TOOLS = ("train", "export_model", "inference")
+TOOLS = ("train", "export_model", "inference", "check_data")
 TRAIN = ("train",)
 EXPORT = ("export_model",)
 INFERENCE = ("inference",)
+CHECK_DATA = ("check_data",)
 TRAIN_EXPORT = ("train", "export_model")
 TRAIN_INFERENCE = ("train", "inference")
 EXPORT_INFERENCE = ("export_model", "inference")
+MODEL_TOOLS = ("train", "export_model", "inference")
 ALL_TOOLS = TOOLS
 
 
@@ -314,7 +316,7 @@ class DataConfig:
         "--batch-size",
         "images per device per step (training and evaluation)",
         at_least(1),
-        tools=ALL_TOOLS,
+        tools=MODEL_TOOLS,
     )
     seed: int = key(42, "--dali-random-seed", "seed of DALI shuffling and augmentation")
     output_fp16: bool = key(
@@ -333,7 +335,11 @@ class DataConfig:
         tools=ALL_TOOLS,
     )
     crop_size: int = key(
-        224, "--crop-size", "side of the square network input", at_least(8), tools=TRAIN_EXPORT
+        224,
+        "--crop-size",
+        "side of the square network input",
+        at_least(8),
+        tools=TRAIN_EXPORT + CHECK_DATA,
     )
     resize_short: int = key(
         256,
@@ -574,6 +580,34 @@ class AspConfig:
 
 
 @dataclass(frozen=True)
+class CheckConfig:
+    at_start: bool = key(
+        True,
+        "--data-check",
+        "check an image tree at the start of a run, as paddle-resnet-check-data's fast pass "
+        "does (counts, broken files, colour modes, sizes, train/val duplicates; about 0.1 ms "
+        "an image), its findings printed as warnings (--no-data-check: skip it; broken "
+        "images and empty class folders are refused either way)",
+        resume_may_change=True,
+    )
+    decode: bool = key(
+        False,
+        "--decode",
+        "paddle-resnet-check-data: also decode every image with DALI on the CPU as training "
+        "does (--dali-num-threads threads), and say at what rate",
+        resume_may_change=True,
+        tools=CHECK_DATA,
+    )
+    json_path: Optional[str] = key(
+        None,
+        "--json",
+        "paddle-resnet-check-data: also write the counts and findings to this JSON file",
+        resume_may_change=True,
+        tools=CHECK_DATA,
+    )
+
+
+@dataclass(frozen=True)
 class InferenceConfig:
     model_dir: Optional[str] = key(
         None,
@@ -582,7 +616,7 @@ class InferenceConfig:
         f"inference.py reads it (default {DEFAULT_INFERENCE_DIR}); train.py exports the final "
         "model there when given",
         aliases=("--trt-inference-dir",),
-        tools=ALL_TOOLS,
+        tools=MODEL_TOOLS,
     )
     backend: str = key(
         "auto",
@@ -745,6 +779,7 @@ class Config:
     amp: AmpConfig = section(AmpConfig, "Mixed precision")
     asp: AspConfig = section(AspConfig, "Sparsity (ASP)")
     qat: QatConfig = section(QatConfig, "Quantization-aware training")
+    check: CheckConfig = section(CheckConfig, "Data check")
     inference: InferenceConfig = section(InferenceConfig, "Paddle Inference")
 
     def to_dict(self):

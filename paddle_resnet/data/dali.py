@@ -25,12 +25,13 @@ from nvidia.dali.plugin.base_iterator import LastBatchPolicy
 from nvidia.dali.plugin.paddle import DALIGenericIterator
 
 from paddle_resnet.core import feeds
-from paddle_resnet.core.bootstrap import available_cores
+from paddle_resnet.core.bootstrap import available_cores, native_chatter, verbose
 from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index
 from paddle_resnet.core.errors import DataError
 from paddle_resnet.data import records
 from paddle_resnet.data.folder import (
     ImageList,
+    refuse_broken,
     scan_split,
     structurally_broken,
     unreadable_images,
@@ -238,10 +239,7 @@ def _folder_source(image_list, batch, training, rank, world_size, seed, epoch):
     files = [image_list.files[i] for i in indices]
     # The whole split, once per process (its file tuple is the cache key); this rank's
     # files of this epoch must be clean.
-    broken = sorted(set(structurally_broken(image_list.files)) & set(files))
-    if broken:
-        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
-        raise DataError(f"{broken[0]}: cannot be decoded as an image{more}")
+    refuse_broken(sorted(set(structurally_broken(image_list.files)) & set(files)))
     # Whole batches, filled by wrapping around to the first images (cut again by the
     # loader). DALI's own padding repeats the last image, and its CPU decoder
     # crashes when dozens of samples of a batch fail, were that image broken.
@@ -323,6 +321,57 @@ def make_loader(
     return DaliLoader(
         pipe, num_images, data_config.batch_size, device_id is not None, describe_failure
     )
+
+
+# ---------------------------------------------------------------- the data check's decode
+
+DECODE_BATCH = 64
+
+
+def _decoder(num_threads):
+    """A CPU pipeline decoding the encoded images fed to it, as the validation pipeline
+    decodes (fn.decoders.image to RGB); synchronous, so a failure is the batch just fed."""
+    pipe = Pipeline(
+        batch_size=DECODE_BATCH,
+        num_threads=num_threads,
+        device_id=None,
+        exec_async=False,
+        exec_pipelined=False,
+        prefetch_queue_depth=1,
+    )
+    with pipe:
+        encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
+        pipe.set_outputs(fn.decoders.image(encoded, device="cpu", output_type=types.RGB))
+    pipe.build()
+    return pipe
+
+
+def _decoded(pipe, batch):
+    """Whether ``pipe`` decodes every (key, encoded bytes) of ``batch``; DALI's own error
+    line hidden unless --verbose."""
+    pipe.feed_input("encoded", [np.frombuffer(data, dtype=np.uint8) for _, data in batch])
+    try:
+        with native_chatter(verbose()):
+            pipe.run()
+        return True
+    except RuntimeError:
+        return False
+
+
+def undecodable(samples, num_threads):
+    """The keys of the (key, encoded bytes) ``samples`` that DALI's CPU decoder fails on,
+    decoded in batches on ``num_threads`` threads; a failed batch is decoded again image
+    by image to name the failing ones."""
+    samples = iter(samples)
+    pipe = _decoder(num_threads)
+    for batch in iter(lambda: list(itertools.islice(samples, DECODE_BATCH)), []):
+        if _decoded(pipe, batch):
+            continue
+        pipe = _decoder(num_threads)  # a failed pipeline is no longer valid
+        for sample in batch:
+            if not _decoded(pipe, [sample]):
+                yield sample[0]
+                pipe = _decoder(num_threads)
 
 
 # ---------------------------------------------------------------- record files (records.py)

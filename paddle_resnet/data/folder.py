@@ -1,10 +1,10 @@
 """ImageNet-style image trees: <root>/<split>/<class>/<image>, scanned and checked."""
 
 import concurrent.futures
-import functools
+import hashlib
 import os
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 from PIL import Image
 
@@ -25,13 +25,22 @@ class ImageList:
         return len(self.files)
 
 
+def folder_contents(folder):
+    """(the image files directly inside ``folder``, its other files: what the loaders
+    ignore), each sorted by name; hidden files (.DS_Store, ...) are neither."""
+    images, others = [], []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if name.lower().endswith(IMAGE_EXTENSIONS):
+            images.append(path)
+        elif not name.startswith(".") and os.path.isfile(path):
+            others.append(path)
+    return images, others
+
+
 def list_images(folder):
     """The image files directly inside ``folder``, sorted by name."""
-    return [
-        os.path.join(folder, name)
-        for name in sorted(os.listdir(folder))
-        if name.lower().endswith(IMAGE_EXTENSIONS)
-    ]
+    return folder_contents(folder)[0]
 
 
 def images_under(folder):
@@ -43,16 +52,32 @@ def images_under(folder):
     return files
 
 
-def scan_split(image_root, split) -> ImageList:
-    """List <image_root>/<split>/<class>/* in a fixed (sorted) order."""
+def image_root_folder(image_root):
+    """``image_root``, or a DataError saying that it is not given or not a folder."""
     if not image_root:
         raise DataError("no image root given: set --image-root (data.image_root)")
     if not os.path.isdir(image_root):
         raise DataError(f"image root {image_root!r} does not exist or is not a folder")
-    split_dir = os.path.join(image_root, split)
+    return image_root
+
+
+def split_folder(image_root, split):
+    """<image_root>/<split>, or a DataError naming what is missing."""
+    split_dir = os.path.join(image_root_folder(image_root), split)
     if not os.path.isdir(split_dir):
         raise DataError(f"{split_dir}: missing; expected {image_root}/{split}/<class>/<image>")
-    classes = sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
+    return split_dir
+
+
+def class_folders(split_dir):
+    """The class folder names of a split, sorted: their order is the labels'."""
+    return sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
+
+
+def scan_split(image_root, split) -> ImageList:
+    """List <image_root>/<split>/<class>/* in a fixed (sorted) order."""
+    split_dir = split_folder(image_root, split)
+    classes = class_folders(split_dir)
     if not classes:
         raise DataError(f"{split_dir}: no class folders")
     files: List[str] = []
@@ -109,36 +134,121 @@ def check_class_names(data_classes, model_classes, data_where, model_where):
 
 
 JPEG_END = b"\xff\xd9"
-# How far from the end of a JPEG its end marker may be (cameras append trailers).
+# How far from the end of a JPEG its end marker may be (cameras append trailers); the
+# last TAIL_BYTES are read first, where it nearly always is.
 JPEG_TAIL = 64 * 1024
+TAIL_BYTES = 4096
+# The first bytes of a file, hashed with its size: files of equal keys are the only
+# candidates for being the same image (``data/check.py`` hashes those whole).
+HEAD_BYTES = 4096
 
 
-def _fails_to_open(path):
-    """True unless Pillow identifies ``path`` and, for a JPEG, its end-of-image marker is
-    there: the structure a decoder needs, checked without decoding (about 0.1 ms)."""
+class ImageHeader(NamedTuple):
+    """What a file's header says, read without decoding the image (for a JPEG)."""
+
+    size: int  # bytes
+    format: Optional[str]  # Pillow's: JPEG, PNG, ...
+    mode: Optional[str]  # Pillow's: RGB, L, CMYK, P, RGBA, I;16, ...
+    width: int
+    height: int
+    bits: int  # per channel: 8, or 16 for anything deeper
+    problem: Optional[str]  # why no decoder can read it, else None
+    key: bytes  # digest of the size and the first HEAD_BYTES bytes
+
+
+def read_header(path):
+    """The ImageHeader of the file at ``path`` (about 0.1 ms)."""
     try:
-        with Image.open(path) as image:
-            if image.format != "JPEG":
-                image.load()  # rare formats: decode them
-                return False
         with open(path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(path) - JPEG_TAIL))
-            return JPEG_END not in handle.read()
+            return stream_header(handle, os.fstat(handle.fileno()).st_size)
+    except OSError as err:
+        return ImageHeader(0, None, None, 0, 0, 0, f"cannot be read ({err.strerror})", b"")
+
+
+def stream_header(handle, size):
+    """The ImageHeader of the ``size`` bytes of the binary ``handle`` (a file, or the
+    encoded image of a record): Pillow identifies it from its header and, for a JPEG,
+    its end-of-image marker must be there: the structure a decoder needs. Other formats
+    are decoded (rare, and their end is not one marker)."""
+    head = handle.read(HEAD_BYTES)
+    key = hashlib.blake2b(size.to_bytes(8, "little") + head, digest_size=16).digest()
+    handle.seek(0)
+    try:
+        with Image.open(handle) as image:
+            kind, mode, (width, height) = image.format, image.mode, image.size
+            args = image.tile[0][3] if image.tile else ""
+            rawmode = args[0] if isinstance(args, tuple) else str(args)
+            deep = ";16" in rawmode or mode.startswith("I;16") or mode in ("I", "F")
+            problem = None if kind == "JPEG" else _decode_problem(image)
+    except Exception:  # Pillow raises many types for what it cannot identify
+        return ImageHeader(size, None, None, 0, 0, 0, "not an image", key)
+    if kind == "JPEG" and not _jpeg_end_found(handle, size):
+        problem = "cut short (no JPEG end marker)"
+    return ImageHeader(size, kind, mode, width, height, 16 if deep else 8, problem, key)
+
+
+def _decode_problem(image):
+    try:
+        image.load()
     except Exception:  # Pillow raises many types for broken files
-        return True
+        return "cut short or corrupt"
+    return None
 
 
-@functools.lru_cache(maxsize=8)
+def _jpeg_end_found(handle, size):
+    for tail in (TAIL_BYTES, JPEG_TAIL):
+        handle.seek(max(0, size - tail))
+        if JPEG_END in handle.read():
+            return True
+        if tail >= size:
+            return False
+    return False
+
+
+# Files per task of ``read_headers``: a million files make a few thousand tasks.
+CHUNK = 256
+
+
+def read_headers(files):
+    """The ImageHeader of each of ``files``, in order (a generator), read in parallel
+    threads (the work is mostly file reads), CHUNK files a task."""
+    chunks = [files[i : i + CHUNK] for i in range(0, len(files), CHUNK)]
+    with concurrent.futures.ThreadPoolExecutor(max(4, 2 * (os.cpu_count() or 1))) as pool:
+        for headers in pool.map(lambda chunk: [read_header(path) for path in chunk], chunks):
+            yield from headers
+
+
+# file tuple -> its broken files: each list is screened once per process
+_BROKEN = {}
+_REMEMBERED_LISTS = 8
+
+
 def structurally_broken(files):
     """The files of the tuple ``files`` that no decoder can read: not an image, or a
     truncated JPEG. DALI 2.4's CPU decoder can crash the process (SIGSEGV in a worker
     thread) when a sample of a batch fails, more often the larger the batch, and prints
     its own error line before ours: the loaders screen their images first. About 0.1 ms
-    a file (35,000 in 3.4 s on 2 cores), in parallel threads (the work is file reads);
-    remembered per file list, so every epoch after the first screens nothing."""
-    with concurrent.futures.ThreadPoolExecutor(max(4, 2 * (os.cpu_count() or 1))) as pool:
-        failed = list(pool.map(_fails_to_open, files, chunksize=64))
-    return tuple(path for path, broken in zip(files, failed) if broken)
+    a file (35,000 in 3.4 s on 2 cores); remembered per file list, so every epoch after
+    the first screens nothing (nor the first, after the data check at a run's start)."""
+    if files not in _BROKEN:
+        headers = read_headers(files)
+        remember_broken(files, tuple(p for p, h in zip(files, headers) if h.problem))
+    return _BROKEN[files]
+
+
+def remember_broken(files, broken):
+    """Record that ``broken`` are the broken files of the tuple ``files`` (screened by
+    whoever read their headers)."""
+    _BROKEN[files] = tuple(broken)
+    while len(_BROKEN) > _REMEMBERED_LISTS:
+        del _BROKEN[next(iter(_BROKEN))]
+
+
+def refuse_broken(broken):
+    """A DataError naming the first of the ``broken`` files (and how many more), if any."""
+    if broken:
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        raise DataError(f"{broken[0]}: cannot be decoded as an image{more}")
 
 
 def unreadable_images(files):

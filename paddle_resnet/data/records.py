@@ -12,8 +12,9 @@ Neither MXNet nor TensorFlow is needed: TFRecord's tf.train.Example is declared 
 as a protobuf message (``protobuf``), its checksums are CRC32C (``crc32c``).
 
 ``FORMATS`` at the end is the one table of record formats (name, file suffixes,
-writer, checker, DALI reader); the data.format choices and every use derive from it.
-A new format is its writer, checker and reader here and one row in the table.
+writer, checker, DALI reader, the data check's Python readers); the data.format choices
+and every use derive from it. A new format is its writer, checker and readers here and
+one row in the table.
 """
 
 import dataclasses
@@ -356,6 +357,64 @@ def check_records(root, split, fmt):
     return FORMATS[fmt].check(index_path, data_path)
 
 
+# ---------------------------------------------------------------- reading (Python)
+# For the data check (data/check.py): each record's label and encoded image, by offset.
+
+
+def recordio_images(data_path, index_path):
+    """(offset, label, encoded image) of each record the index lists."""
+    with open(data_path, "rb") as handle:
+        for fields in read_index_lines(index_path):
+            offset = int(fields[-1])
+            yield (offset,) + _recordio_at(handle, offset, data_path)
+
+
+def recordio_image(data_path, offset):
+    with open(data_path, "rb") as handle:
+        return _recordio_at(handle, offset, data_path)[1]
+
+
+def _recordio_at(handle, offset, path):
+    """(label, encoded image) of the record at ``offset``."""
+    handle.seek(offset)
+    header = handle.read(8)
+    if len(header) < 8 or struct.unpack("<I", header[:4])[0] != RECORDIO_MAGIC:
+        raise DataError(f"{path}: no RecordIO record at byte {offset}; {MAKE_HINT}")
+    length = struct.unpack("<I", header[4:])[0]
+    if length >> 29:  # a record in parts (MXNet's continuation flag): not written here
+        raise DataError(f"{path}: the record at byte {offset} is split in parts; {MAKE_HINT}")
+    payload = handle.read(length)
+    if len(payload) < max(length, 24):
+        raise DataError(f"{path}: truncated in the record at byte {offset}")
+    flag, label = struct.unpack("<If", payload[:8])
+    # flag > 0: that many float labels follow the header, the first is the class
+    if flag:
+        label = struct.unpack("<f", payload[24:28])[0]
+    return int(label), payload[24 + 4 * flag :]
+
+
+def tfrecord_images(data_path, index_path):
+    """(offset, label, encoded image) of each record, its framing and features checked."""
+    with open(data_path, "rb") as handle:
+        for number, (offset, _, data) in enumerate(tfrecord_frames(handle, data_path)):
+            check_example(data, data_path, number)
+            yield (offset,) + _example_image(data)
+
+
+def tfrecord_image(data_path, offset):
+    with open(data_path, "rb") as handle:
+        handle.seek(offset)
+        _, _, data = next(tfrecord_frames(handle, data_path))
+    return _example_image(data)[1]
+
+
+def _example_image(data):
+    """(label, encoded image) of a serialized Example; -1 and b"" where a list is empty."""
+    features = Example.FromString(data).features.feature
+    labels, images = features[LABEL].int64_list.value, features[ENCODED].bytes_list.value
+    return (labels[0] if labels else -1), (images[0] if images else b"")
+
+
 # ---------------------------------------------------------------- reading (DALI)
 
 
@@ -383,18 +442,30 @@ class RecordFormat:
     write: Callable  # (ImageList, path prefix) -> None: the data file and its index
     check: Callable  # (index path, data path) -> number of records, DataError if broken
     read: Callable  # (**DALI reader arguments) -> (encoded images, labels) DALI nodes
+    images: Callable  # (data path, index path) -> (offset, label, encoded image) of each
+    image_at: Callable  # (data path, offset) -> the encoded image of that record
 
 
 FORMATS = {
     f.name: f
     for f in (
-        RecordFormat("recordio", (".rec", ".idx"), write_recordio, count_index, read_recordio),
+        RecordFormat(
+            "recordio",
+            (".rec", ".idx"),
+            write_recordio,
+            count_index,
+            read_recordio,
+            recordio_images,
+            recordio_image,
+        ),
         RecordFormat(
             "tfrecord",
             (".tfrecord", ".tfrecord.idx"),
             write_tfrecord,
             lambda index_path, data_path: check_tfrecord(data_path, index_path),
             read_tfrecord,
+            tfrecord_images,
+            tfrecord_image,
         ),
     )
 }

@@ -12,6 +12,7 @@ import sys
 from paddle_resnet.core import affinity, devices
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
 from paddle_resnet.core.report import Report
+from paddle_resnet.data import check
 from paddle_resnet.data.dali import open_split, train_steps
 from paddle_resnet.data.folder import check_num_classes, check_same_classes
 from paddle_resnet.training import (
@@ -51,6 +52,8 @@ def run(config, report_stream=None, after_training=None):
         )
         start = start_weights.choose(config, classes, training, rank, all_reduce)
         config, run_cfg = start.config, start.config.run  # --from-checkpoint auto resolved
+        # after the quick refusals: on ImageNet it reads 1.3 M headers
+        checked = check.at_start(config, train_split, val_split)
         steps_per_epoch = (
             train_steps(len(train_split), config.data.batch_size, world_size) if training else None
         )
@@ -72,7 +75,7 @@ def run(config, report_stream=None, after_training=None):
             steps_per_epoch=steps_per_epoch,
             class_weights=weights,
         )
-        introduce(session, start.lines)
+        introduce(session, start.lines, checked)
         progress = start_weights.load(session, start)
         prepare.prune(session, progress)
         if rank == 0:
@@ -125,9 +128,10 @@ def open_report(config, rank, stream):
     )
 
 
-def introduce(session, start_lines):
+def introduce(session, start_lines, checked):
     """The first lines of a run: where it starts, its parameters (in the report only),
-    the model, its classes and this process's place."""
+    the model, its classes and this process's place, and what the data check found
+    (``checked``, its counts and notes in the report only)."""
     report, config = session.report, session.config
     for line in start_lines:
         report.print(line)
@@ -152,6 +156,10 @@ def introduce(session, start_lines):
         f"rank {session.rank}/{session.world_size}, {devices.describe(session.device_id)}, "
         f"{ir.label(config)}"
     )
+    if checked:
+        for line in checked.start_lines():
+            report.print(line)
+        report.log("DATA_CHECK", checked.as_dict(), kind="DATA_CHECK", console=False)
 
 
 def work(session, train_split, val_split, start, progress):
