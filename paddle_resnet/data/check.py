@@ -269,7 +269,12 @@ def new_findings(crop_size, fmt):
         Finding(
             "relabelled", "image", "stored under more than one class of a split (the same bytes)"
         ),
-        Finding("imbalance", "split", f"with classes {IMBALANCE_FINDING}:1 or more apart"),
+        Finding(
+            "imbalance",
+            "split",
+            f"with classes {IMBALANCE_FINDING}:1 or more apart (--class-weights balanced "
+            "weighs them evenly in the loss)",
+        ),
         Finding(
             "cmyk",
             "CMYK image",
