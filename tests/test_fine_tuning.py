@@ -107,6 +107,27 @@ def stage_parameters(config, stage):
     return frozen, {p.name: not p.stop_gradient for p in layer.parameters()}
 
 
+def fine_tune(trained, image_root, output_dir, ir_name, **values):
+    """One epoch from the ``trained`` fixture's last weights with ``values`` set; (its
+    config, the start state, the end state)."""
+    start = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model")
+    config = small_config(
+        image_root,
+        output_dir,
+        **{
+            "run.ir": ir_name,
+            "run.epochs": 1,
+            "run.run_scope": "train_only",
+            "run.from_pretrained_params": start,
+            **values,
+        },
+    )
+    train.run(config, report_stream=open(os.devnull, "w"))
+    before = ckpt.read_state(start, optimizer=False)
+    after = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(output_dir), "resnet18", 1))[1]
+    return config, before, after
+
+
 @pytest.mark.parametrize("ir_name", IRS)
 def test_frozen_stages_stay_bit_identical_and_resume_keeps_them(
     ir_name, trained, fmnist_root, tmp_path
@@ -116,23 +137,17 @@ def test_frozen_stages_stay_bit_identical_and_resume_keeps_them(
     frozen weights and batch-norm statistics end bit-identical to the start; the third
     stage's weights too, but not its statistics; the rest moved. A resume with other
     stage settings is refused."""
-    start = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model")
-    config = small_config(
+    config, before, after = fine_tune(
+        trained,
         fmnist_root,
         tmp_path,
+        ir_name,
         **{
-            "run.ir": ir_name,
-            "run.epochs": 1,
-            "run.run_scope": "train_only",
-            "run.from_pretrained_params": start,
             "finetune.frozen_stages": 2,
             "finetune.lr_mult_list": "1,1,1,0,2",
             "loss.class_weights": "balanced",
         },
     )
-    train.run(config, report_stream=open(os.devnull, "w"))
-    before = ckpt.read_state(start, optimizer=False)
-    after = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(tmp_path), "resnet18", 1))[1]
     frozen, layer3 = stage_parameters(config, "layer3")
     # the stem's convolution and batch norm (weight, bias, mean, variance): 5; layer1's two
     # blocks of two of each: 20; layer2's too and its downsampling pair: 25
@@ -174,23 +189,13 @@ def test_frozen_backbone_keeps_its_2to4_pruned_weights(ir_name, trained, fmnist_
     """--asp --prune-model with the whole backbone frozen (--frozen-stages 4: the
     classifier trains alone): every backbone weight ends as the pruned start, the
     loaded weight times its mask, bit for bit; batch-norm statistics as loaded."""
-    start = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model")
-    config = small_config(
+    config, before, after = fine_tune(
+        trained,
         fmnist_root,
         tmp_path,
-        **{
-            "run.ir": ir_name,
-            "run.epochs": 1,
-            "run.run_scope": "train_only",
-            "run.from_pretrained_params": start,
-            "finetune.frozen_stages": 4,
-            "asp.enabled": True,
-            "asp.prune_model": True,
-        },
+        ir_name,
+        **{"finetune.frozen_stages": 4, "asp.enabled": True, "asp.prune_model": True},
     )
-    train.run(config, report_stream=open(os.devnull, "w"))
-    before = ckpt.read_state(start, optimizer=False)
-    after = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(tmp_path), "resnet18", 1))[1]
     frozen, _ = stage_parameters(config, "layer4")
     masked = [name for name in frozen if name + MASK_SUFFIX in after]
     assert len(masked) >= 19  # the 3x3 and downsampling convolutions of 4+ input channels
