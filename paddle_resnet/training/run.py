@@ -14,7 +14,7 @@ from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
 from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import open_split, train_steps
 from paddle_resnet.data.folder import check_num_classes, check_same_classes
-from paddle_resnet.training import distributed, ir, prepare, run_folder, start_weights
+from paddle_resnet.training import cpu_kernels, distributed, ir, prepare, run_folder, start_weights
 from paddle_resnet.training.benchmark import benchmark
 from paddle_resnet.training.epochs import train_epochs
 from paddle_resnet.training.loop import evaluate
@@ -39,7 +39,11 @@ def run(config, report_stream=None, after_training=None):
         place, device_id, all_reduce = this_process(run_cfg, world_size)
         train_split, val_split, classes = open_data(config, training, evaluating)
         start = start_weights.choose(config, classes, training, rank, all_reduce)
-        config, run_cfg = start.config, start.config.run  # --from-checkpoint auto resolved
+        # --from-checkpoint auto resolved, and the CPU kernels where unset
+        config, kernels = (
+            cpu_kernels.resolved(start.config, world_size) if training else (start.config, None)
+        )
+        run_cfg = config.run
         steps_per_epoch = (
             train_steps(len(train_split), config.data.batch_size, world_size) if training else None
         )
@@ -60,7 +64,7 @@ def run(config, report_stream=None, after_training=None):
             classes=classes,
             steps_per_epoch=steps_per_epoch,
         )
-        introduce(session, start.lines)
+        introduce(session, start.lines, kernels)
         progress = start_weights.load(session, start)
         prepare.prune(session, progress)
         if rank == 0:
@@ -113,16 +117,19 @@ def open_report(config, rank, stream):
     )
 
 
-def introduce(session, start_lines):
+def introduce(session, start_lines, kernels):
     """The first lines of a run: where it starts, its parameters (in the report only),
-    the model, its classes and this process's place."""
+    the CPU kernels where they were chosen for it (``cpu_kernels.Choice`` or None), the
+    model, its classes and this process's place."""
     report, config = session.report, session.config
     for line in start_lines:
         report.print(line)
-    # the IR chosen (``run.ir`` unset: ``ir.chosen``), beside the configuration
-    report.log(
-        "PARAMETER", dict(config.to_dict(), ir=ir.record(config)), kind="PARAMETER", console=False
-    )
+    # the IR chosen (``run.ir`` unset: ``ir.chosen``) and the kernels, beside the configuration
+    parameters = dict(config.to_dict(), ir=ir.record(config))
+    if kernels:
+        parameters["cpu_kernels"] = kernels.record()
+        report.print(kernels.line())
+    report.log("PARAMETER", parameters, kind="PARAMETER", console=False)
     note = ir.legacy_note(config)
     if note:
         report.print(note)
