@@ -229,8 +229,9 @@ class RunConfig:
         None,
         "--cpu-onednn",
         "oneDNN kernels for the convolutions and ReLUs of CPU training "
-        "(--no-cpu-onednn: Paddle's plain kernels; unset: on for NCHW crops up to 64 px, where it "
-        "was measured faster, off above; no effect on GPUs)",
+        "(--no-cpu-onednn: Paddle's plain kernels; unset: whichever trains this model and shape "
+        "faster on this machine, measured once and kept in ~/.cache/paddle-resnet; "
+        "no effect on GPUs)",
         resume_may_change=True,
     )
     cpu_affinity: bool = key(
