@@ -20,8 +20,8 @@ import sys
 
 os.environ["FLAGS_enable_pir_api"] = "1"
 
-import numpy as np  # noqa: E402
-import paddle  # noqa: E402
+import numpy as np
+import paddle
 
 
 def rewrite_to_bf16_onednn(program):
