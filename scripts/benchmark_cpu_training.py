@@ -17,7 +17,9 @@ contenders' slices, with its spread (``core/interleave.py``). The contenders:
 - ``bf16``: ``--amp --amp-dtype bfloat16`` (Paddle 3, a CPU with AVX512-BF16 or AMX);
 - ``torch_fp32`` and ``torch_bf16``: PyTorch eager, fp32, and bf16 autocast with
   channels-last tensors (Intel's recipe for its CPUs).
-With ``--profile`` the Paddle contenders run once more under Paddle's profiler and the share
+With ``--process`` the contenders are instead the default one under the settings Intel's
+CPU training scripts give the process (a preloaded allocator, OpenMP affinity, oneDNN's
+primitive cache), each against none. With ``--profile`` the Paddle contenders run once more under Paddle's profiler and the share
 of each op type in the step is recorded. Writes a table and --output (JSON).
 """
 
@@ -56,6 +58,20 @@ TORCH_VARIANTS = ("torch_fp32", "torch_bf16")
 # beside its own, PyTorch's bf16 training ran at a twentieth of its speed: 11 against 213
 # img/s, ResNet-18 at 32 px)
 TORCH_PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_training_peer.py")
+# --process: the settings Intel's CPU training scripts give the process, each on the
+# default contender, against none (Debian's allocators: libtcmalloc-minimal4, libjemalloc2)
+LIBRARIES = "/usr/lib/x86_64-linux-gnu"
+PROCESS_SETTINGS = {
+    "none": {},
+    "tcmalloc": {"LD_PRELOAD": f"{LIBRARIES}/libtcmalloc_minimal.so.4"},
+    "jemalloc": {"LD_PRELOAD": f"{LIBRARIES}/libjemalloc.so.2"},
+    "affinity": {
+        "KMP_AFFINITY": "granularity=fine,compact,1,0",
+        "OMP_PROC_BIND": "close",
+        "OMP_PLACES": "cores",
+    },
+    "primitive cache": {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "4096"},
+}
 # (numerator, denominator) of the ratios recorded
 RATIOS = (
     ("default", "torch_fp32"),
@@ -192,12 +208,13 @@ def measure_setting(setting, names, args):
         }
         for name in names
     }
+    pairs = [(name, "none") for name in names[1:]] if args.process else RATIOS
     row["ratios"] = {
         f"{a}/{b}": interleave.paired_ratio(speeds[a], speeds[b])
-        for a, b in RATIOS
+        for a, b in pairs
         if a in speeds and b in speeds
     }
-    if args.profile:
+    if args.profile and not args.process:
         row["op_shares"] = {}
         for name in paddle_variants():
             profiled = start_worker(name, setting, args, profile=True)
@@ -213,6 +230,12 @@ def main():
     parser.add_argument("--slice-seconds", type=float, default=5.0)
     parser.add_argument("--profile", action="store_true", help="record Paddle's op shares")
     parser.add_argument(
+        "--process",
+        action="store_true",
+        help="instead: the default contender under each of PROCESS_SETTINGS (allocators, "
+        "OpenMP affinity, oneDNN's primitive cache) against none",
+    )
+    parser.add_argument(
         "--torch-python",
         default=sys.executable,
         help="the interpreter of the PyTorch contenders (PyTorch 2.13's CPU build)",
@@ -223,7 +246,7 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    names = paddle_variants() + list(TORCH_VARIANTS)
+    names = list(PROCESS_SETTINGS) if args.process else paddle_variants() + list(TORCH_VARIANTS)
     results = []
     for setting in map(parse_setting, args.settings.split(",")):
         row = measure_setting(setting, names, args)
