@@ -170,11 +170,19 @@ def serve(step, params, about, batch, profile):
 
 
 def start_worker(name, setting, args, profile=False):
+    """The contender ``name``: a variant, or with --process a process setting of the
+    default contender."""
+    if name in PROCESS_SETTINGS:
+        environ = dict(os.environ, **PROCESS_SETTINGS[name])
+        return interleave.SliceWorker(worker_command("default", setting, args), env=environ)
+    return interleave.SliceWorker(worker_command(name, setting, args) + ["--profile"] * profile)
+
+
+def worker_command(name, setting, args):
     script = (
         [args.torch_python, TORCH_PEER] if name in TORCH_VARIANTS else [sys.executable, __file__]
     )
-    command = [*script, "--worker", name, "--setting", ":".join(map(str, setting))]
-    return interleave.SliceWorker(command + (["--profile"] if profile else []))
+    return [*script, "--worker", name, "--setting", ":".join(map(str, setting))]
 
 
 def parse_setting(text):
