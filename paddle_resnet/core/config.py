@@ -560,9 +560,10 @@ class InferenceConfig:
     backend: str = key(
         "auto",
         "--backend",
-        "predictor backend, a name in deploy/backends.py (auto: trt on GPU machines, cpu "
-        "otherwise; cpu is Paddle Inference with oneDNN; openvino and onnxruntime need "
-        "pip install openvino / onnxruntime)",
+        "predictor backend, a name in deploy/backends.py (auto: trt on GPU machines; on "
+        "CPUs openvino where it is installed and the export was verified on it "
+        "(export_model.py --verify-images), cpu otherwise; cpu is Paddle Inference with "
+        "oneDNN; openvino and onnxruntime need pip install openvino / onnxruntime)",
         tools=INFERENCE,
     )
     mode: str = key(
