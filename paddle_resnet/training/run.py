@@ -128,6 +128,7 @@ def introduce(session, start_lines, kernels):
     parameters = dict(config.to_dict(), ir=ir.record(config))
     if kernels:
         parameters["cpu_kernels"] = kernels.record()
+    if kernels and kernels.how != "pinned":  # a pin is the environment's own word
         report.print(kernels.line())
     report.log("PARAMETER", parameters, kind="PARAMETER", console=False)
     note = ir.legacy_note(config)
