@@ -2,8 +2,8 @@
 builds) runs oneDNN's fp32 primitive, behind bf16-to-fp32 reorders, unless the oneDNN op
 carries ``onednn_data_type="bfloat16"``.
 
-    ONEDNN_VERBOSE=1 python scripts/repro/pir_bf16_conv_runs_fp32.py            # Paddle's lowering
-    ONEDNN_VERBOSE=1 python scripts/repro/pir_bf16_conv_runs_fp32.py --rewrite  # the attribute set
+    ONEDNN_VERBOSE=1 python docs/repro/pir_bf16_conv_runs_fp32.py            # Paddle's lowering
+    ONEDNN_VERBOSE=1 python docs/repro/pir_bf16_conv_runs_fp32.py --rewrite  # the attribute set
 
 The plain CPU kernel of ``conv2d`` has no bf16; the executor falls back to the oneDNN one,
 whose ``ConvOneDNNHandlerT`` takes the primitive's data type from the attribute, not from
