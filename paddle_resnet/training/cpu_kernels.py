@@ -92,10 +92,20 @@ def cache_key(config):
     model, data = config.model, config.data
     shape = "x".join(map(str, input_shape(config)))
     return (
-        f"{devices.cpu_model()} | Paddle {paddle.__version__} | {ir.chosen(config)[0]} | "
+        f"{devices.cpu_model()} {_isa()} | Paddle {paddle.__version__} | {ir.chosen(config)[0]} | "
         f"{model.arch} {model.num_classes} classes | {shape} {model.data_layout} | "
         f"batch {data.batch_size} | {os.environ.get('OMP_NUM_THREADS', '?')} threads"
     )
+
+
+def _isa():
+    """The widest instruction set oneDNN can use here (a virtual machine's model name may
+    hide it: "Intel(R) Xeon(R) Processor")."""
+    flags = devices.cpu_flags()
+    for name, flag in (("AMX", "amx_bf16"), ("AVX-512", "avx512f"), ("AVX2", "avx2")):
+        if flag in flags:
+            return name
+    return "SSE"
 
 
 def cache_path():
