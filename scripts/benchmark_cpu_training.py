@@ -42,7 +42,7 @@ import paddle.profiler as profiler
 from paddle_resnet.core import devices, feeds, interleave, paddle_internals
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import build_config
-from paddle_resnet.core.errors import exit_status
+from paddle_resnet.core.errors import UserError, exit_status
 from paddle_resnet.core.interleave import READY
 from paddle_resnet.training import cpu_kernels, ir
 from paddle_resnet.training import programs as program
@@ -228,6 +228,13 @@ def measure_setting(setting, args):
         if args.process
         else [pair for pair in PAIRS if set(pair) <= names]
     )
+    missing = [env["LD_PRELOAD"] for env in PROCESS_SETTINGS.values() if "LD_PRELOAD" in env]
+    missing = [path for path in missing if args.process and not os.path.exists(path)]
+    if missing:
+        raise UserError(
+            f"--process preloads {missing[0]}, which is missing: "
+            "apt-get install libtcmalloc-minimal4 libjemalloc2"
+        )
     arch, size, batch = setting
     row = {"arch": arch, "size": size, "batch": batch, "pairs": {}}
     for pair in pairs:
