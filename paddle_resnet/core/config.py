@@ -277,7 +277,7 @@ class RunConfig:
         "Paddle's static graph to build on: legacy (Fleet's AMP, ASP, QAT and data "
         "parallelism; the only one on Paddle 2.6) or pir (Paddle 3.x; the toolkit's own "
         "2:4 masks, int8 through model.onnx; exports inference.json); unset: pir on Paddle "
-        "3 but for GPUs, multi-process CPU jobs at crops up to 64 px and legacy-only "
+        "3 but for GPUs, multi-process CPU jobs and legacy-only "
         "options, each said in one line",
         choices=IRS,
         resume_may_change=True,
