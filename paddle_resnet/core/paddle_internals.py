@@ -213,32 +213,7 @@ def _onednn_relu_grad(ctx):
     )
 
 
-def _onednn_cast(ctx):
-    """pd_op.cast between float32 and bfloat16 activations (a batch dimension) to oneDNN's,
-    a reorder. The weights' casts stay plain: oneDNN's raised ``dnnl::error`` on a filter
-    gradient in the blocked layout ``conv2d_grad`` leaves it in."""
-    source = ctx.SourcePattern()
-    source.Op("pd_op.cast", {"dtype": source.Attr("dtype")})(
-        [source.Tensor("x")], [source.Tensor("out")]
-    )
-    source.AddConstraint(
-        lambda match: (
-            {_dtype_name(match.Tensor("x")), _dtype_name(match.Tensor("out"))}
-            == {"float32", "bfloat16"}
-            and match.Tensor("x").shape[0] == -1
-        )
-    )
-    result = source.ResultPattern()
-    attrs = {
-        "dtype": source.Attr("dtype"),
-        "mkldnn_data_type": result.StrAttr("float32"),
-        "onednn_data_type": result.StrAttr(""),
-    }
-    result.Op("onednn_op.cast", attrs)([result.Tensor("x")], [result.Tensor("out")])
-
-
 _ONEDNN_PATTERNS = {
-    "cast": (_onednn_cast,),
     "conv2d": (
         functools.partial(_onednn_conv2d, dtype="float32"),
         functools.partial(_onednn_conv2d, dtype="bfloat16"),
@@ -247,11 +222,6 @@ _ONEDNN_PATTERNS = {
     "relu": (_onednn_relu,),
     "relu_grad": (_onednn_relu_grad,),
 }
-
-
-# Op types of which only some ops move (the patterns' constraints): casts between fp32 and
-# bf16 activations; the rest (of labels, of weights) stay plain.
-_ONEDNN_SOME_OPS = {"cast"}
 
 
 def _register_onednn_dialect():
@@ -278,8 +248,7 @@ def onednn_ops_on_pir(program, op_types):
             passes.register_pass(f"paddle_resnet_onednn_{op_type}_{index}", ctx)
     passes.run(program)
     names = [op.name() for op in program.global_block().ops]
-    whole = {f"pd_op.{t}" for t in op_types if t not in _ONEDNN_SOME_OPS}
-    left = [n for n in names if not n or n in whole]
+    left = [n for n in names if not n or n in {f"pd_op.{t}" for t in op_types}]
     if left:
         raise RuntimeError(f"oneDNN rewrite left {len(left)} ops ({left[0]!r})")
     return sum(n.startswith("onednn_op.") for n in names)

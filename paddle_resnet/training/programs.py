@@ -22,7 +22,7 @@ from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.metrics import top_k
 from paddle_resnet.models import build_model, model_entry
 from paddle_resnet.training import distributed, gpu_tuning, ir, pir_strategies
-from paddle_resnet.training.onednn import mark_for_onednn, onednn_wanted, training_ops
+from paddle_resnet.training.onednn import mark_for_onednn, onednn_wanted
 from paddle_resnet.training.optim import StepwiseLR, build_optimizer, set_weight_decay
 from paddle_resnet.training.qat import FLEET_QAT_CONFIGS, name_qat_variables
 from paddle_resnet.training.sparsity.masks import enforce_masks, excluded_parameters
@@ -317,5 +317,5 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
         # Not the eval program: oneDNN's inference-mode convolutions cache their reordered
         # weights, and evaluation between epochs then saw stale ones (measured: 61 % top-1
         # where the same checkpoint evaluated plain gave 85 %).
-        mark_for_onednn(main, training_ops(config))
+        mark_for_onednn(main)
     return programs
