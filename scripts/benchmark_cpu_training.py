@@ -1,14 +1,28 @@
-"""CPU training speed: Paddle static (plain kernels, oneDNN) against PyTorch eager.
+"""CPU training speed: the toolkit's default (what a bare ``train.py`` chooses) and its
+variants against PyTorch eager, fp32 and bf16 channels-last, in one interleaved run.
 
-    .venv/bin/pip install -r requirements-tools.txt
-    .venv/bin/python scripts/benchmark_cpu_training.py --profile
+    .venv-paddle3/bin/python scripts/benchmark_cpu_training.py   # benchmarks/cpu_training_paddle3.json
+    .venv/bin/python scripts/benchmark_cpu_training.py           # benchmarks/cpu_training_paddle2.json
 
-Same architecture (parameter counts checked equal), batch, resolution, threads and
-random data for every contender. Each run is a fresh process; the contenders run
-in ABBA order (plain, oneDNN, PyTorch, PyTorch, oneDNN, plain) and each gets the
-mean of its two runs, so drift of a shared machine falls on all alike. With
-``--profile`` the Paddle variants run once more under Paddle's profiler and the
-share of each op type in the step is recorded. Writes a table and --output (JSON).
+(PyTorch 2.13's CPU build: requirements-test.txt installs it; ``--torch-python`` names
+another interpreter that has it.) Same architecture (parameter counts checked
+equal), batch, resolution, threads and random data for every contender. Each contender
+is a process of its own, built once. The pairs compared (``PAIRS``) take their turns one
+pair after the other: the two processes of a pair run slices of ``--slice-seconds`` in
+turn (A B A B ...), so that a shared machine's load falls on the slices side by side, and
+the pair's ratio is the median of its per-round ratios, with their spread
+(``core/interleave.py``); two processes alive at a time keep ResNet-50 at 224 px within
+the memory of a small machine. The contenders:
+- ``default``: a bare ``train.py`` (its IR, and its CPU kernels as ``cpu_kernels.py``
+  measures or finds them in the cache; the line it prints is recorded);
+- ``plain`` and ``onednn``: the same IR with ``--no-cpu-onednn`` and ``--cpu-onednn``;
+- ``bf16``: ``--amp --amp-dtype bfloat16`` (Paddle 3, a CPU with AVX512-BF16 or AMX);
+- ``torch_fp32`` and ``torch_bf16``: PyTorch eager, fp32, and bf16 autocast with
+  channels-last tensors (Intel's recipe for its CPUs).
+With ``--process`` the contenders are instead the default one under the settings Intel's
+CPU training scripts give the process (a preloaded allocator, OpenMP affinity, oneDNN's
+primitive cache), each against none. With ``--profile`` the Paddle contenders run once more under Paddle's profiler and the share
+of each op type in the step is recorded. Writes a table and --output (JSON).
 """
 
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
@@ -18,7 +32,6 @@ import collections
 import glob
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -26,18 +39,52 @@ import numpy as np
 import paddle
 import paddle.profiler as profiler
 
-from paddle_resnet.core.errors import exit_status
-from paddle_resnet.core import feeds
-from paddle_resnet.training import prepare
+from paddle_resnet.core import devices, feeds, interleave, paddle_internals
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import build_config
-from paddle_resnet.core.metrics import latency_summary, time_steps
-from paddle_resnet.core.optional import require
+from paddle_resnet.core.errors import UserError, exit_status
+from paddle_resnet.core.interleave import READY
+from paddle_resnet.training import cpu_kernels, ir, prepare
+from paddle_resnet.training import programs as program
+from paddle_resnet.training.onednn import onednn_wanted
 
-SETTINGS = "resnet50:224:16,resnet18:32:64,resnet50:32:64"
-# name -> (model.data_layout, run.cpu_onednn) for the Paddle contenders
-PADDLE_VARIANTS = {"paddle_plain": ("NCHW", False), "paddle_onednn": ("NCHW", True)}
-ORDER = ("paddle_plain", "paddle_onednn", "torch", "torch", "paddle_onednn", "paddle_plain")
+SETTINGS = "resnet18:32:64,resnet50:224:16"
+# contender -> the config values it adds to a bare run's
+PADDLE_VARIANTS = {
+    "default": {},
+    "plain": {"run.cpu_onednn": False},
+    "onednn": {"run.cpu_onednn": True},
+    "bf16": {"amp.enabled": True, "amp.dtype": "bfloat16"},
+}
+TORCH_VARIANTS = ("torch_fp32", "torch_bf16")
+# The PyTorch contenders' script: a process without Paddle (with Paddle's libraries loaded
+# beside its own, PyTorch's bf16 training ran at a twentieth of its speed: 11 against 213
+# img/s, ResNet-18 at 32 px)
+TORCH_PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_training_peer.py")
+# --process: the settings Intel's CPU training scripts give the process, each on the
+# default contender, against none (Debian's allocators: libtcmalloc-minimal4, libjemalloc2)
+LIBRARIES = "/usr/lib/x86_64-linux-gnu"
+PROCESS_SETTINGS = {
+    "none": {},
+    "tcmalloc": {"LD_PRELOAD": f"{LIBRARIES}/libtcmalloc_minimal.so.4"},
+    "jemalloc": {"LD_PRELOAD": f"{LIBRARIES}/libjemalloc.so.2"},
+    "affinity": {
+        "KMP_AFFINITY": "granularity=fine,compact,1,0",
+        "OMP_PROC_BIND": "close",
+        "OMP_PLACES": "cores",
+    },
+    "primitive cache": {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "4096"},
+}
+# The pairs compared, (numerator, denominator), each in turns of its own: two processes
+# alive at a time (six ResNet-50 trainers at 224 px at once took more than the 24 GB of
+# the 2-core machine: one was killed by the kernel).
+PAIRS = (
+    ("default", "torch_fp32"),
+    ("plain", "torch_fp32"),
+    ("onednn", "torch_fp32"),
+    ("bf16", "torch_bf16"),
+    ("bf16", "default"),
+)
 
 
 def classes_for(size):
@@ -45,93 +92,44 @@ def classes_for(size):
     return 1000 if size >= 128 else 10
 
 
-def paddle_trainer(variant, arch, size, batch):
-    """(one training step as a function, trainable parameter count) for a Paddle variant."""
-    layout, onednn = PADDLE_VARIANTS[variant]
-    config = build_config(
-        {
-            "model.arch": arch,
-            "model.num_classes": classes_for(size),
-            "data.crop_size": size,
-            "data.batch_size": batch,
-            "model.data_layout": layout,
-            "run.cpu_onednn": onednn,
-        }
-    )
+def paddle_variants():
+    """The Paddle contenders this machine runs: bf16 on Paddle 3 where the CPU has it."""
+    bf16 = paddle_internals.PADDLE3 and paddle_internals.supports_bf16()
+    return [name for name in PADDLE_VARIANTS if name != "bf16" or bf16]
+
+
+def paddle_config(variant, arch, size, batch):
+    """(the Config of a Paddle contender, what it runs): a bare train.py's with the
+    contender's flags, its CPU kernels decided as train.py decides them."""
+    values = {
+        "model.arch": arch,
+        "model.num_classes": classes_for(size),
+        "data.crop_size": size,
+        "data.resize_short": size,
+        "data.batch_size": batch,
+        **PADDLE_VARIANTS[variant],
+    }
+    config, kernels = cpu_kernels.resolved(build_config(values), world_size=1)
+    about = {"ir": ir.chosen(config)[0], "onednn": bool(onednn_wanted(config))}
+    if kernels:
+        about["kernels"] = kernels.line()
+    return config, about
+
+
+def paddle_trainer(config):
+    """(one training step, trainable parameter count) of ``config``'s train program, on
+    its IR (selected by the caller)."""
+    batch = config.data.batch_size
     # the programs a training run of this config prepares, one process
     programs, exe = prepare.ready_for_weights(config, True, 1, 1000, paddle.CPUPlace())
     rng = np.random.default_rng(0)
-    shape = [batch, 3, size, size] if layout == "NCHW" else [batch, size, size, 3]
     feed = {
-        feeds.IMAGE: rng.standard_normal(shape).astype("float32"),
-        feeds.LABEL: rng.integers(0, classes_for(size), (batch, 1)).astype("int64"),
+        feeds.IMAGE: rng.standard_normal([batch, *program.input_shape(config)]).astype("float32"),
+        feeds.LABEL: rng.integers(0, config.model.num_classes, (batch, 1)).astype("int64"),
     }
     loss = programs.train_fetches["loss"]
-    count = sum(int(np.prod(p.shape)) for p in programs.train.all_parameters() if p.trainable)
+    count = sum(int(np.prod(p.shape)) for p in ir.parameters(programs.train) if p.trainable)
     return (lambda: exe.run(programs.train, feed=feed, fetch_list=[loss])), count
-
-
-def torch_trainer(arch, size, batch):
-    """(one eager training step, trainable parameter count): ResNet v1.5, SGD momentum."""
-    torch = require("torch", "the PyTorch peer of this benchmark")
-    torch.manual_seed(0)
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    model = torch_resnet(torch, arch, classes_for(size))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    images = torch.randn(batch, 3, size, size)
-    labels = torch.randint(0, classes_for(size), (batch,))
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(images), labels, label_smoothing=0.1).backward()
-        optimizer.step()
-
-    return step, sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def torch_resnet(torch, arch, num_classes):
-    """ResNet v1.5 (stride on the 3x3) in PyTorch, as torchvision defines it; written
-    out because torchvision's CPU wheel is not on PyPI. Parameter counts are checked
-    against the Paddle model's."""
-    nn = torch.nn
-    depths = {"resnet18": ("basic", [2, 2, 2, 2]), "resnet50": ("bottleneck", [3, 4, 6, 3])}
-    kind, blocks = depths[arch]
-    expansion = 4 if kind == "bottleneck" else 1
-
-    def conv_bn(cin, cout, k, stride=1, relu=True):
-        layers = [nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout)]
-        return layers + [nn.ReLU(inplace=True)] if relu else layers
-
-    class Block(nn.Module):
-        def __init__(self, cin, width, stride):
-            super().__init__()
-            cout = width * expansion
-            if kind == "bottleneck":
-                body = (
-                    conv_bn(cin, width, 1)
-                    + conv_bn(width, width, 3, stride)
-                    + conv_bn(width, cout, 1, relu=False)
-                )
-            else:
-                body = conv_bn(cin, width, 3, stride) + conv_bn(width, cout, 3, relu=False)
-            self.body = nn.Sequential(*body)
-            self.shortcut = (
-                nn.Sequential(*conv_bn(cin, cout, 1, stride, relu=False))
-                if stride != 1 or cin != cout
-                else nn.Identity()
-            )
-
-        def forward(self, x):
-            return torch.relu(self.body(x) + self.shortcut(x))
-
-    layers, cin = conv_bn(3, 64, 7, 2) + [nn.MaxPool2d(3, 2, 1)], 64
-    for stage, count in enumerate(blocks):
-        width = 64 * 2**stage
-        for index in range(count):
-            layers.append(Block(cin, width, 2 if index == 0 and stage > 0 else 1))
-            cin = width * expansion
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes)]
-    return nn.Sequential(*layers)
 
 
 def op_shares(step, steps):
@@ -156,37 +154,38 @@ def op_shares(step, steps):
 
 
 def worker(args):
-    """One contender in this process; prints its result as one JSON line."""
+    """One contender in this process: built, then slices on request (``serve_slices``),
+    or with --profile its op shares as one JSON line."""
     arch, size, batch = args.setting
-    if args.worker == "torch":
-        step, params = torch_trainer(arch, size, batch)
-    else:
-        step, params = paddle_trainer(args.worker, arch, size, batch)
-    if args.profile:
+    config, about = paddle_config(args.worker, arch, size, batch)
+    with ir.selected(config):
+        step, params = paddle_trainer(config)
+        return serve(step, params, about, batch, args.profile)
+
+
+def serve(step, params, about, batch, profile):
+    step()  # warm-up
+    if profile:
         step()
         print(json.dumps({"op_shares": op_shares(step, 2)}))
         return
-    seconds = time_steps(step, args.warmup, args.steps)
-    print(json.dumps({"ips": latency_summary(batch, seconds)["ips"], "parameters": params}))
+    interleave.serve_slices(step, batch, {"parameters": params, **about})
 
 
-def run_worker(name, setting, args, profile=False):
-    command = [
-        sys.executable,
-        __file__,
-        "--worker",
-        name,
-        "--setting",
-        ":".join(map(str, setting)),
-        "--steps",
-        str(args.steps),
-        "--warmup",
-        str(args.warmup),
-    ]
-    out = subprocess.run(
-        command + (["--profile"] if profile else []), capture_output=True, text=True, check=True
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+def start_worker(name, setting, args, profile=False):
+    """The contender ``name``: a variant, or with --process a process setting of the
+    default contender."""
+    if name in PROCESS_SETTINGS:
+        environ = dict(os.environ, **PROCESS_SETTINGS[name])
+        return interleave.SliceWorker(worker_command("default", setting, args), env=environ)
+    return interleave.SliceWorker(worker_command(name, setting, args) + ["--profile"] * profile)
+
+
+def worker_command(name, setting, args):
+    script = (
+        [args.torch_python, TORCH_PEER] if name in TORCH_VARIANTS else [sys.executable, __file__]
+    )
+    return [*script, "--worker", name, "--setting", ":".join(map(str, setting))]
 
 
 def parse_setting(text):
@@ -194,56 +193,106 @@ def parse_setting(text):
     return arch, int(size), int(batch)
 
 
+def measure_pair(pair, setting, args):
+    """Two contenders started, then ``args.rounds`` rounds of their slices, A B A B; their
+    entry of the JSON: each one's speed and the paired ratio."""
+    workers = {}
+    try:
+        for name in pair:  # one at a time: each one's build runs alone
+            workers[name] = start_worker(name, setting, args)
+        counts = {w.info["parameters"] for w in workers.values()}
+        if len(counts) != 1:
+            raise SystemExit(f"parameter counts differ: {counts}")
+        speeds = interleave.alternate(workers, args.rounds, args.slice_seconds)
+    finally:
+        for worker_process in workers.values():
+            worker_process.close()
+    entry = {
+        name: {
+            "ips": interleave.median_speed(speeds[name]),
+            "ips_slices": [round(s, 2) for s in speeds[name]],
+            "about": {k: v for k, v in workers[name].info.items() if k != READY},
+        }
+        for name in pair
+    }
+    return dict(entry, ratio=interleave.paired_ratio(*(speeds[name] for name in pair)))
+
+
+def measure_setting(setting, args):
+    """One setting: each pair in its turns; the row of the JSON (``ratios``: each pair's
+    median paired ratio and spread; ``pairs``: the contenders' speeds beside it)."""
+    names = set(paddle_variants()) | set(TORCH_VARIANTS) | set(PROCESS_SETTINGS)
+    pairs = (
+        [(name, "none") for name in list(PROCESS_SETTINGS)[1:]]
+        if args.process
+        else [pair for pair in PAIRS if set(pair) <= names]
+    )
+    missing = [env["LD_PRELOAD"] for env in PROCESS_SETTINGS.values() if "LD_PRELOAD" in env]
+    missing = [path for path in missing if args.process and not os.path.exists(path)]
+    if missing:
+        raise UserError(
+            f"--process preloads {missing[0]}, which is missing: "
+            "apt-get install libtcmalloc-minimal4 libjemalloc2"
+        )
+    arch, size, batch = setting
+    row = {"arch": arch, "size": size, "batch": batch, "pairs": {}}
+    for pair in pairs:
+        row["pairs"]["/".join(pair)] = measure_pair(pair, setting, args)
+        print(f"  {'/'.join(pair)}: {pair_line(row['pairs']['/'.join(pair)], pair)}", flush=True)
+    row["ratios"] = {name: entry["ratio"] for name, entry in row["pairs"].items()}
+    if args.profile and not args.process:
+        row["op_shares"] = {}
+        for name in paddle_variants():
+            profiled = start_worker(name, setting, args, profile=True)
+            row["op_shares"][name] = profiled.info["op_shares"]
+            profiled.close()
+    return row
+
+
+def pair_line(entry, pair):
+    ratio = entry["ratio"]
+    speeds = ", ".join(f"{name} {entry[name]['ips']} img/s" for name in pair)
+    return f"{ratio['median']}x ({ratio['min']}-{ratio['max']}; {speeds})"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settings", default=SETTINGS, help="arch:size:batch,...")
-    parser.add_argument("--steps", type=int, default=6, help="timed steps per run")
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=8, help="slices of each contender")
+    parser.add_argument("--slice-seconds", type=float, default=5.0)
     parser.add_argument("--profile", action="store_true", help="record Paddle's op shares")
-    parser.add_argument("--output", default="benchmarks/cpu_training.json")
-    parser.add_argument("--worker", choices=[*PADDLE_VARIANTS, "torch"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--process",
+        action="store_true",
+        help="instead: the default contender under each of PROCESS_SETTINGS (allocators, "
+        "OpenMP affinity, oneDNN's primitive cache) against none",
+    )
+    parser.add_argument(
+        "--torch-python",
+        default=sys.executable,
+        help="the interpreter of the PyTorch contenders (PyTorch 2.13's CPU build)",
+    )
+    parser.add_argument(
+        "--output", default=f"benchmarks/cpu_training_paddle{paddle.__version__.split('.')[0]}.json"
+    )
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--setting", type=parse_setting, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    require("torch", "the PyTorch peer of this benchmark")
     results = []
     for setting in map(parse_setting, args.settings.split(",")):
-        runs = collections.defaultdict(list)
-        for name in ORDER:
-            result = run_worker(name, setting, args)
-            runs[name].append(result["ips"])
-            runs[name + "_parameters"] = result["parameters"]
-        if len({runs[name + "_parameters"] for name in ORDER}) != 1:
-            raise SystemExit(f"parameter counts differ: {dict(runs)}")
-        arch, size, batch = setting
-        row = {"arch": arch, "size": size, "batch": batch, "parameters": runs["torch_parameters"]}
-        for name in dict.fromkeys(ORDER):
-            row[name + "_ips_runs"] = [round(ips, 2) for ips in runs[name]]
-            row[name + "_ips"] = round(float(np.mean(runs[name])), 2)
-        row["onednn_vs_plain"] = round(row["paddle_onednn_ips"] / row["paddle_plain_ips"], 3)
-        row["onednn_vs_torch"] = round(row["paddle_onednn_ips"] / row["torch_ips"], 3)
-        if args.profile:
-            row["op_shares"] = {
-                name: run_worker(name, setting, args, profile=True)["op_shares"]
-                for name in PADDLE_VARIANTS
-            }
-        results.append(row)
-        print(
-            f"{arch} {size}px batch {batch}: plain {row['paddle_plain_ips']} img/s, "
-            f"oneDNN {row['paddle_onednn_ips']}, PyTorch {row['torch_ips']} -> oneDNN "
-            f"{row['onednn_vs_plain']}x plain, {row['onednn_vs_torch']}x PyTorch",
-            flush=True,
-        )
+        print(f"{':'.join(map(str, setting))} (arch:size:batch)", flush=True)
+        results.append(measure_setting(setting, args))
     record = {
+        "cpu": devices.cpu_model(),
         "threads": available_cores(),
         "paddle": paddle.__version__,
-        "torch": require("torch", "").__version__,
-        "order": ORDER,
-        "steps": args.steps,
-        "warmup": args.warmup,
+        "rounds": args.rounds,
+        "slice_seconds": args.slice_seconds,
         "results": results,
     }
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as out:
         json.dump(record, out, indent=1)
     print(f"wrote {args.output}")

@@ -27,12 +27,14 @@ LATENCY and THROUGHPUT hints runs that batch faster in a short trial (the winner
 recorded). Plain OpenVINO on the export's int8 model.onnx is also run: not a peer (the
 scales are the toolkit's), but the same file as the toolkit's OpenVINO int8.
 
-Each of --repeats rounds runs every runtime once per batch size, interleaved, and the
-medians are reported, so a shared machine's drift falls on all alike. Prints a table and
-writes to --output the per-runtime figures, what OpenVINO ran (hint, streams, each
-layer's precision, the CPU's capabilities) and the ratios per precision and batch: the
-fastest toolkit backend against the fastest peer of that precision, and the toolkit's
-OpenVINO against plain OpenVINO on the same file.
+In each of --repeats rounds every runtime runs a slice of --slice-seconds per batch size,
+in turn (A B C ... A B C ...), so a shared machine's load falls on the slices side by
+side; each runtime's speed is the median of its slices, and each ratio the median of the
+per-round ratios of the two runtimes' slices, with its spread (``core/interleave.py``),
+not a ratio of medians. Prints a table and writes to --output the per-runtime figures,
+what OpenVINO ran (hint, streams, each layer's precision, the CPU's capabilities) and the
+ratios per precision and batch: the fastest toolkit backend against the fastest peer of
+that precision, and the toolkit's OpenVINO against plain OpenVINO on the same file.
 """
 
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
@@ -50,7 +52,7 @@ from typing import Callable, Optional
 import numpy as np
 import paddle
 
-from paddle_resnet.core import feeds
+from paddle_resnet.core import feeds, interleave
 from paddle_resnet.training import ir
 from paddle_resnet.training import prepare
 from paddle_resnet.deploy import exported, nncf_int8, onnx_export, onnx_runtime, predictor
@@ -58,7 +60,7 @@ from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import IRS, InferenceConfig, build_config
 from paddle_resnet.core.devices import cpu_has_int8_dot_products
 from paddle_resnet.core.errors import exit_status
-from paddle_resnet.core.metrics import latency_summary, time_steps
+from paddle_resnet.core.metrics import time_steps
 from paddle_resnet.data.folder import scan_split
 from paddle_resnet.deploy.openvino_runtime import (
     HINTS,
@@ -331,7 +333,8 @@ def warm(runtimes, batch_sizes, image_shape):
 
 
 def timed_rounds(runtimes, batch_sizes, image_shape, args):
-    """Every runtime at every batch size, ``args.repeats`` times, interleaved."""
+    """``args.repeats`` rounds; in each, per batch size, every runtime runs a slice of
+    ``args.slice_seconds`` in turn (A B C ... A B C ...: ``core/interleave.py``)."""
     rng = np.random.default_rng(0)
     rounds = []
     for repeat in range(args.repeats):
@@ -339,12 +342,17 @@ def timed_rounds(runtimes, batch_sizes, image_shape, args):
             batch = rng.standard_normal((batch_size, *image_shape)).astype(np.float32)
             for runtime in runtimes:
                 run = functools.partial(runtime.run, batch)
-                steps = args.steps or steps_filling(8, run)
-                row = latency_summary(batch_size, time_steps(run, args.warmup, steps))
-                rounds.append(dict(row, runtime=runtime.name, steps=steps, repeat=repeat))
+                ips = interleave.run_slice(run, batch_size, args.slice_seconds)
+                rounds.append(
+                    {
+                        "runtime": runtime.name,
+                        "batch_size": batch_size,
+                        "ips": ips,
+                        "repeat": repeat,
+                    }
+                )
                 print(
-                    f"round {repeat + 1} {runtime.name:32s} batch {batch_size:3d}: "
-                    f"{row['ips']:7.1f} img/s, p50 {row['latency_p50']:.1f} ms",
+                    f"round {repeat + 1} {runtime.name:32s} batch {batch_size:3d}: {ips:7.1f} img/s",
                     flush=True,
                 )
     return rounds
@@ -356,7 +364,9 @@ def medians(rounds, runtimes, batch_sizes):
     for batch_size in batch_sizes:
         for runtime in runtimes:
             runs = [
-                r for r in rounds if r["runtime"] == runtime.name and r["batch_size"] == batch_size
+                r["ips"]
+                for r in rounds
+                if r["runtime"] == runtime.name and r["batch_size"] == batch_size
             ]
             results.append(
                 {
@@ -364,20 +374,20 @@ def medians(rounds, runtimes, batch_sizes):
                     "role": runtime.role,
                     "precision": runtime.precision,
                     "batch_size": batch_size,
-                    "ips": float(np.median([r["ips"] for r in runs])),
-                    "ips_runs": [round(r["ips"], 1) for r in runs],
-                    "latency_p50": float(np.median([r["latency_p50"] for r in runs])),
+                    "ips": float(np.median(runs)),
+                    "ips_runs": [round(ips, 1) for ips in runs],
+                    "latency_ms": 1000.0 * batch_size / float(np.median(runs)),
                 }
             )
     return results
 
 
 def print_medians(results):
-    print(f"\n{'runtime':32s} {'role':9s} {'batch':>5} {'img/s':>9} {'p50 ms':>8}")
+    print(f"\n{'runtime':32s} {'role':9s} {'batch':>5} {'img/s':>9} {'ms/batch':>9}")
     for r in results:
         print(
             f"{r['runtime']:32s} {r['role']:9s} {r['batch_size']:5d} {r['ips']:9.1f} "
-            f"{r['latency_p50']:8.2f}"
+            f"{r['latency_ms']:9.2f}"
         )
 
 
@@ -406,11 +416,20 @@ def compared_pairs(runtimes, ips, batch_size):
             )
 
 
-def speed_ratios(results, runtimes, batch_sizes):
-    """The throughput ratio of each compared pair (``compared_pairs``), by its name."""
+def speed_ratios(results, rounds, runtimes, batch_sizes):
+    """Each compared pair (``compared_pairs``, the fastest by the medians) by its name: the
+    median of its per-round ratios (each round's slices side by side), with their spread."""
     ips = {(r["runtime"], r["batch_size"]): r["ips"] for r in results}
+
+    def slices(name, size):
+        return [r["ips"] for r in rounds if r["runtime"] == name and r["batch_size"] == size]
+
     return {
-        name: {"ratio": ips[ours, size] / ips[theirs, size], "toolkit": ours, "outside": theirs}
+        name: dict(
+            interleave.paired_ratio(slices(ours, size), slices(theirs, size)),
+            toolkit=ours,
+            outside=theirs,
+        )
         for size in batch_sizes
         for name, ours, theirs in compared_pairs(runtimes, ips, size)
     }
@@ -439,9 +458,8 @@ def parse_args():
     parser.add_argument(
         "--batch-sizes", default=[1, 32], type=lambda text: [int(b) for b in text.split(",")]
     )
-    parser.add_argument("--steps", type=int, default=0, help="timed runs (0: about 8 s each)")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (medians)")
+    parser.add_argument("--slice-seconds", type=float, default=3.0, help="each runtime's turn")
+    parser.add_argument("--repeats", type=int, default=8, help="rounds of turns")
     parser.add_argument(
         "--calibration-root",
         default="demo_data/fashion_mnist_demo",
@@ -477,9 +495,12 @@ def main():
     rounds = timed_rounds(runtimes, args.batch_sizes, image_shape, args)
     results = medians(rounds, runtimes, args.batch_sizes)
     print_medians(results)
-    ratios = speed_ratios(results, runtimes, args.batch_sizes)
+    ratios = speed_ratios(results, rounds, runtimes, args.batch_sizes)
     for name, entry in ratios.items():
-        print(f"{name}: {entry['ratio']:.2f}x ({entry['toolkit']} / {entry['outside']})")
+        print(
+            f"{name}: {entry['median']:.2f}x ({entry['min']:.2f}-{entry['max']:.2f}; "
+            f"{entry['toolkit']} / {entry['outside']})"
+        )
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as handle:
         json.dump(
@@ -506,6 +527,7 @@ def main():
                     "quantized": "model.onnx as OpenVINO reads it (NNCF's OpenVINO backend)",
                 },
                 "repeats": args.repeats,
+                "slice_seconds": args.slice_seconds,
                 "results": results,
                 "rounds": rounds,
                 "ratios": ratios,

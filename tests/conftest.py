@@ -16,9 +16,13 @@ from paddle_resnet.commands import train
 from paddle_resnet.core import bootstrap, devices, paddle_internals
 from paddle_resnet.core.config import build_config
 from paddle_resnet.data.fashion_mnist import write_tree
+from paddle_resnet.training import cpu_kernels
 from paddle_resnet.training.checkpoint import read_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The CPU kernels of runs that name none: oneDNN, not measured per run (a measurement's
+# choice could differ between runs on a loaded machine). tests/test_cpu_kernels.py measures.
+os.environ.setdefault(cpu_kernels.PIN_VARIABLE, "onednn")
 
 PADDLE3 = paddle_internals.PADDLE3
 # The slowest tests whose Paddle-facing code other tests run on both versions: they run

@@ -15,9 +15,9 @@ from paddle_resnet.core import devices, feeds
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.data.dali import open_split
+from paddle_resnet.deploy import backends, inference, model_input, predictor, verify
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported as exported_model
-from paddle_resnet.deploy import inference, model_input, predictor, verify
 from paddle_resnet.training import programs as program
 
 # Not in the GPU-build track, and once (on 2.6.2): OpenVINO runs the same way whichever
@@ -233,6 +233,13 @@ def test_the_export_proves_its_formats_agree_and_refuses_when_they_do_not(traine
     rows = report["verification"]
     assert {"cpu fp32 (reference)", "openvino fp32", "onnxruntime"} <= {r["backend"] for r in rows}
     assert all(row["agreement"] >= verify.MIN_AGREEMENT[row["precision"]] for row in rows)
+    # --backend auto on a CPU: OpenVINO for the export verified on it, Paddle Inference else
+    auto = build_config(dict(flat(config), **{"inference.backend": "auto"}))
+    backend, why = backends.chosen(auto.inference, exported_model.read_info(str(folder)))
+    assert backend.name == "openvino", why
+    assert why == (
+        "backend auto: openvino fp32, the export verified on it (--backend cpu for Paddle Inference)"
+    )
     # another model's ONNX file (the initial random weights) beside these: they disagree
     programs = program.build_programs(config, training=False)
     paddle.static.Executor(paddle.CPUPlace()).run(programs.startup)
@@ -245,6 +252,14 @@ def test_the_export_proves_its_formats_agree_and_refuses_when_they_do_not(traine
             "inference.onnx": True,
             "run.from_pretrained_params": str(tmp_path / "initial.pdparams"),
         },
+    )
+    backend, why = backends.chosen(
+        auto.inference, exported_model.read_info(str(tmp_path / "other"))
+    )
+    assert backend.name == "cpu"
+    assert why == (
+        "backend auto: cpu fp32 (Paddle Inference): the export was not verified on OpenVINO in "
+        "fp32 (export_model.py --verify-images N)"
     )
     shutil.copy(tmp_path / "other" / "model.onnx", folder / "model.onnx")
     with pytest.raises(UserError, match=r"onnxruntime agrees with the fp32 Paddle model on"):

@@ -3,8 +3,10 @@ and reports as the legacy IR, with the toolkit's own 2:4 masks, QAT and gradient
 all-reduce where Paddle offers none on PIR. Runs on Paddle 3.x (the 3.3.1 track); on
 2.6 only the refusal."""
 
+import collections
 import os
 import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -95,11 +97,13 @@ def test_amp_this_build_cannot_run_on_pir_is_one_line(values, message):
 
 @pir_only
 def test_bf16_amp_trains_on_pir_with_fp32_weights_and_fp32_evaluation():
-    """O1 bf16, the AMP a CPU can run on PIR: the train program computes in bf16, the
-    weights stay fp32 (checkpoints fit fp32 programs) and the eval program is fp32. A
-    static loss scale takes the very steps no scale takes: Paddle 3.3.1's PIR GradScaler
-    divides the gradients by a static scale it never multiplied the loss by, so the
-    toolkit scales the loss itself."""
+    """O1 bf16, the AMP a CPU can run on PIR: the train program computes its convolutions
+    in bf16 on oneDNN (forward and backward, the kernel's data type bf16: Paddle's own
+    fallback ran them in fp32), its batch norms in fp32, the weights stay fp32
+    (checkpoints fit fp32 programs) and the eval program is fp32. A static loss scale
+    takes the very steps no scale takes: Paddle 3.3.1's PIR GradScaler divides the
+    gradients by a static scale it never multiplied the loss by, so the toolkit scales
+    the loss itself."""
     rng = np.random.default_rng(0)
     feed = {
         "data": rng.random((8, 3, 32, 32)).astype("float32"),
@@ -128,11 +132,52 @@ def test_bf16_amp_trains_on_pir_with_fp32_weights_and_fp32_evaluation():
             assert programs.applied_strategies(built.train)["AMP"]
             assert not ir.computes_in_low_precision(built.eval)
             assert {str(p.dtype) for p in ir.parameters(built.train)} == {"paddle.float32"}
+            ops = built.train.global_block().ops
+            convolutions = [op for op in ops if op.name() == "onednn_op.conv2d"]
+            assert len(convolutions) == 20  # ResNet-18's, every one
+            for op in convolutions:
+                assert op.attrs()["onednn_data_type"] == "bfloat16"
+                assert {str(op.operand_source(i).dtype) for i in (0, 1)} == {"paddle.bfloat16"}
+            gradients = [op for op in ops if op.name() == "onednn_op.conv2d_grad"]
+            assert len(gradients) == 20
+            assert all(str(op.operand_source(2).dtype) == "paddle.bfloat16" for op in gradients)
+            norms = [op for op in ops if op.name().startswith("pd_op.batch_norm")]
+            assert len(norms) == 40  # forward and backward, plain kernels
+            assert {str(op.operand_source(0).dtype) for op in norms} == {"paddle.float32"}
             exe = paddle.static.Executor(paddle.CPUPlace())
             exe.run(built.startup)
             losses[scale] = [train_step(exe, built, feed)["loss"] for _ in range(4)]
     np.testing.assert_allclose(losses[128.0], losses[1.0], rtol=1e-6)
     assert losses[1.0][-1] < losses[1.0][0]
+
+
+@pir_only
+def test_bf16_amp_convolutions_run_bf16_onednn_primitives(fmnist_root, tmp_path):
+    """What ran, from oneDNN's own log (ONEDNN_VERBOSE) of one step of ``train.py --amp
+    --amp-dtype bfloat16``: every convolution primitive, forward and both backward ones,
+    took bf16 sources (on AMX where the CPU has it); Paddle's fallback had run the forward
+    ones on fp32 sources."""
+    if not predictor.cpu_supports_bf16():
+        pytest.skip("bf16 AMP needs AVX512-BF16 or AMX (refused in one line: the test above)")
+    result = subprocess.run(
+        [
+            sys.executable, "train.py", "--model-arch-name", "resnet18", "--num-of-class",
+            "10", "--image-root", fmnist_root, "--output-dir", str(tmp_path / "out"),
+            "--crop-size", "32", "--resize-short", "32", "--batch-size", "16", "--amp",
+            "--amp-dtype", "bfloat16", "--benchmark", "--benchmark-steps", "1",
+            "--benchmark-warmup-steps", "0",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, ONEDNN_VERBOSE="1"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    runs = [
+        line.split(",") for line in result.stdout.splitlines() if ",exec,cpu,convolution," in line
+    ]
+    kinds = collections.Counter(fields[7] for fields in runs)
+    assert kinds == {"forward_inference": 20, "backward_data": 20, "backward_weights": 20}, kinds
+    sources = {fields[8].split()[0].split(":")[1] for fields in runs}
+    assert sources == {"bf16"}, sources
 
 
 @pir_only
@@ -602,8 +647,8 @@ def test_a_plain_run_at_imagenet_crops_is_on_pir_and_the_report_says_so(
     """train.py without --ir on Paddle 3 at ImageNet's 224-pixel crops (one benchmark step:
     the choice is made before any): PIR (measured as fast as the legacy IR there), said on
     the console and in the report; the demo's 32-pixel crops on PIR too (its oneDNN
-    convolutions, faster than the legacy IR's), but for a multi-process CPU job, which
-    stays on the legacy IR with one line saying why."""
+    convolutions, faster than the legacy IR's), but for a multi-process CPU job (at any
+    crop), which stays on the legacy IR with one line saying why."""
     if bootstrap.pir_only():
         pytest.skip("the rehearsal chooses PIR always (its own test)")
     out = tmp_path / "out"
@@ -622,5 +667,5 @@ def test_a_plain_run_at_imagenet_crops_is_on_pir_and_the_report_says_so(
     assert ir.legacy_note(build_config({"data.crop_size": 32})) is None
     monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
     note = ir.legacy_note(build_config({"data.crop_size": 32}))
-    assert note.startswith("on the legacy IR: a multi-process CPU job at crops up to 64 px")
-    assert ir.legacy_note(build_config({"data.crop_size": 224})) is None
+    assert note.startswith("on the legacy IR: a multi-process CPU job stays on the legacy IR")
+    assert ir.legacy_note(build_config({"data.crop_size": 224})) == note

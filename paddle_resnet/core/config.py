@@ -231,8 +231,9 @@ class RunConfig:
         None,
         "--cpu-onednn",
         "oneDNN kernels for the convolutions and ReLUs of CPU training "
-        "(--no-cpu-onednn: Paddle's plain kernels; unset: on for NCHW crops up to 64 px, where it "
-        "was measured faster, off above; no effect on GPUs)",
+        "(--no-cpu-onednn: Paddle's plain kernels; unset: whichever trains this model and shape "
+        "faster on this machine, measured once and kept in ~/.cache/paddle-resnet; "
+        "no effect on GPUs)",
         resume_may_change=True,
     )
     cpu_affinity: bool = key(
@@ -278,7 +279,7 @@ class RunConfig:
         "Paddle's static graph to build on: legacy (Fleet's AMP, ASP, QAT and data "
         "parallelism; the only one on Paddle 2.6) or pir (Paddle 3.x; the toolkit's own "
         "2:4 masks, int8 through model.onnx; exports inference.json); unset: pir on Paddle "
-        "3 but for GPUs, multi-process CPU jobs at crops up to 64 px and legacy-only "
+        "3 but for GPUs, multi-process CPU jobs and legacy-only "
         "options, each said in one line",
         choices=IRS,
         resume_may_change=True,
@@ -621,9 +622,10 @@ class InferenceConfig:
     backend: str = key(
         "auto",
         "--backend",
-        "predictor backend, a name in deploy/backends.py (auto: trt on GPU machines, cpu "
-        "otherwise; cpu is Paddle Inference with oneDNN; openvino and onnxruntime need "
-        "pip install openvino / onnxruntime)",
+        "predictor backend, a name in deploy/backends.py (auto: trt on GPU machines; on "
+        "CPUs openvino where it is installed and the export was verified on it "
+        "(export_model.py --verify-images), cpu otherwise; cpu is Paddle Inference with "
+        "oneDNN; openvino and onnxruntime need pip install openvino / onnxruntime)",
         tools=INFERENCE,
     )
     mode: str = key(

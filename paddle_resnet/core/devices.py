@@ -137,6 +137,18 @@ def cpu_flags(cpuinfo="/proc/cpuinfo"):
         return frozenset()
 
 
+def cpu_model(cpuinfo="/proc/cpuinfo"):
+    """The CPU's model name as /proc/cpuinfo gives it ("" where it is missing)."""
+    try:
+        with open(cpuinfo) as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def cpu_fallback_note():
     """One line for the GPU build running on the CPU (no usable GPU), else None: the user
     installed paddlepaddle-gpu to use a GPU and should hear that none is used."""

@@ -8,6 +8,7 @@ is an environment variable: ``bootstrap.py`` sets it before Paddle loads.)
 """
 
 import contextlib
+import functools
 import gc
 
 import paddle
@@ -147,21 +148,33 @@ class _EvalSafeAbsMaxQuanter(FakeQuanterWithAbsMaxObserver):
 _CONV_ATTRS = ("strides", "paddings", "padding_algorithm", "dilations", "groups", "data_format")
 
 
-def _onednn_conv2d(ctx):
+def _onednn_conv2d(ctx, dtype):
+    """pd_op.conv2d on inputs of ``dtype`` (float32, bfloat16) to the oneDNN dialect. The
+    kernel takes the primitive's data type from ``onednn_data_type``, not from its inputs:
+    bf16 inputs under the default ("") ran an fp32 convolution (oneDNN's verbose log:
+    ``brg_conv_fwd:avx512_core ... src:f32``) behind a bf16-to-fp32 reorder, where
+    "bfloat16" runs AMX's (``brg_conv_fwd:avx10_1_512_amx ... src:bf16``)."""
     source = ctx.SourcePattern()
     op = source.Op("pd_op.conv2d", {a: source.Attr(a) for a in _CONV_ATTRS})
     op([source.Tensor("input"), source.Tensor("filter")], [source.Tensor("out")])
+    source.AddConstraint(lambda match: _dtype_name(match.Tensor("input")) == dtype)
     result = source.ResultPattern()
     attrs = {a: source.Attr(a) for a in _CONV_ATTRS}
+    onednn_dtype = "bfloat16" if dtype == "bfloat16" else ""
     attrs.update(
         is_test=result.BoolAttr(False),
         force_fp32_output=result.BoolAttr(False),
-        mkldnn_data_type=result.StrAttr("float32"),
-        onednn_data_type=result.StrAttr(""),
+        mkldnn_data_type=result.StrAttr(dtype),
+        onednn_data_type=result.StrAttr(onednn_dtype),
     )
     result.Op("onednn_op.conv2d", attrs)(
         [result.Tensor("input"), result.Tensor("filter")], [result.Tensor("out")]
     )
+
+
+def _dtype_name(value):
+    """The dtype of a PIR value by name: float32, bfloat16, ..."""
+    return str(value.dtype).rsplit(".", 1)[-1]
 
 
 def _onednn_conv2d_grad(ctx):
@@ -201,10 +214,13 @@ def _onednn_relu_grad(ctx):
 
 
 _ONEDNN_PATTERNS = {
-    "conv2d": _onednn_conv2d,
-    "conv2d_grad": _onednn_conv2d_grad,
-    "relu": _onednn_relu,
-    "relu_grad": _onednn_relu_grad,
+    "conv2d": (
+        functools.partial(_onednn_conv2d, dtype="float32"),
+        functools.partial(_onednn_conv2d, dtype="bfloat16"),
+    ),
+    "conv2d_grad": (_onednn_conv2d_grad,),
+    "relu": (_onednn_relu,),
+    "relu_grad": (_onednn_relu_grad,),
 }
 
 
@@ -226,9 +242,10 @@ def onednn_ops_on_pir(program, op_types):
     _register_onednn_dialect()
     passes = paddle.pir.PassManager()
     for op_type in op_types:
-        ctx = paddle.pir.DrrPatternContext()
-        _ONEDNN_PATTERNS[op_type](ctx)
-        passes.register_pass(f"paddle_resnet_onednn_{op_type}", ctx)
+        for index, pattern in enumerate(_ONEDNN_PATTERNS[op_type]):
+            ctx = paddle.pir.DrrPatternContext()
+            pattern(ctx)
+            passes.register_pass(f"paddle_resnet_onednn_{op_type}_{index}", ctx)
     passes.run(program)
     names = [op.name() for op in program.global_block().ops]
     left = [n for n in names if not n or n in {f"pd_op.{t}" for t in op_types}]

@@ -134,6 +134,33 @@ def resolve(requested):
     return BACKENDS[requested]
 
 
+def chosen(inference_config, info):
+    """(Backend row, one line saying which and why, or None) for the export whose
+    model.json is ``info``. ``auto`` on a CPU takes the toolkit's OpenVINO backend where
+    OpenVINO is installed and the export's verification (``export_model.py
+    --verify-images``, ``verify.py``) passed it in the precision asked: on the same exports
+    it ran bf16 at 1.0-2.9x and int8 at 1.5-1.9x Paddle Inference's speed, fp32 at 1.1-1.3x
+    (docs/measurements.md); Paddle Inference otherwise. GPU machines as ``resolve``."""
+    requested = inference_config.backend
+    if requested != AUTO or devices.gpu_available():
+        return resolve(requested), None
+    precision = inference_config.cpu_precision
+    verified = {row["backend"] for row in info.get("verification", ())}
+    if not optional.has_openvino:
+        why = "OpenVINO is not installed (pip install -r requirements-tools.txt)"
+    elif f"openvino {precision}" not in verified:
+        why = (
+            f"the export was not verified on OpenVINO in {precision} "
+            "(export_model.py --verify-images N)"
+        )
+    else:
+        return BACKENDS["openvino"], (
+            f"backend auto: openvino {precision}, the export verified on it "
+            "(--backend cpu for Paddle Inference)"
+        )
+    return BACKENDS["cpu"], f"backend auto: cpu {precision} (Paddle Inference): {why}"
+
+
 def precision_of(backend, inference_config):
     """The precision flag value ``backend`` runs with."""
     return getattr(inference_config, backend.precision_key)

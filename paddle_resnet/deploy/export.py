@@ -72,6 +72,7 @@ def _write(config, model):
                 staging, config.data, config.inference, config.inference.verify_images
             )
             info = dict(info, verification=rows)
+            exported.write_info(staging, info)  # what --backend auto reads
             print(verify.table(rows, images))
     files = {
         name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))

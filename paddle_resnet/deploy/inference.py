@@ -38,14 +38,17 @@ from paddle_resnet.deploy import backends, exported, model_input
 
 def build_classifier(config, max_batch, report=None):
     """(classifier, model.json content, backend row) for the exported model of
-    ``config``; the backend's line on what runs (OpenVINO's) goes to ``report``."""
+    ``config``; the lines on which backend ``auto`` took and on what runs (OpenVINO's) go
+    to ``report``."""
     inf = config.inference
     exported.check_dir(inf.directory)
     info = exported.read_info(inf.directory)
-    backend = backends.resolve(inf.backend)
+    backend, why = backends.chosen(inf, info)
     backends.check_precision(backend, inf)
     quantized = bool(info.get("quantization"))
     classifier = backend.build(inf.directory, inf, info["input_shape"], max_batch, quantized)
+    if report is not None and why:
+        report.print(why)
     if report is not None and hasattr(classifier, "describe"):
         report.print(classifier.describe())
     return classifier, info, backend

@@ -10,11 +10,11 @@ questions about a built program whose answer differs between them.
 
 Which IR a run is on (``chosen``): ``--ir`` as given; unset, PIR on Paddle 3 wherever it
 loses nothing, measured (``scripts/benchmark_ir_parity.py``, benchmarks/ir_parity_*.json):
-at ImageNet's crops PIR trains as fast as the legacy IR or faster (both on plain kernels);
-at small crops on the CPU both train on oneDNN convolutions (``onednn.py``), PIR's 1.17x
-(AVX-512 Xeon) and 1.31x (AVX2 EPYC) the legacy IR's on the demo's settings, except in
-multi-process CPU jobs, which train on plain kernels and stay on the legacy IR's tested
-gradient exchange (docs/guide.md, "PIR first"); on GPUs nothing was measured, so
+at ImageNet's crops PIR trains as fast as the legacy IR or faster on the same kernels; at
+the demo's settings on oneDNN convolutions (``onednn.py``) PIR's train at 1.17x (AVX-512
+Xeon) and 1.31x (AVX2 EPYC) the legacy IR's; multi-process CPU jobs, whose ranks
+train on plain kernels, stay on the legacy IR's tested gradient exchange (docs/guide.md,
+"PIR first"); on GPUs nothing was measured, so
 NVIDIA's legacy-IR workflow stays. With ``PADDLE_RESNET_PIR_ONLY=1`` the
 legacy IR is unavailable: everything runs on PIR and what needs the legacy IR refuses.
 
@@ -41,15 +41,6 @@ LEGACY_ONLY = {
 }
 
 
-# Paddle's plain convolution runs image by image (im2col + GEMM): small images make small
-# GEMMs, where oneDNN wins; from ~100 px its GEMMs are efficient and oneDNN's layout
-# conversions cost more. img/s plain -> oneDNN (benchmarks/cpu_training.json): ResNet-50
-# at 224 px, batch 16: 3.35 -> 2.43; at 32 px, batch 64: 57.7 -> 101.4. The 64 and 112
-# px points that put the limit at 64 (ResNet-50, batch 16: 20.1 -> 25.9 and 12.0 ->
-# 10.4) were measured by hand once, not by a benchmark script.
-LARGEST_ONEDNN_CROP = 64
-
-
 def chosen(config):
     """(the IR ``config`` runs on, why, or None where that is the default of its Paddle):
     module docstring."""
@@ -64,12 +55,8 @@ def chosen(config):
         return "legacy", refusal
     if gpu_available():
         return "legacy", "PIR on GPUs is not measured yet (NVIDIA's workflow is legacy-IR)"
-    if _multi_rank_small_crops(config):
-        return "legacy", (
-            f"a multi-process CPU job at crops up to {LARGEST_ONEDNN_CROP} px stays on the "
-            "legacy IR's tested gradient exchange (its ranks train on plain kernels unless "
-            "--cpu-onednn)"
-        )
+    if _multi_rank(config):
+        return "legacy", "a multi-process CPU job stays on the legacy IR's tested gradient exchange"
     return "pir", None
 
 
@@ -77,22 +64,11 @@ def bf16_amp(config):
     return config.amp.dtype == "bfloat16" and config.amp.enabled
 
 
-def _multi_rank_small_crops(config):
-    """Whether ``config`` is a multi-rank CPU job at crops where a single process would
-    train on oneDNN (``onednn.onednn_wanted``): its ranks train on plain kernels on Paddle 3
-    (a resumed 2-rank run on oneDNN departed from the uninterrupted one), where PIR was
-    0.95x the legacy IR (benchmarks/ir_parity_resnet18_demo_avx512.json)."""
-    return (
-        int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1
-        and config.run.cpu_onednn is not False
-        and onednn_sized(config)
-    )
-
-
-def onednn_sized(config):
-    """Whether ``config``'s tensors are those oneDNN trains faster by default: NCHW crops up
-    to ``LARGEST_ONEDNN_CROP`` (NHWC: wrong oneDNN gradients, ``onednn.py``)."""
-    return config.model.data_layout == "NCHW" and config.data.crop_size <= LARGEST_ONEDNN_CROP
+def _multi_rank(config):
+    """Whether ``config`` is a multi-rank CPU job: its ranks train on plain kernels on
+    Paddle 3 (``onednn.onednn_wanted``), where PIR was 0.95x the legacy IR at the demo's
+    size (benchmarks/ir_parity_resnet18_demo_avx512.json) and 0.96-1.07x at 224 px."""
+    return int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1
 
 
 def is_pir(config):

@@ -14,12 +14,17 @@ gradients (2.6.2 and 3.3.1: one SGD step's weight updates differ from the plain
 kernels' by more than their own size, where NCHW agrees to 2e-4); it looked 28 %
 faster, and the demo trained with it reached 85.2 % instead of 89 %.
 
-bf16 training cannot run through these kernels (Paddle 2.6.2 and 3.3.1):
-``paddle.static.amp.bf16.decorate_bf16`` casts the filters to bf16, which the oneDNN
-conv kernel refuses ("ConvOneDNNHandlerT is not implemented for data type bfloat16";
-3.x: "input and filter data type should be consistent"), and feeding it the fp32
-filters instead fails on tensors the rewrite declared bf16 that plain kernels filled
-with fp32.
+bf16 AMP on PIR (``--amp --amp-dtype bfloat16``) trains its convolutions here too, in
+bf16 on AMX: ``paddle.amp``'s O1 casts activations and the fp32 master filters to bf16
+in front of each convolution; Paddle has no plain bf16 convolution, and its own fallback
+to oneDNN's ran an fp32 primitive behind bf16-to-fp32 reorders, as the kernel takes its
+data type from an attribute (``paddle_internals.onednn_ops_on_pir``), so the rewrite sets
+it. The gradient runs oneDNN's bf16 ``conv2d_grad``; batch norms stay fp32 (their CPU
+kernels take no bf16), and so do the weights and their updates. The casts between the
+two precisions stay on Paddle's kernel: on oneDNN's (a reorder) the bf16 ResNet-50 step
+at 224 px ran at 0.65x (one interleaved run on a loaded machine). The legacy IR's bf16 rewrite cannot train through these kernels
+(``decorate_bf16`` casts the filters, which the convolution then refuses: "input and
+filter data type should be consistent"), so bf16 AMP is PIR's only.
 """
 
 from paddle_resnet.core import paddle_internals
@@ -30,14 +35,20 @@ from paddle_resnet.training.distributed import uses_gloo
 
 
 def onednn_wanted(config):
-    """``--cpu-onednn`` / ``--no-cpu-onednn`` as given; unset, by the crop size
-    (``ir.LARGEST_ONEDNN_CROP``).
-    Never for NHWC tensors (wrong gradients, above). Unset, not for gloo ranks on Paddle
-    3.x: there a resumed 2-rank run departed from the uninterrupted one (BN biases 0.009
-    apart after an epoch; uninterrupted runs repeat exactly, and 2.6.2 resumes exactly).
-    Unset, not with bf16 AMP, which cannot run through these kernels (above).
-    Call after ``distributed.init_fleet``."""
+    """``--cpu-onednn`` / ``--no-cpu-onednn`` as given; with bf16 AMP always (its
+    convolutions exist on oneDNN only); unset otherwise, None: the kernels are measured
+    (``cpu_kernels.py``). Never for NHWC tensors (wrong gradients, above). Unset, not for
+    gloo ranks on Paddle 3.x: there a resumed 2-rank run departed from the uninterrupted
+    one (BN biases 0.009 apart after an epoch; uninterrupted runs repeat exactly, and
+    2.6.2 resumes exactly). Call after ``distributed.init_fleet``."""
     nchw = config.model.data_layout == "NCHW"
+    if ir.bf16_amp(config) and not gpu_available():
+        if not nchw or config.run.cpu_onednn is False:
+            raise ConfigError(
+                "--amp-dtype bfloat16 trains its convolutions on oneDNN (Paddle has no other "
+                "bf16 convolution on the CPU): drop --no-cpu-onednn and keep --data-layout NCHW"
+            )
+        return True
     if config.run.cpu_onednn and not nchw:
         raise ConfigError(
             "--cpu-onednn needs --data-layout NCHW: Paddle's oneDNN convolution "
@@ -45,11 +56,9 @@ def onednn_wanted(config):
         )
     if config.run.cpu_onednn is not None:
         return config.run.cpu_onednn
-    return (
-        ir.onednn_sized(config)
-        and not (paddle_internals.PADDLE3 and uses_gloo())
-        and not ir.bf16_amp(config)
-    )
+    if not nchw or gpu_available() or (paddle_internals.PADDLE3 and uses_gloo()):
+        return False
+    return None
 
 
 def mark_for_onednn(program, op_types):

@@ -17,6 +17,7 @@ from paddle_resnet.data.dali import open_split, train_steps
 from paddle_resnet.data.folder import check_num_classes, check_same_classes
 from paddle_resnet.training import (
     class_weights,
+    cpu_kernels,
     distributed,
     ir,
     prepare,
@@ -51,9 +52,13 @@ def run(config, report_stream=None, after_training=None):
             class_weights.resolve(config.loss.class_weights, train_split) if training else None
         )
         start = start_weights.choose(config, classes, training, rank, all_reduce)
-        config, run_cfg = start.config, start.config.run  # --from-checkpoint auto resolved
         # after the quick refusals: on ImageNet it reads 1.3 M headers
-        checked = check.at_start(config, train_split, val_split)
+        checked = check.at_start(start.config, train_split, val_split)
+        # --from-checkpoint auto resolved, and the CPU kernels where unset (measured)
+        config, kernels = (
+            cpu_kernels.resolved(start.config, world_size) if training else (start.config, None)
+        )
+        run_cfg = config.run
         steps_per_epoch = (
             train_steps(len(train_split), config.data.batch_size, world_size) if training else None
         )
@@ -75,7 +80,7 @@ def run(config, report_stream=None, after_training=None):
             steps_per_epoch=steps_per_epoch,
             class_weights=weights,
         )
-        introduce(session, start.lines, checked)
+        introduce(session, start.lines, checked, kernels)
         progress = start_weights.load(session, start)
         prepare.prune(session, progress)
         if rank == 0:
@@ -128,17 +133,21 @@ def open_report(config, rank, stream):
     )
 
 
-def introduce(session, start_lines, checked):
+def introduce(session, start_lines, checked, kernels):
     """The first lines of a run: where it starts, its parameters (in the report only),
-    the model, its classes and this process's place, and what the data check found
-    (``checked``, its counts and notes in the report only)."""
+    the CPU kernels where they were chosen for it (``cpu_kernels.Choice`` or None), the
+    class weights, the model, its classes and this process's place, and what the data
+    check found (``checked``, its counts and notes in the report only)."""
     report, config = session.report, session.config
     for line in start_lines:
         report.print(line)
-    # the IR chosen (``run.ir`` unset: ``ir.chosen``), beside the configuration
-    report.log(
-        "PARAMETER", dict(config.to_dict(), ir=ir.record(config)), kind="PARAMETER", console=False
-    )
+    # the IR chosen (``run.ir`` unset: ``ir.chosen``) and the kernels, beside the configuration
+    parameters = dict(config.to_dict(), ir=ir.record(config))
+    if kernels:
+        parameters["cpu_kernels"] = kernels.record()
+    if kernels and kernels.how != "pinned":  # a pin is the environment's own word
+        report.print(kernels.line())
+    report.log("PARAMETER", parameters, kind="PARAMETER", console=False)
     if session.class_weights is not None:
         weights = session.class_weights
         report.log(

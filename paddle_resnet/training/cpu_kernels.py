@@ -1,0 +1,199 @@
+"""Plain or oneDNN training kernels on the CPU (``onednn.py``), measured on the machine
+that trains rather than guessed: which is faster depends on the CPU as much as on the
+shapes (ResNet-50 at 224 px trained 1.93x faster on oneDNN on an AVX2 EPYC, 0.83x on an
+AMX Xeon; at 32 px oneDNN won on both).
+
+Where ``--cpu-onednn`` / ``--no-cpu-onednn`` is not given (and oneDNN can train the run:
+``onednn.onednn_wanted``), a fresh process builds this run's train program both ways and
+times a few steps of each on random batches of its shape, alternating the two in short
+slices (``core/interleave.py``); the faster is taken, with a line naming both speeds.
+The answer is kept per CPU model, Paddle version, IR, model, input shape, batch and
+threads in the user's cache (``$XDG_CACHE_HOME/paddle-resnet/cpu_kernels.json``), so
+the next run of that kind starts at once. A process of its own, so that the training
+process has run no step before its first (how a process's first oneDNN or predictor run
+changes later rounding: ``loop.settle_evaluation``). ``PADDLE_RESNET_CPU_KERNELS=onednn``
+or ``plain`` takes one without measuring (the test suite: deterministic). Multi-process
+jobs do not measure (their ranks would have to agree): plain kernels unless
+``--cpu-onednn``.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+
+from paddle_resnet.core import atomic, devices, feeds, interleave, paddle_internals
+from paddle_resnet.core.config import build_config
+from paddle_resnet.training import ir
+from paddle_resnet.training.onednn import onednn_wanted
+from paddle_resnet.training.programs import build_programs, input_shape
+
+PIN_VARIABLE = "PADDLE_RESNET_CPU_KERNELS"
+PIN_VALUES = {"onednn": True, "plain": False}
+CACHE_FILE = "cpu_kernels.json"
+# Why a choice was not measured, as its line says.
+UNMEASURED = {
+    "pinned": f"{PIN_VARIABLE} says so",
+    "multi-process": "a multi-process job does not measure them; --cpu-onednn for oneDNN",
+    "failed": "their measurement failed; --cpu-onednn for oneDNN",
+}
+# Slices of the measurement: each kernel path this often, for about this many seconds
+# each (at least one step), after one warm-up step each.
+ROUNDS, SLICE_SECONDS = 3, 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """What a run without --cpu-onednn / --no-cpu-onednn trains on, and why."""
+
+    onednn: bool
+    how: str  # "measured", "cached", or a key of UNMEASURED
+    plain_ips: float = None
+    onednn_ips: float = None
+
+    @property
+    def name(self):
+        return "oneDNN" if self.onednn else "plain"
+
+    def line(self):
+        if self.how in ("measured", "cached"):
+            when = "measured now" if self.how == "measured" else "measured before"
+            return (
+                f"CPU kernels: {self.name}, {when}: oneDNN {self.onednn_ips:.1f} img/s, plain "
+                f"{self.plain_ips:.1f} (--cpu-onednn / --no-cpu-onednn to choose)"
+            )
+        return f"CPU kernels: {self.name} ({UNMEASURED[self.how]})"
+
+    def record(self):
+        return dataclasses.asdict(self)
+
+
+def resolved(config, world_size):
+    """(``config`` with ``run.cpu_onednn`` decided, the Choice or None): None where the
+    run named its kernels or oneDNN cannot train it."""
+    if onednn_wanted(config) is not None:
+        return config, None
+    pin = os.environ.get(PIN_VARIABLE)
+    if pin in PIN_VALUES:
+        choice = Choice(PIN_VALUES[pin], "pinned")
+    elif world_size > 1:
+        choice = Choice(False, "multi-process")
+    else:
+        choice = _cached_or_measured(config)
+    run = dataclasses.replace(config.run, cpu_onednn=choice.onednn)
+    return dataclasses.replace(config, run=run), choice
+
+
+def cache_key(config):
+    model, data = config.model, config.data
+    shape = "x".join(map(str, input_shape(config)))
+    return (
+        f"{devices.cpu_model()} {_isa()} | Paddle {paddle.__version__} | {ir.chosen(config)[0]} | "
+        f"{model.arch} {model.num_classes} classes | {shape} {model.data_layout} | "
+        f"batch {data.batch_size} | {os.environ.get('OMP_NUM_THREADS', '?')} threads"
+    )
+
+
+def _isa():
+    """The widest instruction set oneDNN can use here (a virtual machine's model name may
+    hide it: "Intel(R) Xeon(R) Processor")."""
+    flags = devices.cpu_flags()
+    for name, flag in (("AMX", "amx_bf16"), ("AVX-512", "avx512f"), ("AVX2", "avx2")):
+        if flag in flags:
+            return name
+    return "SSE"
+
+
+def cache_path():
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "paddle-resnet", CACHE_FILE)
+
+
+def _read_cache(path):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):  # none yet, or unreadable: measured again
+        return {}
+
+
+def _cached_or_measured(config):
+    path, key = cache_path(), cache_key(config)
+    known = _read_cache(path).get(key)
+    if known:
+        return Choice(known["onednn_ips"] > known["plain_ips"], "cached", **_speeds(known))
+    speeds = measure(config)
+    if speeds is None:
+        return Choice(False, "failed")
+    entries = dict(_read_cache(path), **{key: speeds})
+    try:
+        with atomic.atomic_files(path) as (handle,):
+            handle.write(json.dumps(entries, indent=1, sort_keys=True).encode())
+    except OSError:  # a read-only home: measured again next time
+        pass
+    return Choice(speeds["onednn_ips"] > speeds["plain_ips"], "measured", **_speeds(speeds))
+
+
+def _speeds(entry):
+    return {"plain_ips": entry["plain_ips"], "onednn_ips": entry["onednn_ips"]}
+
+
+def measure(config):
+    """{"plain_ips", "onednn_ips"} of ``config``'s train program, timed in a fresh
+    process (``main``); None if that process failed (its error is not the run's)."""
+    result = subprocess.run(
+        [sys.executable, "-m", __name__],
+        input=json.dumps(config.flat()),
+        capture_output=True,
+        text=True,
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        return None
+    return json.loads(lines[-1])
+
+
+def _slice(config, onednn):
+    """A slice function (``interleave.alternate``) stepping ``config``'s train program on
+    the kernels asked for, in a scope of its own, after one warm-up step."""
+    config = dataclasses.replace(config, run=dataclasses.replace(config.run, cpu_onednn=onednn))
+    scope = paddle.static.Scope()
+    batch = config.data.batch_size
+    with paddle.static.scope_guard(scope):
+        programs = build_programs(config, steps_per_epoch=1000, global_batch=batch)
+        exe = paddle.static.Executor(paddle_internals.current_place())
+        exe.run(programs.startup)
+    rng = np.random.default_rng(0)
+    feed = {
+        feeds.IMAGE: rng.standard_normal([batch, *input_shape(config)]).astype("float32"),
+        feeds.LABEL: rng.integers(0, config.model.num_classes, (batch, 1)).astype("int64"),
+    }
+    if programs.mixup_feed:
+        feed[programs.mixup_feed] = np.array([0.5], "float32")
+    fetch = [programs.train_fetches["loss"]]
+
+    def step():
+        with paddle.static.scope_guard(scope):
+            exe.run(programs.train, feed=feed, fetch_list=fetch)
+
+    step()
+    return lambda seconds: interleave.run_slice(step, batch, seconds)
+
+
+def main():
+    """The measuring process: the config (``Config.flat()`` as JSON) on stdin, the two
+    speeds as one JSON line on stdout."""
+    config = build_config(json.load(sys.stdin), source="the kernel measurement")
+    paddle.enable_static()
+    with ir.selected(config):
+        slices = {"plain": _slice(config, False), "onednn": _slice(config, True)}
+        speeds = interleave.alternate(slices, ROUNDS, SLICE_SECONDS)
+    print(json.dumps({f"{name}_ips": interleave.median_speed(s) for name, s in speeds.items()}))
+
+
+if __name__ == "__main__":
+    main()

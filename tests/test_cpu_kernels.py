@@ -1,0 +1,45 @@
+"""The CPU kernels of a run that names none: measured once per machine and shape in a
+process of its own, kept in the user's cache, said in one line; multi-process jobs and
+a pinned choice do not measure."""
+
+import json
+
+from conftest import once, pir_rehearsal, small_config
+from paddle_resnet.training import cpu_kernels
+
+
+@pir_rehearsal
+@once
+def test_unset_kernels_are_measured_once_then_read_from_the_cache(
+    fmnist_root, tmp_path, monkeypatch
+):
+    monkeypatch.delenv(cpu_kernels.PIN_VARIABLE)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = small_config(fmnist_root, tmp_path, **{"run.ir": None})
+    resolved, choice = cpu_kernels.resolved(config, world_size=1)
+    assert choice.how == "measured", choice
+    assert choice.plain_ips > 0 and choice.onednn_ips > 0
+    assert choice.onednn == (choice.onednn_ips > choice.plain_ips)
+    assert resolved.run.cpu_onednn is choice.onednn
+    assert choice.line().startswith(f"CPU kernels: {choice.name}, measured now: oneDNN ")
+    with open(cpu_kernels.cache_path()) as handle:
+        cached = json.load(handle)
+    assert cached == {
+        cpu_kernels.cache_key(config): {
+            "plain_ips": choice.plain_ips,
+            "onednn_ips": choice.onednn_ips,
+        }
+    }
+    again = cpu_kernels.resolved(config, world_size=1)[1]
+    assert (again.how, again.onednn, again.plain_ips) == ("cached", choice.onednn, choice.plain_ips)
+    assert "measured before" in again.line()
+    # another shape is another entry; ranks and a named choice measure nothing
+    other = small_config(fmnist_root, tmp_path, **{"run.ir": None, "data.batch_size": 8})
+    assert cpu_kernels.cache_key(other) != cpu_kernels.cache_key(config)
+    ranks = cpu_kernels.resolved(config, world_size=2)[1]
+    assert (ranks.onednn, ranks.how) == (False, "multi-process")
+    named = small_config(fmnist_root, tmp_path, **{"run.cpu_onednn": False})
+    assert cpu_kernels.resolved(named, world_size=1) == (named, None)
+    monkeypatch.setenv(cpu_kernels.PIN_VARIABLE, "plain")
+    pinned = cpu_kernels.resolved(config, world_size=1)[1]
+    assert pinned.line() == f"CPU kernels: plain ({cpu_kernels.PIN_VARIABLE} says so)"
