@@ -155,6 +155,7 @@ def test_frozen_stages_stay_bit_identical_and_resume_keeps_them(
     for name in frozen:
         np.testing.assert_array_equal(after[name], before[name], err_msg=name)
     # layer3 trains at rate 0: its weights stay, its batch norms' statistics move
+    assert len(layer3) == 25
     for name, trained_ in layer3.items():
         assert np.array_equal(after[name], before[name]) == trained_, name
     moved = [
