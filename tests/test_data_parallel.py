@@ -410,7 +410,7 @@ def test_the_ranks_end_with_their_launcher_when_it_is_killed(fmnist_root, tmp_pa
     texts = [(logs / f"workerlog.{rank}").read_text() for rank in (0, 1)]
     gone = f": its launcher (pid {job.pid}) is gone: this rank ends too, without saving"
     # each rank says so, or (rank 0) that rank 1 ended first, whichever it saw first
-    assert any(gone in text for text in texts), texts[1][-2000:]
+    assert any(gone in text for text in texts), [text[-1500:] for text in texts]
     assert all("Traceback" not in text for text in texts)
 
 

@@ -162,15 +162,14 @@ def stops_reported(environ=os.environ):
             signal.signal(number, handler)
 
 
-def _watch_launcher(launcher, rank, stop):
+def _watch_launcher(launcher, rank, stop, log):
     while not stop.wait(LAUNCHER_POLL_SECONDS):
         if os.getppid() != launcher:
-            print(
+            line = (
                 f"error: rank {rank}: its launcher (pid {launcher}) is gone: this rank "
-                "ends too, without saving; the checkpoints written are intact",
-                file=sys.stderr,
-                flush=True,
+                "ends too, without saving; the checkpoints written are intact\n"
             )
+            os.write(log, line.encode())
             os._exit(RESTARTABLE)  # at once, whatever the main thread waits in
 
 
@@ -186,9 +185,13 @@ def ends_with_launcher(environ=os.environ):
         return
     stop = threading.Event()
     rank = environ.get("PADDLE_TRAINER_ID", "?")
+    # The rank's log as it is now: when the launcher dies the main thread may be inside a
+    # block that sends stderr to /dev/null (bootstrap.native_chatter, paddle_chatter),
+    # where the watcher's line would vanish.
+    log = os.dup(2)
     watcher = threading.Thread(
         target=_watch_launcher,
-        args=(bootstrap.PARENT_AT_START, rank, stop),
+        args=(bootstrap.PARENT_AT_START, rank, stop, log),
         daemon=True,
         name="paddle-resnet-launcher-watch",
     )
@@ -198,6 +201,7 @@ def ends_with_launcher(environ=os.environ):
     finally:
         stop.set()
         watcher.join()
+        os.close(log)
 
 
 def tell_launcher_console(line, environ=os.environ):
