@@ -8,10 +8,11 @@
 # /workspace/paddle-resnet, where the manifests run train.py.
 FROM python:3.11-slim-bookworm
 
-# libgomp: Paddle's OpenMP runtime (its wheel links the system's)
+# libgomp: Paddle's OpenMP runtime (its wheel links the system's); tcmalloc: training
+# preloads it (paddle_resnet/core/bootstrap.py)
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libgomp1 \
+    && apt-get install -y --no-install-recommends libgomp1 libtcmalloc-minimal4 \
     && rm -rf /var/lib/apt/lists/*
 
 ENV PATH=/opt/venv/bin:$PATH \

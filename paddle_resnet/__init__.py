@@ -8,11 +8,13 @@ and it runs first. See docs/architecture.md for the layers and the import rule.
 
 import logging
 
+from paddle_resnet.core import bootstrap
+
+bootstrap.preload_allocator()  # a training command starts again with tcmalloc: first
+
 # Pillow before Paddle: Paddle's library exports zlib symbols that Pillow's PNG encoder
 # would otherwise bind to, and crash on (SIGSEGV in deflateReset, Pillow 13 / Paddle 2.6).
-from PIL import Image  # noqa: F401
-
-from paddle_resnet.core import bootstrap
+from PIL import Image  # noqa: E402, F401
 
 bootstrap.set_verbose(bootstrap.is_verbose())
 bootstrap.prepare_environment(verbose=bootstrap.verbose())

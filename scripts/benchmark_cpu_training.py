@@ -39,8 +39,8 @@ import numpy as np
 import paddle
 import paddle.profiler as profiler
 
-from paddle_resnet.core import devices, feeds, interleave, paddle_internals
-from paddle_resnet.core.bootstrap import available_cores
+from paddle_resnet.core import bootstrap, devices, feeds, interleave, paddle_internals
+
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import UserError, exit_status
 from paddle_resnet.core.interleave import READY
@@ -178,7 +178,10 @@ def start_worker(name, setting, args, profile=False):
     if name in PROCESS_SETTINGS:
         environ = dict(os.environ, **PROCESS_SETTINGS[name])
         return interleave.SliceWorker(worker_command("default", setting, args), env=environ)
-    return interleave.SliceWorker(worker_command(name, setting, args) + ["--profile"] * profile)
+    # Paddle's contenders run as train.py runs (its allocator), PyTorch's as it is
+    environ = os.environ if name in TORCH_VARIANTS else bootstrap.training_environment()
+    command = worker_command(name, setting, args) + ["--profile"] * profile
+    return interleave.SliceWorker(command, env=dict(environ))
 
 
 def worker_command(name, setting, args):
@@ -286,7 +289,7 @@ def main():
         results.append(measure_setting(setting, args))
     record = {
         "cpu": devices.cpu_model(),
-        "threads": available_cores(),
+        "threads": bootstrap.available_cores(),
         "paddle": paddle.__version__,
         "rounds": args.rounds,
         "slice_seconds": args.slice_seconds,

@@ -9,7 +9,7 @@ import contextlib
 import os
 import sys
 
-from paddle_resnet.core import affinity, devices
+from paddle_resnet.core import affinity, bootstrap, devices
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
 from paddle_resnet.core.report import Report
 from paddle_resnet.data import check
@@ -141,8 +141,9 @@ def introduce(session, start_lines, checked, kernels):
     report, config = session.report, session.config
     for line in start_lines:
         report.print(line)
-    # the IR chosen (``run.ir`` unset: ``ir.chosen``) and the kernels, beside the configuration
-    parameters = dict(config.to_dict(), ir=ir.record(config))
+    # the IR chosen (``run.ir`` unset: ``ir.chosen``), the allocator and the kernels, beside
+    # the configuration
+    parameters = dict(config.to_dict(), ir=ir.record(config), allocator=bootstrap.allocator())
     if kernels:
         parameters["cpu_kernels"] = kernels.record()
     if kernels and kernels.how != "pinned":  # a pin is the environment's own word
