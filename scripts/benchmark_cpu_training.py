@@ -110,7 +110,11 @@ def paddle_config(variant, arch, size, batch):
         **PADDLE_VARIANTS[variant],
     }
     config, kernels = cpu_kernels.resolved(build_config(values), world_size=1)
-    about = {"ir": ir.chosen(config)[0], "onednn": bool(onednn_wanted(config))}
+    about = {
+        "ir": ir.chosen(config)[0],
+        "onednn": bool(onednn_wanted(config)),
+        "allocator": bootstrap.allocator(),
+    }
     if kernels:
         about["kernels"] = kernels.line()
     return config, about
