@@ -70,3 +70,18 @@ def test_a_training_command_runs_on_tcmalloc_in_the_same_process(tmp_path):
     assert (used, pid) == ("tcmalloc", started)  # started again in place: the same id
     assert run_probe(tmp_path, "train.py", PADDLE_RESNET_ALLOCATOR="system")[0] == "system"
     assert run_probe(tmp_path, "export_model.py")[0] == "system"
+
+
+@once
+def test_an_unknown_allocator_is_one_line_and_status_2(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(PROBE)
+    env = {**os.environ, bootstrap.ALLOCATOR_VARIABLE: "jemalloc"}
+    result = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip() == (
+        "error: PADDLE_RESNET_ALLOCATOR=jemalloc: not an allocator this toolkit sets; "
+        "use tcmalloc (the default) or system"
+    )

@@ -122,6 +122,14 @@ def preload_allocator(environ=os.environ, orig_argv=sys.orig_argv):
     left as they are."""
     if command_of(orig_argv) not in TRAINING_COMMANDS or not sys.executable:
         return
+    chosen = environ.get(ALLOCATOR_VARIABLE, "tcmalloc")
+    if chosen not in ("tcmalloc", "system"):
+        print(
+            f"error: {ALLOCATOR_VARIABLE}={chosen}: not an allocator this toolkit sets; "
+            "use tcmalloc (the default) or system",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)  # errors.USER_ERROR (core/errors imports this module)
     wanted = training_environment(environ)
     if wanted is not environ:
         os.execve(sys.executable, [sys.executable, *orig_argv[1:]], wanted)
