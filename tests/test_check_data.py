@@ -3,6 +3,7 @@ image tree or its record files is one line, a clean tree exits 0, a missing root
 error line; a training run starts with the same check."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,6 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT, once, small_config
-from paddle_resnet.commands import check_data
 from paddle_resnet.core.errors import DataError
 from paddle_resnet.data import check, records
 from paddle_resnet.training import run as training_run
@@ -24,14 +24,10 @@ CROP = "32"
 
 
 def check_command(*argv):
-    """The tool as a user runs it: its own process, its output and exit status."""
-    return subprocess.run(
-        [sys.executable, "-m", "paddle_resnet.commands.check_data", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """The tool as a user runs it, its console script (installed beside python): its own
+    process, its output and exit status."""
+    script = os.path.join(os.path.dirname(sys.executable), "paddle-resnet-check-data")
+    return subprocess.run([script, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def write_image(path, size=(40, 30), mode="RGB", seed=0):
@@ -110,14 +106,15 @@ def test_the_demo_tree_passes_with_the_demo_recipe(fmnist_root):
 
 
 @pytest.mark.parametrize("fmt", sorted(records.FORMATS))
-def test_record_files_are_checked_record_by_record(tmp_path, capsys, fmt):
+def test_record_files_are_checked_record_by_record(tmp_path, fmt):
     tree = planted_tree(tmp_path / "tree")
     for folder in ("train/empty", "val/empty", "train/c"):  # make_records refuses these
         shutil.rmtree(tree / folder)
     records.write_records(str(tree), str(tmp_path / fmt), fmt)
     argv = ["--image-root", str(tmp_path / fmt), "--data-format", fmt, "--crop-size", CROP]
-    assert check_data.main(argv + ["--decode"]) == 1
-    out = capsys.readouterr().out
+    result = check_command(*argv, "--decode")
+    assert result.returncode == 1, result.stderr[-2000:]
+    out = result.stdout
     named = records.FORMATS[fmt].suffixes[0] + " record "  # train.rec record 5, ...
     for kind in ("broken", "leak", "cmyk", "gray", "far_smaller"):
         words = PLANTED[kind][0]
