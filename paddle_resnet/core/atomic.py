@@ -30,7 +30,7 @@ import re
 import shutil
 import socket
 
-from paddle_resnet.core.errors import UserError, os_error_is_users, os_error_reason
+from paddle_resnet.core.errors import LOCK_ERRORS, UserError, os_error_is_users, os_error_reason
 
 _LEFTOVER = re.compile(
     r"^\.(?P<name>.+)\.(?P<kind>partial|retired|removed|lock)-(?P<host>.+)-(?P<pid>\d+)$"
@@ -81,8 +81,9 @@ def _fsync_dir(path):
 
 
 # flock's answers on a file system that cannot lock: ENOLCK (NFS without its lock manager),
-# EOPNOTSUPP / ENOSYS (Lustre mounted without flock, FUSE), EINVAL (some of both)
-_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+# EOPNOTSUPP / ENOSYS (Lustre mounted without flock, FUSE), and from flock alone EINVAL
+# (some of both; too broad for the exit-status table's user errors)
+_NO_LOCKS = LOCK_ERRORS | {errno.EINVAL}
 
 
 def mount_of(path):

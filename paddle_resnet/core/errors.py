@@ -143,7 +143,7 @@ _PATH_ERRORS = {
 # A person must act before a restart can succeed: free space, grant access, remount.
 _SPACE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _ACCESS_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS}
-_LOCK_ERRORS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS}
+LOCK_ERRORS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS}
 
 
 def paddle_external_error(err):
@@ -162,7 +162,7 @@ def os_error_is_users(err):
     """Whether an OSError with an errno needs the user to act (a path, space, access,
     locks), where a restart fails the same way; else it is a fault of the system (an
     I/O error of the file system, a lost connection to it) that a restart may fix."""
-    return err.errno in _PATH_ERRORS | _SPACE_ERRORS | _ACCESS_ERRORS | _LOCK_ERRORS
+    return err.errno in _PATH_ERRORS | _SPACE_ERRORS | _ACCESS_ERRORS | LOCK_ERRORS
 
 
 def os_error_reason(err):

@@ -98,13 +98,19 @@ WORST_CLASSES = 20
 CONFUSED_PAIRS = 50
 
 
-def confusion_counts(top_classes, labels, num_classes):
-    """The ``num_classes`` x ``num_classes`` counts of one evaluated batch: row the true
-    class, column the top-1 prediction; summed over batches and ranks, exact."""
+def add_confusions(confusion, top_classes, labels):
+    """Add one evaluated batch to the square ``confusion`` counts, in place (no matrix
+    per batch: 8 MB at 1,000 classes): row the true class, column the top-1 prediction;
+    summed over batches and ranks, exact. Returns ``confusion``."""
     labels = np.asarray(labels).reshape(-1).astype(np.int64)
     predicted = np.asarray(top_classes)[:, 0].astype(np.int64)
-    cells = np.bincount(labels * num_classes + predicted, minlength=num_classes * num_classes)
-    return cells.reshape(num_classes, num_classes).astype(np.float64)
+    np.add.at(confusion, (labels, predicted), 1)
+    return confusion
+
+
+def confusion_counts(top_classes, labels, num_classes):
+    """The ``num_classes`` x ``num_classes`` counts of one evaluated set."""
+    return add_confusions(np.zeros((num_classes, num_classes)), top_classes, labels)
 
 
 def class_results(confusion, classes):

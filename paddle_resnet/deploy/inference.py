@@ -14,8 +14,8 @@ from paddle_resnet.core import devices, feeds
 from paddle_resnet.core.errors import DataError
 from paddle_resnet.core.metrics import (
     accuracy_from_counts,
+    add_confusions,
     class_results,
-    confusion_counts,
     describe_class_results,
     eval_counts,
     format_latency_table,
@@ -75,7 +75,7 @@ def accuracy(config, report):
         labels = batch[feeds.LABEL]
         picked = probs[np.arange(len(probs)), labels.ravel()]
         totals += eval_counts(top, -np.log(np.maximum(picked, 1e-12)), labels)
-        confusion += confusion_counts(top, labels, len(classes))
+        add_confusions(confusion, top, labels)
     per_class = class_results(confusion, classes)
     result = dict(
         accuracy_from_counts(totals, k),
@@ -183,6 +183,7 @@ def _predict(config, report, files):
     k = top_k(len(classes))
     predictions = []
     confusion = np.zeros((len(classes), len(classes)))
+    index = {name: i for i, name in enumerate(classes)}  # a folder named as a class: its label
     for batch in model_input.validation_batches(images, config.data, info):
         for probs in classifier(batch[feeds.IMAGE]):
             image = files[len(predictions)]
@@ -199,8 +200,8 @@ def _predict(config, report, files):
                 + ", ".join(f"{p['class']} {p['probability']:.3f}" for p in entry["top"])
             )
             folder = os.path.basename(os.path.dirname(image))
-            if folder in classes:
-                confusion += confusion_counts(best[None], [classes.index(folder)], len(classes))
+            if folder in index:
+                add_confusions(confusion, best[None], [index[folder]])
     if confusion.any():
         per_class = class_results(confusion, classes)
         labelled = int(confusion.sum())

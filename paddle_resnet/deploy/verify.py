@@ -44,11 +44,11 @@ def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
     """What this machine can run of the exported model in ``model_dir``: every available
     CPU backend of the registry, in each precision it takes that the machine runs."""
     rows = []
+    has_onnx = os.path.exists(os.path.join(model_dir, exported.ONNX_FILE))
+    pir = exported.is_pir_export(model_dir)
     for backend in backends.BACKENDS.values():
         if backend.device != "cpu" or not backend.available():
             continue
-        has_onnx = os.path.exists(os.path.join(model_dir, exported.ONNX_FILE))
-        pir = exported.is_pir_export(model_dir)
         if backend.reads_pir_through_onnx and pir and not has_onnx:
             continue
         if backend.model_precision:

@@ -10,8 +10,8 @@ from paddle_resnet.core.bootstrap import threads_per_process
 from paddle_resnet.core.metrics import (
     Meter,
     accuracy_from_counts,
+    add_confusions,
     class_results,
-    confusion_counts,
     describe_class_results,
     eval_counts,
 )
@@ -158,7 +158,7 @@ def evaluate(session, split, epoch):
         top_classes, losses = run(feed)
         labels = np.array(feed[feeds.LABEL])
         totals += eval_counts(top_classes, losses, labels)
-        confusion += confusion_counts(top_classes, labels, len(classes))
+        add_confusions(confusion, top_classes, labels)
         watchdog.beat()
         bar.update()
     bar.close()
