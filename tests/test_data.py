@@ -165,3 +165,46 @@ def test_the_demos_data_writer_exits_0_when_it_writes_and_when_all_is_there(tmp_
         result = run_python(*argv, "--train-per-class", "2", "--val-per-class", "1")
         assert (result.returncode, result.stderr) == (0, ""), result.stderr
     assert len(os.listdir(os.path.join(output, "train"))) == 10
+
+
+@once
+def test_the_imbalanced_copy_keeps_the_ratio_and_refuses_an_existing_folder(fmnist_root, tmp_path):
+    """scripts/data/imbalanced_tree.py as a user runs it: class i of N keeps
+    largest * ratio ** (-i / (N - 1)) training images, as links; val is the source's."""
+    output = str(tmp_path / "4to1")
+    result = run_python("scripts/data/imbalanced_tree.py", fmnist_root, output, "--ratio", "4")
+    assert result.returncode == 0, result.stderr
+    classes = sorted(os.listdir(os.path.join(fmnist_root, "train")))
+    largest = min(len(os.listdir(os.path.join(fmnist_root, "train", c))) for c in classes)
+    kept = [len(os.listdir(os.path.join(output, "train", c))) for c in classes]
+    assert kept == [round(largest * 4 ** (-i / (len(classes) - 1))) for i in range(len(classes))]
+    assert kept[0] == 4 * kept[-1]
+    assert os.path.realpath(os.path.join(output, "val")) == os.path.realpath(
+        os.path.join(fmnist_root, "val")
+    )
+    again = run_python("scripts/data/imbalanced_tree.py", fmnist_root, output)
+    assert again.returncode == 2
+    assert (
+        again.stderr.strip() == f"error: {output} exists: remove it or choose another destination"
+    )
+
+
+@once
+def test_the_digits_writer_writes_the_uci_digits_or_names_what_it_needs(tmp_path):
+    """scripts/data/digits_to_jpeg.py: scikit-learn's 1,797 digits as a JPEG tree (20 % of
+    each digit for validation), or, without scikit-learn (requirements-tools.txt), one line."""
+    output = str(tmp_path / "digits")
+    result = run_python("scripts/data/digits_to_jpeg.py", "--output", output)
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+        assert "scikit-learn" in result.stderr or "sklearn" in result.stderr, result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    counts = {
+        split: sum(len(files) for _, _, files in os.walk(os.path.join(output, split)))
+        for split in ("train", "val")
+    }
+    assert counts == {"train": 1438, "val": 359}
+    assert sorted(os.listdir(os.path.join(output, "val"))) == [str(d) for d in range(10)]
