@@ -101,8 +101,9 @@ def confused_pairs(axes, result, epoch):
 
 
 def class_accuracy(axes, result):
-    """Each class's accuracy (up to 100 classes), or the worst classes, as bars."""
-    if "accuracy" in result:
+    """Each class's accuracy (up to 100 classes: where the report holds the whole
+    confusion matrix), or the worst classes, as bars."""
+    if "confusion" in result:
         rows = [
             (name, accuracy)
             for name, accuracy in zip(result["classes"], result["accuracy"])

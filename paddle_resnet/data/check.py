@@ -21,7 +21,6 @@ rate. A training run starts with the fast pass (``at_start``): its findings are 
 broken images are refused as the loaders refuse them.
 """
 
-import concurrent.futures
 import dataclasses
 import hashlib
 import io
@@ -42,6 +41,7 @@ from paddle_resnet.data.dali import undecodable
 from paddle_resnet.data.folder import (
     IMAGE_EXTENSIONS,
     class_folders,
+    file_reading_pool,
     folder_contents,
     image_root_folder,
     read_headers,
@@ -422,7 +422,7 @@ def same_images(sources, keys):
     for index in np.unique(np.concatenate([order[1:][same], order[:-1][same]])):
         split = int(np.searchsorted(starts, index, side="right")) - 1
         candidates.append((splits[split], int(index - starts[split])))
-    with concurrent.futures.ThreadPoolExecutor(max(4, 2 * available_cores())) as pool:
+    with file_reading_pool() as pool:
         digests = list(pool.map(lambda c: full_digest(sources[c[0]], c[1]), candidates))
     groups = {}
     for candidate, digest in zip(candidates, digests):

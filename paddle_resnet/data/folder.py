@@ -8,6 +8,7 @@ from typing import List, NamedTuple, Optional, Tuple
 
 from PIL import Image
 
+from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.errors import DataError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -209,11 +210,16 @@ def _jpeg_end_found(handle, size):
 CHUNK = 256
 
 
+def file_reading_pool():
+    """Threads for work that is mostly file reads: twice the cores this process may use."""
+    return concurrent.futures.ThreadPoolExecutor(max(4, 2 * available_cores()))
+
+
 def read_headers(files):
     """The ImageHeader of each of ``files``, in order (a generator), read in parallel
-    threads (the work is mostly file reads), CHUNK files a task."""
+    threads (``file_reading_pool``), CHUNK files a task."""
     chunks = [files[i : i + CHUNK] for i in range(0, len(files), CHUNK)]
-    with concurrent.futures.ThreadPoolExecutor(max(4, 2 * (os.cpu_count() or 1))) as pool:
+    with file_reading_pool() as pool:
         for headers in pool.map(lambda chunk: [read_header(path) for path in chunk], chunks):
             yield from headers
 
