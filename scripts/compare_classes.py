@@ -13,21 +13,9 @@ import argparse
 import json
 import sys
 
-from paddle_resnet.core.errors import UserError, exit_status
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core.metrics import class_changes, describe_class_changes
-from paddle_resnet.core.report import read_report
-
-
-def validations(path):
-    """(epoch, VAL data, CLASSES data) of each validation in the report at ``path``, in
-    order; a run that resumed after a stop may repeat an epoch: the later one counts."""
-    records = read_report(path)
-    val = {tuple(r["step"]): r["data"] for r in records if r["type"] == "VAL"}
-    per_class = {tuple(r["step"]): r["data"] for r in records if r["type"] == "CLASSES"}
-    found = [(step[0], val[step], per_class[step]) for step in per_class if step in val]
-    if not found:
-        raise UserError(f"{path}: holds no validation with per-class results")
-    return found
+from paddle_resnet.core.report import validations
 
 
 def compare(reference_path, report_path, shown):

@@ -27,7 +27,7 @@ import paddle
 
 from paddle_resnet.core.errors import UserError, exit_status
 from paddle_resnet.core.metrics import class_changes, describe_class_changes
-from paddle_resnet.core.report import read_report
+from paddle_resnet.core.report import validations
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,9 +46,8 @@ def train(command, output_dir):
     result = subprocess.run(argv, cwd=REPOSITORY, capture_output=True, text=True)
     if result.returncode != 0:
         raise UserError(f"{shlex.join(command)} failed: {result.stderr.strip().splitlines()[-1]}")
-    records = read_report(os.path.join(output_dir, "report.json"))
-    last = {kind: [r for r in records if r["type"] == kind][-1] for kind in ("VAL", "CLASSES")}
-    return last["VAL"]["data"], last["CLASSES"]["data"]
+    _, val, per_class = validations(os.path.join(output_dir, "report.json"))[-1]
+    return val, per_class
 
 
 def main():

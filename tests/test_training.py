@@ -13,7 +13,7 @@ import paddle
 import pytest
 from visualdl import LogReader
 
-from conftest import ROOT, flat, once, small_config, train_args
+from conftest import ROOT, flat, once, run_python, small_config, train_args
 from paddle_resnet.commands import train
 from paddle_resnet.core import metrics
 from paddle_resnet.core.config import build_config
@@ -381,3 +381,20 @@ def test_compare_classes_names_the_classes_a_model_lost(trained, tmp_path):
         assert [(change[0], change[3]) for change in row["lost_most"]] == expected, row
         assert row["balanced_top1"] == per_class["data"]["balanced_top1"]
     assert result.stdout.splitlines()[-2].endswith("no class lost an image")
+
+
+@once
+def test_compare_runs_names_the_variant_that_failed_in_one_line(tmp_path):
+    """scripts/compare_runs.py as a user runs it: a variant whose training fails ends the
+    comparison with that command and train.py's own line, status 2, and no output file."""
+    missing, output = tmp_path / "missing", tmp_path / "runs.json"
+    result = run_python(
+        "scripts/compare_runs.py", "--output", str(output), "--variant", "plain=", "--",
+        "--config", "resnet18_demo", "--image-root", str(missing),
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"error: --config resnet18_demo --image-root {missing} failed: "
+        f"error: image root '{missing}' does not exist or is not a folder"
+    )
+    assert not output.exists()

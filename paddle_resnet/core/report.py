@@ -15,6 +15,7 @@ import time
 
 from tqdm import tqdm
 
+from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.optional import require
 
 
@@ -141,3 +142,15 @@ class Report:
 def read_report(path):
     with open(path) as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def validations(path):
+    """(epoch, VAL data, CLASSES data) of each validation in the report at ``path``, in
+    order; a run that resumed after a stop may repeat an epoch: the later one counts."""
+    records = read_report(path)
+    val = {tuple(r["step"]): r["data"] for r in records if r["type"] == "VAL"}
+    per_class = {tuple(r["step"]): r["data"] for r in records if r["type"] == "CLASSES"}
+    found = [(step[0], val[step], per_class[step]) for step in per_class if step in val]
+    if not found:
+        raise UserError(f"{path}: holds no validation with per-class results")
+    return found
