@@ -199,11 +199,29 @@ def trained(fmnist_root, tmp_path_factory):
     return config
 
 
+def run_command(command, **env):
+    """``command`` from the repository's root, as a user runs a tool, with ``env`` added
+    to this process's environment: its output and exit status."""
+    return subprocess.run(
+        command,
+        cwd=ROOT,
+        env=dict(os.environ, **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def training_into(out):
+    """The process ids of the train.py processes (ranks or a lone run, not a launcher)
+    writing into ``out``."""
+    found = subprocess.run(["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
 def run_python(*argv):
     """``python *argv`` from the repository's root, as a user runs a tool."""
-    return subprocess.run(
-        [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    return run_command([sys.executable, *argv])
 
 
 def train_in_fresh_process(config):

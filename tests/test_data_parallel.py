@@ -18,7 +18,16 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import PADDLE3, ROOT, assert_same_state, once, pir_rehearsal, random_seed, train_args
+from conftest import (
+    PADDLE3,
+    ROOT,
+    assert_same_state,
+    once,
+    pir_rehearsal,
+    random_seed,
+    train_args,
+    training_into,
+)
 from paddle_resnet.commands import train
 from paddle_resnet.core import devices
 from paddle_resnet.core.config import build_config
@@ -295,12 +304,11 @@ def test_resume_across_world_sizes_keeps_the_epoch_schedule(two_ranks, fmnist_ro
 def ranks_of(out, rank=""):
     """The process ids of the ranks (or of rank ``rank``) training into ``out``, not their
     launcher's."""
-    found = subprocess.run(["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True)
     ranks = []
-    for pid in found.stdout.split():
+    for pid in training_into(out):
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # ended meanwhile
             if f"PADDLE_TRAINER_ID={rank}" in open(f"/proc/{pid}/environ").read():
-                ranks.append(int(pid))
+                ranks.append(pid)
     return ranks
 
 

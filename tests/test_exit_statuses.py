@@ -8,12 +8,11 @@ schedulers do with each: tests/test_slurm.py, tests/test_cluster_manifests.py.)"
 import errno
 import os
 import signal
-import subprocess
 import sys
 
 import pytest
 
-from conftest import FAST_TRAIN, ROOT, once, train_command
+from conftest import FAST_TRAIN, once, run_command, train_command
 from paddle_resnet.commands import train
 from paddle_resnet.core import atomic, errors, faults
 
@@ -21,23 +20,12 @@ from paddle_resnet.core import atomic, errors, faults
 pytestmark = once
 
 
-def run(command, **env):
-    return subprocess.run(
-        command,
-        cwd=ROOT,
-        env=dict(os.environ, **env),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def last_line(text):
     return text.strip().splitlines()[-1]
 
 
 def test_a_missing_image_root_is_2(tmp_path):
-    result = run(
+    result = run_command(
         [sys.executable, "train.py", *FAST_TRAIN, "--image-root", str(tmp_path / "nowhere")]
         + ["--output-dir", str(tmp_path / "out")]
     )
@@ -51,7 +39,7 @@ def test_a_missing_image_root_is_2(tmp_path):
 def test_an_external_error_of_the_executor_is_75_in_one_line(fmnist_root, tmp_path):
     """What Paddle raises when a CUDA, cuDNN or NCCL call fails (an OSError without errno,
     injected at the third step): a crash a restart may fix, not the user's error."""
-    result = run(
+    result = run_command(
         train_command(fmnist_root, tmp_path / "out"), **{faults.VARIABLE: "external-error@3"}
     )
     assert result.returncode == errors.RESTARTABLE, result.stderr[-3000:]
@@ -85,7 +73,7 @@ def test_a_signal_outside_the_training_steps_is_one_line(launched):
     env = {"PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:6170,127.0.0.1:6171"} if launched else {}
     if launched:
         env["PADDLE_TRAINER_ID"] = "1"
-    result = run([sys.executable, "-c", STOPPED_OUTSIDE_THE_STEPS], **env)
+    result = run_command([sys.executable, "-c", STOPPED_OUTSIDE_THE_STEPS], **env)
     expected = (
         (
             errors.RESTARTABLE,

@@ -19,7 +19,7 @@ import time
 import pytest
 import slurm_cluster
 
-from conftest import FAST_TRAIN, ROOT, assert_same_state, once, train_command
+from conftest import FAST_TRAIN, ROOT, assert_same_state, once, train_command, training_into
 from paddle_resnet.core import faults
 from paddle_resnet.core.errors import RESTARTABLE
 from paddle_resnet.training import checkpoint as ckpt
@@ -84,8 +84,7 @@ def wait_requeued(slurm, job, log, restarts, timeout=180):
 
 def training_pid(out):
     """The process id of the training (one process, no launcher) writing into ``out``."""
-    found = subprocess.run(["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True)
-    pids = [int(pid) for pid in found.stdout.split()]
+    pids = training_into(out)
     assert len(pids) == 1, pids
     return pids[0]
 
