@@ -1,5 +1,7 @@
 """What code this process runs, as a checkpoint records it (``meta.json``'s "code"): the
-toolkit's version and, where it runs from a git checkout, its commit, and Paddle's version.
+toolkit's version and, where it runs from a git checkout, its commit (in an image, where
+.dockerignore leaves .git out, the commit its build named: ``COMMIT_VARIABLE``), and
+Paddle's version.
 A resume on other code says so in one line (``difference``): a requeued job may pick up
 an upgraded checkout or image."""
 
@@ -13,9 +15,19 @@ import paddle
 PACKAGE = "paddle-resnet"
 # The checkout the package runs from (the repository's root in an editable install).
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The commit an image was built from: Dockerfile and Dockerfile.gpu put their build argument
+# of this name in the image's environment (docker build --build-arg
+# PADDLE_RESNET_COMMIT=$(git rev-parse HEAD)).
+COMMIT_VARIABLE = "PADDLE_RESNET_COMMIT"
 
 
 def _commit():
+    """The commit of the checkout the package runs from, else the environment's
+    ``COMMIT_VARIABLE`` (an image's build), else None."""
+    return _checkout_commit() or os.environ.get(COMMIT_VARIABLE, "").strip() or None
+
+
+def _checkout_commit():
     """The commit of the checkout the package runs from, or None (not a git checkout, or
     no git)."""
     if not os.path.exists(os.path.join(_CHECKOUT, ".git")):
@@ -34,8 +46,8 @@ def _commit():
 
 @functools.lru_cache(maxsize=None)
 def code():
-    """{"toolkit": version, "commit": the checkout's commit (where there is one),
-    "paddle": version} of this process."""
+    """{"toolkit": version, "commit": the checkout's or the image's commit (where there is
+    one), "paddle": version} of this process."""
     try:
         version = importlib.metadata.version(PACKAGE)
     except importlib.metadata.PackageNotFoundError:  # run from a checkout not installed
