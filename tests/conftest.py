@@ -212,6 +212,35 @@ def run_command(command, **env):
     )
 
 
+def launch(args, log_dir, nproc=2, launcher=(), timeout=300, env=None):
+    """``python -m paddle.distributed.launch`` as users run it (``env`` added to this
+    process's environment); returns the finished process."""
+    command = [
+        sys.executable,
+        "-m",
+        "paddle.distributed.launch",
+        "--nproc_per_node",
+        str(nproc),
+        "--log_dir",
+        str(log_dir),
+        *launcher,
+        *args,
+    ]
+    return subprocess.run(
+        command,
+        cwd=ROOT,
+        env=dict(os.environ, **(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def ok(result):
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    return result
+
+
 def training_into(out):
     """The process ids of the train.py processes (ranks or a lone run, not a launcher)
     writing into ``out``."""

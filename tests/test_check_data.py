@@ -14,7 +14,7 @@ from PIL import Image
 
 from conftest import ROOT, once, small_config
 from paddle_resnet.core.errors import DataError
-from paddle_resnet.data import check, records
+from paddle_resnet.data import records, screening
 from paddle_resnet.training import run as training_run
 
 # Pillow, DALI and files: no Paddle API; run once, on 2.6.2.
@@ -134,8 +134,9 @@ def test_a_root_that_is_not_there_is_one_line(tmp_path):
 
 
 def checked_at_start(config):
-    """What a training run's start does with its data: open it, then check it."""
-    return check.at_start(config, *training_run.open_data(config, True, True)[:2])
+    """What a training run's start does with its data: open it, then check it (one rank)."""
+    splits = training_run.open_data(config, True, True)[:2]
+    return screening.screened(config, *splits, rank=0, share=lambda name, value: value)
 
 
 def test_a_run_starts_with_the_check_and_refuses_broken_images(tmp_path):
@@ -146,14 +147,14 @@ def test_a_run_starts_with_the_check_and_refuses_broken_images(tmp_path):
     shutil.copy(root / "train" / "b" / "2.jpg", root / "val" / "a" / "leak.jpg")
     two = {"model.num_classes": 2}
     config = small_config(str(root), tmp_path / "out", **two)
-    lines = checked_at_start(config).start_lines()
+    lines = checked_at_start(config).lines
     assert lines[0].startswith("data check (") and lines[0].endswith("; 1 finding")
     assert lines[1:] == [
         "warning: 1 image in both the train and val splits (the same bytes: a leak into the "
         "validation figure): train/b/2.jpg = val/a/leak.jpg"
     ]
     skipped = small_config(str(root), tmp_path / "out", **two, **{"check.at_start": False})
-    assert checked_at_start(skipped) is None
+    assert checked_at_start(skipped).lines == [] and checked_at_start(skipped).record is None
     (root / "val" / "b" / "1.jpg").write_bytes(b"\xff\xd8 not a JPEG")
     with pytest.raises(DataError, match=r"^\S+/val/b/1.jpg: cannot be decoded as an image$"):
         checked_at_start(config)

@@ -22,6 +22,8 @@ from conftest import (
     PADDLE3,
     ROOT,
     assert_same_state,
+    launch,
+    ok,
     once,
     pir_rehearsal,
     random_seed,
@@ -41,27 +43,6 @@ TOY = os.path.join(ROOT, "tests", "ranks", "toy_reduction.py")
 # counterpart is tests/test_gpu.py. (Hiding the GPUs with CUDA_VISIBLE_DEVICES="" makes
 # the launcher itself fail: it reads its device list from there.)
 pytestmark = pytest.mark.cpu_only
-
-
-def launch(args, log_dir, nproc=2, launcher=(), timeout=300):
-    """``python -m paddle.distributed.launch`` as users run it; returns the finished process."""
-    command = [
-        sys.executable,
-        "-m",
-        "paddle.distributed.launch",
-        "--nproc_per_node",
-        str(nproc),
-        "--log_dir",
-        str(log_dir),
-        *launcher,
-        *args,
-    ]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-
-
-def ok(result):
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    return result
 
 
 def weights(output_dir, epoch):

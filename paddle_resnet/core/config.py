@@ -15,8 +15,10 @@ from typing import Optional, Tuple
 
 import yaml
 
+from paddle_resnet.core import trackers
 from paddle_resnet.core.bootstrap import FALSE_WORDS, TRUE_WORDS, VERBOSE_FLAG
 from paddle_resnet.core.errors import ConfigError
+from paddle_resnet.core.text_files import read_text
 
 # configs/ of the repository: paddle_resnet/core/config.py is three levels below it
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,16 +30,19 @@ LR_SCHEDULES = ("cosine", "step")
 # training/sparsity/pattern.py (declared here, where the config checks --mask-algo).
 MASK_ALGOS = ("mask_1d", "mask_2d_greedy", "mask_2d_best")
 DATA_LAYOUTS = ("NCHW", "NHWC")
-INFERENCE_MODES = ("accuracy", "benchmark", "predict")
+# serve: the export over the Open Inference Protocol (paddle-resnet-serve, deploy/serve.py)
+INFERENCE_MODES = ("accuracy", "benchmark", "predict", "serve")
 TRT_PRECISIONS = ("FP32", "FP16", "INT8")
 CPU_PRECISIONS = ("fp32", "bf16", "int8")
 PTQ_ALGOS = ("KL", "hist", "mse", "avg", "abs_max")
 AMP_DTYPES = ("float16", "bfloat16")
+# --sampling: how a training epoch draws the images of an image tree (data/dali.py)
+SAMPLINGS = ("shuffle", "class-balanced")
 DEFAULT_INFERENCE_DIR = "./inference"
 
 # The tools that read a key, declared on the key (``key(..., tools=...)``): each tool's
 # command line takes exactly the flags of the keys it reads and refuses the others.
-TOOLS = ("train", "export_model", "inference", "check_data")
+TOOLS = ("train", "export_model", "inference", "check_data", "serve")
 TRAIN = ("train",)
 EXPORT = ("export_model",)
 INFERENCE = ("inference",)
@@ -45,8 +50,11 @@ CHECK_DATA = ("check_data",)
 TRAIN_EXPORT = ("train", "export_model")
 TRAIN_INFERENCE = ("train", "inference")
 EXPORT_INFERENCE = ("export_model", "inference")
+SERVE = ("serve",)
 MODEL_TOOLS = ("train", "export_model", "inference")
 ALL_TOOLS = TOOLS
+# the tools that read image trees (every tool but the server, which is sent its images)
+IMAGE_TOOLS = ("train", "export_model", "inference", "check_data")
 
 
 # ---------------------------------------------------------------- checks of one value
@@ -84,12 +92,14 @@ def key(
     deprecated=(),
     resume_may_change=False,
     tools=TRAIN,
+    repeatable=False,
 ):
     """A config field: its default, flag, help text, check and alias flags, and the
     ``tools`` that read it (each a name in TOOLS).
     ``deprecated`` aliases still work but print a warning naming ``flag``.
     ``resume_may_change``: a resumed run may set another value than the checkpoint's
-    run (where files go, how often to log); every other key must match."""
+    run (where files go, how often to log); every other key must match.
+    ``repeatable``: a tuple whose flag may be given again, adding its values."""
     return field(
         default=default,
         metadata={
@@ -101,6 +111,7 @@ def key(
             "deprecated": tuple(deprecated),
             "resume_may_change": resume_may_change,
             "tools": tools,
+            "repeatable": repeatable,
         },
     )
 
@@ -130,6 +141,15 @@ class RunConfig:
         "--save-interval",
         "save a checkpoint every N epochs",
         at_least(1),
+        resume_may_change=True,
+    )
+    save_every_minutes: float = key(
+        0.0,
+        "--save-every-minutes",
+        "also save a checkpoint within an epoch once M minutes have passed since the last "
+        "save (the ranks agree at a step), so a node lost without warning costs at most M "
+        "minutes (0: at epoch ends and on a stop only)",
+        at_least(0),
         resume_may_change=True,
     )
     keep_checkpoints: int = key(
@@ -219,11 +239,39 @@ class RunConfig:
         resume_may_change=True,
         tools=TRAIN_EXPORT,
     )
+    trackers: Tuple[str, ...] = key(
+        (),
+        "--tracker",
+        "experiment trackers that also get the run (rank 0's; repeatable): tensorboard "
+        "(--tensorboard-log-dir), mlflow (--mlflow-tracking-uri), visualdl "
+        "(--visualdl-log-dir): the report's scalars, each class's accuracy and the "
+        "confusion matrix at each validation, the config as parameters, the checkpoints "
+        "saved; a resumed run continues the tracker's run",
+        each(trackers.unusable),
+        resume_may_change=True,
+        repeatable=True,
+    )
+    tensorboard_log_dir: Optional[str] = key(
+        None,
+        "--tensorboard-log-dir",
+        "TensorBoard's folder with --tracker tensorboard (default <output-dir>/tensorboard; "
+        "view with: tensorboard --logdir DIR)",
+        resume_may_change=True,
+    )
+    mlflow_tracking_uri: Optional[str] = key(
+        None,
+        "--mlflow-tracking-uri",
+        "MLflow's tracking URI with --tracker mlflow (a server's http://HOST:PORT, a "
+        "database); default MLFLOW_TRACKING_URI, else a local store without a server, "
+        "sqlite:///<output-dir>/mlflow.db (view with: mlflow ui --backend-store-uri URI)",
+        resume_may_change=True,
+    )
     visualdl_log_dir: Optional[str] = key(
         None,
         "--visualdl-log-dir",
-        "also log the scalars for VisualDL to this folder "
-        "(pip install visualdl; view with: visualdl --logdir DIR)",
+        "VisualDL's folder; giving it turns the visualdl tracker on (default with "
+        "--tracker visualdl: <output-dir>/visualdl; view with: visualdl --logdir DIR)",
+        lambda _: trackers.unusable("visualdl"),
         resume_may_change=True,
     )
     seed: int = key(42, "--seed", "random seed of parameter initialisation")
@@ -257,6 +305,15 @@ class RunConfig:
         "--profile-stop-step",
         "first step no longer profiled (default: start + 10)",
         at_least(1),
+        resume_may_change=True,
+    )
+    start_timeout: int = key(
+        1800,
+        "--start-timeout",
+        "ranks of paddle.distributed.launch: seconds the start may take (everything "
+        "before the first step: the ranks' rendezvous, data check, programs, weights); a "
+        "rank past it ends with one line naming its phase (0: no deadline)",
+        at_least(0),
         resume_may_change=True,
     )
     collective_timeout: int = key(
@@ -302,7 +359,7 @@ class DataConfig:
         "folder holding train/<class>/*.jpg and val/<class>/*.jpg "
         "(or the record files, with --data-format)",
         resume_may_change=True,
-        tools=ALL_TOOLS,
+        tools=IMAGE_TOOLS,
     )
     format: str = key(
         "folder",
@@ -310,7 +367,7 @@ class DataConfig:
         "input format: an image tree (folder) or a record format of data/records.py "
         "(scripts/data/make_records.py writes them)",
         resume_may_change=True,
-        tools=ALL_TOOLS,
+        tools=IMAGE_TOOLS,
     )
     batch_size: int = key(
         256,
@@ -333,7 +390,7 @@ class DataConfig:
         "DALI threads per process (0: all cores)",
         at_least(0),
         resume_may_change=True,
-        tools=ALL_TOOLS,
+        tools=IMAGE_TOOLS,
     )
     crop_size: int = key(
         224,
@@ -360,6 +417,14 @@ class DataConfig:
         "--rand-crop-ratio",
         "training crop aspect-ratio range, e.g. 0.75,1.333",
         lambda v: None if 0 < v[0] <= v[1] else f"must satisfy 0 < min <= max, got {v}",
+    )
+    sampling: str = key(
+        "shuffle",
+        "--sampling",
+        "training images of an epoch: shuffle (each image once) or class-balanced (every "
+        "class drawn equally often: a rare class's images repeat, a common one's are "
+        "fewer; the epoch keeps its length; image trees only)",
+        choices=SAMPLINGS,
     )
     color_jitter: Tuple[float, float, float] = key(
         (0.0, 0.0, 0.0),
@@ -490,6 +555,21 @@ class LossConfig:
         "weights by class name; the loss is then the weighted mean over the batch (label "
         "smoothing keeps an image's weight, MixUp blends the two images' weights)",
     )
+    class_weights_from_epoch: int = key(
+        1,
+        "--class-weights-from-epoch",
+        "deferred re-weighting (Cao et al. 2019): the plain loss before this epoch, "
+        "--class-weights from it on (1: from the first step)",
+        at_least(1),
+    )
+    logit_adjustment: float = key(
+        0.0,
+        "--logit-adjustment",
+        "logit-adjusted loss (Menon et al. 2021): TAU x log(each class's share of the "
+        "training split) added to the logits in the training loss only (evaluation and "
+        "exports use them as they are); 1 is balanced softmax (Ren et al. 2020), 0 off",
+        at_least(0),
+    )
 
 
 @dataclass(frozen=True)
@@ -617,7 +697,7 @@ class InferenceConfig:
         f"inference.py reads it (default {DEFAULT_INFERENCE_DIR}); train.py exports the final "
         "model there when given",
         aliases=("--trt-inference-dir",),
-        tools=MODEL_TOOLS,
+        tools=MODEL_TOOLS + SERVE,
     )
     backend: str = key(
         "auto",
@@ -626,7 +706,7 @@ class InferenceConfig:
         "CPUs openvino where it is installed and the export was verified on it "
         "(export_model.py --verify-images), cpu otherwise; cpu is Paddle Inference with "
         "oneDNN; openvino and onnxruntime need pip install openvino / onnxruntime)",
-        tools=INFERENCE,
+        tools=INFERENCE + SERVE,
     )
     mode: str = key(
         "benchmark", "--mode", "what inference.py does", choices=INFERENCE_MODES, tools=INFERENCE
@@ -696,10 +776,14 @@ class InferenceConfig:
         "--cpu-precision",
         "CPU precision of the cpu and openvino backends",
         choices=CPU_PRECISIONS,
-        tools=EXPORT_INFERENCE,
+        tools=EXPORT_INFERENCE + SERVE,
     )
     cpu_threads: int = key(
-        0, "--cpu-threads", "CPU math threads (0: all cores)", at_least(0), tools=EXPORT_INFERENCE
+        0,
+        "--cpu-threads",
+        "CPU math threads (0: all cores)",
+        at_least(0),
+        tools=EXPORT_INFERENCE + SERVE,
     )
     ptq_algo: Optional[str] = key(
         None,
@@ -763,6 +847,45 @@ class InferenceConfig:
         return self.model_dir or DEFAULT_INFERENCE_DIR
 
 
+@dataclass(frozen=True)
+class ServeConfig:
+    model_name: Optional[str] = key(
+        None,
+        "--model-name",
+        "the model's name on the endpoints (/v2/models/NAME); default: the export folder's name",
+        tools=SERVE,
+    )
+    http_port: int = key(
+        8080, "--http-port", "REST port", in_range(1, 65536, "[1, 65535]"), tools=SERVE
+    )
+    grpc_port: int = key(
+        8081, "--grpc-port", "gRPC port", in_range(1, 65536, "[1, 65535]"), tools=SERVE
+    )
+    max_batch: int = key(
+        32,
+        "--max-batch",
+        "largest batch run at once: requests that arrive together run as one batch of at "
+        "most this many images; a request may hold at most this many",
+        at_least(1),
+        tools=SERVE,
+    )
+    max_wait_ms: float = key(
+        2.0,
+        "--max-wait-ms",
+        "how long the first request of a batch waits for others to join it (milliseconds)",
+        at_least(0),
+        tools=SERVE,
+    )
+    max_request_mb: float = key(
+        64.0,
+        "--max-request-mb",
+        "largest request: a REST body or gRPC message above it is refused (413, "
+        "RESOURCE_EXHAUSTED)",
+        positive,
+        tools=SERVE,
+    )
+
+
 def section(keys, title):
     """A section of the Config: the dataclass of its keys, and its title, which heads its
     flags in each tool's --help and in the README's flag table."""
@@ -783,6 +906,7 @@ class Config:
     qat: QatConfig = section(QatConfig, "Quantization-aware training")
     check: CheckConfig = section(CheckConfig, "Data check")
     inference: InferenceConfig = section(InferenceConfig, "Paddle Inference")
+    serve: ServeConfig = section(ServeConfig, "Serving")
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -796,9 +920,9 @@ class Config:
         return self.run.report_file or os.path.join(self.run.output_dir, "report.json")
 
 
-# Keys of the inference section: read by export_model.py and inference.py, not part of a
-# training run (a resume may change them).
-INFERENCE_SECTIONS = ("inference",)
+# Keys of the inference and serving sections: read by export_model.py, inference.py and
+# paddle-resnet-serve, not part of a training run (a resume may change them).
+INFERENCE_SECTIONS = ("inference", "serve")
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 SECTION_TITLES = {f.name: f.metadata["title"] for f in dataclasses.fields(Config)}
@@ -881,12 +1005,19 @@ def list_recipes():
     return sorted(f[:-5] for f in os.listdir(CONFIG_DIR) if f.endswith(".yaml"))
 
 
+# A recipe is a few hundred bytes of keys; a file a thousand times larger is something
+# else, and PyYAML's parser would take a minute over 50 MB.
+MAX_RECIPE_BYTES = 1 << 20
+
+
 def read_recipe(path):
+    text = read_text(path, ConfigError, limit=MAX_RECIPE_BYTES, what="recipe")
     try:
-        with open(path) as handle:
-            document = yaml.safe_load(handle) or {}
+        document = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be read as YAML") from None
     if not isinstance(document, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     values = {}
@@ -939,7 +1070,9 @@ def run_differences(saved, config):
         section, _, name = dotted.partition(".")
         if f.metadata["resume_may_change"] or section in INFERENCE_SECTIONS:
             continue
-        before, after = saved.get(section, {}).get(name), now[section][name]
+        # a key added since the saved run was written had its default then (as JSON keeps it)
+        default = list(f.default) if isinstance(f.default, tuple) else f.default
+        before, after = saved.get(section, {}).get(name, default), now[section][name]
         if before != after:
             differences.append(f"{dotted}: {before!r} -> {after!r}")
     return differences
@@ -964,7 +1097,7 @@ def validate(config):
         problem = _problem(f, getattr(getattr(config, section), name))
         if problem:
             raise ConfigError(f"{describe_key(dotted)} {problem}")
-    d, run = config.data, config.run
+    d, run, loss = config.data, config.run, config.loss
     combinations = [
         (
             d.resize_short >= d.crop_size,
@@ -989,6 +1122,23 @@ def validate(config):
         (
             not (run.from_checkpoint and run.from_pretrained_params),
             "--from-checkpoint and --from-pretrained-params exclude each other",
+        ),
+        (
+            loss.class_weights or loss.class_weights_from_epoch == 1,
+            "--class-weights-from-epoch needs --class-weights (the weights it defers)",
+        ),
+        (
+            loss.class_weights_from_epoch <= run.epochs,
+            f"loss.class_weights_from_epoch (--class-weights-from-epoch) must be at most "
+            f"run.epochs ({run.epochs}), got {loss.class_weights_from_epoch}: the weights "
+            "would never apply",
+        ),
+        # Balanced draws already show every class equally often: weights or offsets from
+        # the split's counts would correct the imbalance a second time.
+        (
+            d.sampling != "class-balanced" or not (loss.class_weights or loss.logit_adjustment),
+            "--sampling class-balanced with --class-weights or --logit-adjustment corrects "
+            "the imbalance twice: choose one",
         ),
     ]
     for holds, message in combinations:

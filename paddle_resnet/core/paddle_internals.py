@@ -309,14 +309,22 @@ def insert_asp_masks(main, startup, parameters):
     asp.ASPHelper._insert_sparse_mask_ops(main, parameters)
 
 
-# ---------------------------------------------------------------- gloo between CPU ranks
+# ---------------------------------------------------------------- the job's store, gloo
+def job_store():
+    """The key-value store of the job (``paddle.base.core.TCPStore``, one per process):
+    served by rank 0 at the launcher's PADDLE_MASTER, every rank connected. Its first call
+    in each rank is a rendezvous of all ranks; Paddle 3 makes its own communicators over
+    the same store. Its ``get`` of a missing key blocks with the GIL held and aborts the
+    process at its timeout: poll ``add(key, 0)``, which answers at once."""
+    return core.create_or_get_global_tcp_store()
+
+
 def init_gloo_ring(rank, endpoints):
     """Ring 0 over gloo, for the collective ops of every program of this process."""
     if PADDLE3:
         # Paddle 3.x looks communicators up by ring id: gloo's context is registered
-        # with its communicator manager, over the launcher's TCP store (PADDLE_MASTER).
-        store = core.create_or_get_global_tcp_store()
-        core.CommContextManager.create_gloo_comm_context(store, "0", rank, len(endpoints))
+        # with its communicator manager, over the job's store.
+        core.CommContextManager.create_gloo_comm_context(job_store(), "0", rank, len(endpoints))
     else:
         # Rank 0's endpoint carries NCCL's id exchange on GPUs; on CPUs it is free for
         # gloo's rendezvous store.

@@ -17,8 +17,8 @@ Two depths. The fast pass reads each file's header (Pillow's lazy open: no decod
 JPEG's end marker) and hashes its size with its first 4 KB: only files whose keys agree
 can be the same image, and only those are hashed whole (BLAKE2b) to confirm. ``decode``
 adds a full decode by DALI's CPU decoder on every core, as training decodes, and its
-rate. A training run starts with the fast pass (``at_start``): its findings are warnings,
-broken images are refused as the loaders refuse them.
+rate. A training run starts with the fast pass, once per job (``screening.py``): its
+findings are warnings, broken images are refused as the loaders refuse them.
 """
 
 import dataclasses
@@ -45,8 +45,6 @@ from paddle_resnet.data.folder import (
     folder_contents,
     image_root_folder,
     read_headers,
-    refuse_broken,
-    remember_broken,
     stream_header,
 )
 
@@ -568,28 +566,3 @@ def report(config):
         with atomic_files(config.check.json_path) as (handle,):
             handle.write(json.dumps(result.as_dict(), indent=1).encode())
     return result.status
-
-
-def at_start(config, train_split, val_split):
-    """The fast pass at the start of a training run over its image tree (with
-    ``config.check.at_start``; record files are left to paddle-resnet-check-data): its
-    Result, or None. Broken images are refused here, as the loaders would refuse them
-    (which this pass spares a second screening)."""
-    splits = [s for s in (train_split, val_split) if s is not None and s.image_list is not None]
-    if not config.check.at_start or not splits:
-        return None
-    root = config.data.image_root
-    sources = {
-        s.split: TreeSplit(
-            s.split, root, s.classes, list(s.image_list.files), list(s.image_list.labels)
-        )
-        for s in splits
-    }
-    result, survey = fast_pass(sources, root, "folder", config.data.crop_size)
-    broken = []
-    for split in splits:
-        files = split.image_list.files
-        remember_broken(files, [files[p] for p in survey.broken[split.split]])
-        broken.extend(files[p] for p in survey.broken[split.split])
-    refuse_broken(broken)
-    return result

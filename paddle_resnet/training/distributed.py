@@ -17,7 +17,6 @@ import os
 import signal
 import stat
 import sys
-import threading
 
 import numpy as np
 import paddle
@@ -27,15 +26,14 @@ from paddle_resnet.core import bootstrap, paddle_internals, watchdog
 from paddle_resnet.core.bootstrap import paddle_chatter
 from paddle_resnet.core.devices import gpu_available
 from paddle_resnet.core.errors import (
-    RESTARTABLE,
     RestartableError,
     UserError,
     stopped_status,
 )
+from paddle_resnet.core.rank_guard import RankGuard
 from paddle_resnet.training import ir
 
 STREAM_SYNC_OPS = ("c_sync_comm_stream", "c_sync_calc_stream")
-LAUNCHER_POLL_SECONDS = 1.0
 
 
 def launcher_ranks(environ=os.environ):
@@ -55,6 +53,11 @@ def launcher_ranks(environ=os.environ):
         raise UserError(
             f"{where} but PADDLE_TRAINER_ID is {rank or 'not set'}; "
             "start the ranks with python -m paddle.distributed.launch"
+        )
+    if not environ.get("PADDLE_MASTER"):
+        raise UserError(
+            f"{where} but PADDLE_MASTER is not set: the ranks meet at the key-value store "
+            "of paddle.distributed.launch (give it --master, or no --ips / --start_port)"
         )
     if environ.get("PADDLE_CURRENT_ENDPOINT") != endpoints[int(rank)]:
         raise UserError(
@@ -80,6 +83,10 @@ def init_fleet():
     # its own (on Paddle 3.x a second owner of ring 0).
     paddle.enable_static()
     rank, endpoints = launcher_ranks()
+    if len(endpoints) > 1:
+        # the job's key-value store, the start's channel (``rendezvous.py``): a rendezvous of
+        # every rank, before any ring (gloo's on Paddle 3 is made over it)
+        paddle_internals.job_store()
     if len(endpoints) > 1 and not gpu_available():
         with paddle_chatter(bootstrap.verbose()):  # "server not ready, wait 3 sec" lines
             paddle_internals.init_gloo_ring(rank, endpoints)
@@ -119,6 +126,13 @@ def _ranks_launched(environ):
     return len([e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]) > 1
 
 
+class Stops:
+    """What ``stops_reported`` knows of the run: its start's ``rendezvous`` once the ranks
+    have met (where another rank's end of the start is read)."""
+
+    rendezvous = None
+
+
 @contextlib.contextmanager
 def stops_reported(environ=os.environ):
     """For a whole run: SIGTERM or SIGINT outside the training steps (start-up, the
@@ -128,17 +142,23 @@ def stops_reported(environ=os.environ):
     rank ended (e.g. failed, or refused the same bad input first): a crash the other's
     log explains (``RestartableError``; the launcher's status is the first rank's that
     ended non-zero). A single process was stopped, resumable: status 128 + the signal.
-    ``peers_watched`` says more once training runs."""
+    ``peers_watched`` says more once training runs. A rank stopped during the start because
+    another rank ended it (a refusal: the launcher stops the others) ends with that rank's
+    status and says why (``rendezvous.Rendezvous.ended_by_peer``)."""
     launched = _ranks_launched(environ)
     rank = environ.get("PADDLE_TRAINER_ID", "?")
     numbers = (signal.SIGTERM, signal.SIGINT)
     previous = {number: signal.signal(number, _stopped) for number in numbers}
     ended = True  # by an exception: an error, or a stop (SystemExit)
+    stops = Stops()
     try:
-        yield
+        yield stops
         ended = False
     except StoppedBySignal as stop:
         name = signal.Signals(stop.number).name
+        peer = stops.rendezvous.ended_by_peer() if stops.rendezvous else None
+        if peer:
+            raise peer from None
         if launched:
             raise RestartableError(
                 f"rank {rank}: stopped by the launcher ({name}) outside the training steps: "
@@ -162,46 +182,35 @@ def stops_reported(environ=os.environ):
             signal.signal(number, handler)
 
 
-def _watch_launcher(launcher, rank, stop, log):
-    while not stop.wait(LAUNCHER_POLL_SECONDS):
-        if os.getppid() != launcher:
-            line = (
-                f"error: rank {rank}: its launcher (pid {launcher}) is gone: this rank "
-                "ends too, without saving; the checkpoints written are intact\n"
-            )
-            os.write(log, line.encode())
-            os._exit(RESTARTABLE)  # at once, whatever the main thread waits in
+class _Unguarded:
+    """A process not started by the launcher: no watcher (Ctrl-C and the user decide)."""
+
+    def phase(self, name):
+        pass
+
+    def started(self):
+        pass
 
 
 @contextlib.contextmanager
-def ends_with_launcher(environ=os.environ):
-    """For a process started by ``paddle.distributed.launch``: when the launcher dies (the
-    OOM killer's SIGKILL), end this rank within ``LAUNCHER_POLL_SECONDS``, without saving,
-    instead of living on as an orphan that holds the output folder's lock. A thread
-    watches the parent process id (PR_SET_PDEATHSIG would fire on the death of the
-    launcher's thread that started the rank, not of the launcher)."""
+def guarded(start_timeout, environ=os.environ):
+    """For a process started by ``paddle.distributed.launch``, a watcher process
+    (``core/rank_guard.py``) that ends it when the launcher dies (the OOM killer's
+    SIGKILL: not to live on as an orphan holding the output folder's lock) or when its
+    start takes more than ``start_timeout`` seconds; yields the ``RankGuard`` to tell it
+    the start's phases. A process, not a thread: the rank's main thread can block in
+    Paddle's C++ holding the GIL. (PR_SET_PDEATHSIG would fire on the death of the
+    launcher's thread that started the rank, not of the launcher.)"""
     if not bootstrap.launched(environ):
-        yield
+        yield _Unguarded()
         return
-    stop = threading.Event()
-    rank = environ.get("PADDLE_TRAINER_ID", "?")
-    # The rank's log as it is now: when the launcher dies the main thread may be inside a
-    # block that sends stderr to /dev/null (bootstrap.native_chatter, paddle_chatter),
-    # where the watcher's line would vanish.
-    log = os.dup(2)
-    watcher = threading.Thread(
-        target=_watch_launcher,
-        args=(bootstrap.PARENT_AT_START, rank, stop, log),
-        daemon=True,
-        name="paddle-resnet-launcher-watch",
+    guard = RankGuard(
+        environ.get("PADDLE_TRAINER_ID", "?"), bootstrap.PARENT_AT_START, start_timeout
     )
-    watcher.start()
     try:
-        yield
+        yield guard
     finally:
-        stop.set()
-        watcher.join()
-        os.close(log)
+        guard.close()
 
 
 def tell_launcher_console(line, environ=os.environ):

@@ -9,12 +9,12 @@ import contextlib
 import os
 import sys
 
-from paddle_resnet.core import affinity, bootstrap, devices
+from paddle_resnet.core import affinity, bootstrap, devices, trackers
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
 from paddle_resnet.core.report import Report
-from paddle_resnet.data import check
 from paddle_resnet.data.dali import open_split, train_steps
 from paddle_resnet.data.folder import check_num_classes, check_same_classes
+from paddle_resnet.data.screening import screened
 from paddle_resnet.training import (
     class_weights,
     cpu_kernels,
@@ -27,64 +27,82 @@ from paddle_resnet.training import (
 from paddle_resnet.training.benchmark import benchmark
 from paddle_resnet.training.epochs import train_epochs
 from paddle_resnet.training.loop import evaluate
+from paddle_resnet.training.rendezvous import Rendezvous
 from paddle_resnet.training.session import Session
 
 
 def run(config, report_stream=None, after_training=None):
     """Run ``config.run.run_scope``; returns the final metrics (rank 0's view).
     ``after_training(config, report)``: rank 0's last step of a training run (the export
-    of train.py --inference-dir), its {metric: value} added to the summary."""
+    of train.py --inference-dir), its {metric: value} added to the summary.
+
+    The start (everything before the first step) runs in phases under the watcher's
+    deadline (``distributed.guarded``); the ranks agree through the job's store
+    (``rendezvous``), not collective ops, until their programs are run; a rank that ends
+    the start makes every rank end with its status."""
     run_cfg = config.run
     training = run_cfg.run_scope != "eval_only"
     evaluating = run_cfg.run_scope != "train_only" and not run_cfg.benchmark
     with contextlib.ExitStack() as steps:
-        steps.enter_context(distributed.ends_with_launcher())
-        steps.enter_context(distributed.stops_reported())
+        guard = steps.enter_context(distributed.guarded(run_cfg.start_timeout))
+        stops = steps.enter_context(distributed.stops_reported())
         steps.enter_context(ir.selected(config))
         if training:
             devices.check_training_options(config)
+        guard.phase("rendezvous of the ranks")
         rank, world_size = distributed.init_fleet()
-        # One run per output folder, from before its checks to its last line.
-        steps.enter_context(run_folder.claimed(run_cfg.output_dir, rank))
-        place, device_id, all_reduce = this_process(run_cfg, world_size)
-        train_split, val_split, classes = open_data(config, training, evaluating)
-        weights = (
-            class_weights.resolve(config.loss.class_weights, train_split) if training else None
-        )
-        start = start_weights.choose(config, classes, training, rank, all_reduce)
-        # after the quick refusals: on ImageNet it reads 1.3 M headers
-        checked = check.at_start(start.config, train_split, val_split)
-        # --from-checkpoint auto resolved, and the CPU kernels where unset (measured)
-        config, kernels = (
-            cpu_kernels.resolved(start.config, world_size) if training else (start.config, None)
-        )
-        run_cfg = config.run
-        steps_per_epoch = (
-            train_steps(len(train_split), config.data.batch_size, world_size) if training else None
-        )
-        programs, exe = prepare.ready_for_weights(
-            config, training, world_size, steps_per_epoch, place
-        )
-        report = steps.enter_context(open_report(config, rank, report_stream))
-        session = Session(
-            config=config,
-            exe=exe,
-            programs=programs,
-            report=report,
-            rank=rank,
-            world_size=world_size,
-            place=place,
-            device_id=device_id,
-            all_reduce=all_reduce,
-            classes=classes,
-            steps_per_epoch=steps_per_epoch,
-            class_weights=weights,
-        )
-        introduce(session, start.lines, checked, kernels)
-        progress = start_weights.load(session, start)
-        prepare.prune(session, progress)
-        if rank == 0:
-            write_class_index(os.path.join(run_cfg.output_dir, CLASSES_FILE), classes)
+        meeting = stops.rendezvous = Rendezvous.of_job(rank, world_size)
+        with meeting.start():
+            guard.phase("output folder lock")
+            # One run per output folder, from before its checks to its last line.
+            steps.enter_context(run_folder.claimed(run_cfg.output_dir, rank))
+            place, device_id, all_reduce = this_process(run_cfg, world_size)
+            guard.phase("data")
+            train_split, val_split, classes = open_data(config, training, evaluating)
+            balance = class_weights.for_run(config, train_split) if training else None
+            guard.phase("start weights")
+            start = start_weights.choose(config, classes, training, rank, meeting.share)
+            guard.phase("data check")  # after the quick refusals: ImageNet has 1.3 M headers
+            screening = screened(start.config, train_split, val_split, rank, meeting.share)
+            guard.phase("CPU kernels")
+            # --from-checkpoint auto resolved, and the CPU kernels where unset (measured)
+            config, kernels = (
+                cpu_kernels.resolved(start.config, world_size) if training else (start.config, None)
+            )
+            run_cfg = config.run
+            steps_per_epoch = (
+                train_steps(len(train_split), config.data.batch_size, world_size)
+                if training
+                else None
+            )
+            guard.phase("programs")  # on GPUs the startup program makes the rings (NCCL)
+            meeting.agree("programs")
+            programs, exe = prepare.ready_for_weights(
+                config, training, world_size, steps_per_epoch, place
+            )
+            guard.phase("weights")
+            report = steps.enter_context(open_report(config, rank, report_stream))
+            session = Session(
+                config=config,
+                exe=exe,
+                programs=programs,
+                report=report,
+                rank=rank,
+                world_size=world_size,
+                place=place,
+                device_id=device_id,
+                all_reduce=all_reduce,
+                classes=classes,
+                steps_per_epoch=steps_per_epoch,
+                class_balance=balance,
+            )
+            introduce(session, start.lines, screening, kernels)
+            progress = start_weights.load(session, start)
+            prepare.prune(session, progress)
+            if rank == 0:
+                write_class_index(os.path.join(run_cfg.output_dir, CLASSES_FILE), classes)
+            meeting.agree("steps")
+        guard.started()
         with distributed.peers_watched(
             rank,
             world_size,
@@ -123,21 +141,32 @@ def open_data(config, training, evaluating):
 
 
 def open_report(config, rank, stream):
-    """The run's report: rank 0's file and console, VisualDL's writer with
-    --visualdl-log-dir; closed however the run ends."""
+    """The run's report: rank 0's file and console, and its experiment trackers
+    (--tracker, --visualdl-log-dir; core/trackers.py) opened before the first step, a
+    resumed run continuing theirs; closed however the run ends."""
+    run_cfg = config.run
     return Report(
         config.report_file,
         enabled=rank == 0,
         stream=stream or sys.stdout,
-        visualdl_dir=config.run.visualdl_log_dir,
+        trackers=trackers.opened(
+            run_cfg.trackers,
+            run_cfg.output_dir,
+            run_cfg.tensorboard_log_dir,
+            run_cfg.mlflow_tracking_uri,
+            run_cfg.visualdl_log_dir,
+            resume=run_cfg.from_checkpoint is not None,
+        )
+        if rank == 0
+        else None,
     )
 
 
-def introduce(session, start_lines, checked, kernels):
+def introduce(session, start_lines, screening, kernels):
     """The first lines of a run: where it starts, its parameters (in the report only),
     the CPU kernels where they were chosen for it (``cpu_kernels.Choice`` or None), the
-    class weights, the model, its classes and this process's place, and what the data
-    check found (``checked``, its counts and notes in the report only)."""
+    class weights and logit offsets, the model, its classes and this process's place, and
+    what the data check found (``screening``, its counts and notes in the report only)."""
     report, config = session.report, session.config
     for line in start_lines:
         report.print(line)
@@ -149,15 +178,17 @@ def introduce(session, start_lines, checked, kernels):
     if kernels and kernels.how != "pinned":  # a pin is the environment's own word
         report.print(kernels.line())
     report.log("PARAMETER", parameters, kind="PARAMETER", console=False)
-    if session.class_weights is not None:
-        weights = session.class_weights
-        report.log(
-            "CLASS_WEIGHTS",
-            dict(zip(session.classes, map(float, weights))),
-            kind="PARAMETER",
-            console=False,
-        )
-        report.print(class_weights.describe(config.loss.class_weights, weights, session.classes))
+    balance = session.class_balance
+    if balance is not None:
+        for step, vector in (
+            ("CLASS_WEIGHTS", balance.weights),
+            ("LOGIT_OFFSETS", balance.logit_offsets),
+        ):
+            if vector is not None:
+                record = dict(zip(session.classes, map(float, vector)))
+                report.log(step, record, kind="PARAMETER", console=False)
+        for line in balance.describe(config.loss, session.classes):
+            report.print(line)
     note = ir.legacy_note(config)
     if note:
         report.print(note)
@@ -166,10 +197,10 @@ def introduce(session, start_lines, checked, kernels):
         f"rank {session.rank}/{session.world_size}, {devices.describe(session.device_id)}, "
         f"{ir.label(config)}"
     )
-    if checked:
-        for line in checked.start_lines():
+    if screening and screening.record:
+        for line in screening.lines:
             report.print(line)
-        report.log("DATA_CHECK", checked.as_dict(), kind="DATA_CHECK", console=False)
+        report.log("DATA_CHECK", screening.record, kind="DATA_CHECK", console=False)
 
 
 def work(session, train_split, val_split, start, progress):

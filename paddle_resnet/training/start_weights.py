@@ -8,8 +8,6 @@ import dataclasses
 import os
 from typing import Any, List, Optional, Tuple
 
-import numpy as np
-
 from paddle_resnet.core import provenance
 from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index
 from paddle_resnet.core.errors import CheckpointError
@@ -40,9 +38,10 @@ class Start:
     lines: List[str]
 
 
-def choose(config, classes, training, rank=0, all_reduce=None):
-    """The ``Start`` of this run, checked against its output folder and ``classes``."""
-    config, lines = resolve_auto(config, rank, all_reduce)
+def choose(config, classes, training, rank=0, share=None):
+    """The ``Start`` of this run, checked against its output folder and ``classes``;
+    ``share(name, value)`` gives rank 0's decisions to every rank (``rendezvous``)."""
+    config, lines = resolve_auto(config, rank, share)
     start = read(config, classes, training, lines)
     if start.resumes and rank == 0 and not config.run.benchmark:
         start.lines += rewind(config, start.meta)
@@ -83,27 +82,26 @@ def class_names(start):
     )
 
 
-def resolve_auto(config, rank, all_reduce):
+def resolve_auto(config, rank, share=None):
     """``config`` with --from-checkpoint auto replaced by the newest checkpoint of this
     run in <output-dir>/<arch> (at an epoch's end or within one), or by none when the
     folder holds none yet: what a scheduler restarting a job with the same command line
     needs. Rank 0 chooses, after finishing any save a killed process left, and the
-    other ranks take its choice (an all-reduce where only rank 0 contributes). Returns
-    (config, the lines to print: which start, and any damaged checkpoint skipped)."""
+    other ranks take its choice (``share``, the job's store: no collective op, whose ring
+    may not exist yet). Returns (config, the lines to print: which start, and any damaged
+    checkpoint skipped)."""
     run_cfg = config.run
     if run_cfg.from_checkpoint != ckpt.AUTO:
         return config, []
     folder = os.path.join(run_cfg.output_dir, config.model.arch)
-    lines, choice = [], np.zeros(4)
+    lines, name = [], None
     if rank == 0:
         newest = ckpt.newest_verified(folder, lines.append)
-        if newest:
-            choice[:3] = (*ckpt.progress_of(os.path.basename(newest)), 1)
-    if all_reduce is not None:
-        choice = all_reduce(choice)
-    epochs_done, steps_done, found = (int(value) for value in choice[:3])
-    if found:
-        chosen = os.path.join(folder, ckpt.checkpoint_name(epochs_done, steps_done))
+        name = os.path.basename(newest) if newest else None
+    if share is not None:
+        name = share("from-checkpoint auto", name)
+    if name:
+        chosen = os.path.join(folder, name)
         lines.append(f"--from-checkpoint auto: {chosen}, the newest checkpoint of this run")
     elif run_cfg.run_scope == "eval_only":
         raise CheckpointError(f"--from-checkpoint auto: {folder} holds no checkpoint to evaluate")

@@ -1,0 +1,141 @@
+"""One screening of a training run's image tree per job start: which files no decoder can
+read (DALI's CPU decoder can crash the process on them, ``folder.structurally_broken``)
+and, with the data check (``check.at_start`` config key), what the check finds.
+
+Rank 0 reads every image's header once, or takes the result it cached beside the run
+(``<output-dir>/data_check.json``) when the tree is unchanged: the same class folders
+with the same modification times and the same file names. Every other rank takes rank 0's
+result (``share``: the job's key-value store, ``training/rendezvous.py``) instead of
+reading 1.3 M headers of its own; the loaders then screen nothing. The tree is the same
+when each file has the same name, size and modification time (a file rewritten in place
+within the file system's time resolution and at the same size is not noticed: delete the
+cache to screen again).
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from typing import Dict, List, Optional
+
+from paddle_resnet.core import provenance
+from paddle_resnet.core.atomic import atomic_files
+from paddle_resnet.data.check import TreeSplit, fast_pass
+from paddle_resnet.data.folder import (
+    CHUNK,
+    file_reading_pool,
+    read_headers,
+    refuse_broken,
+    remember_broken,
+)
+
+CACHE_FILE = "data_check.json"
+
+
+@dataclasses.dataclass
+class Screening:
+    """The screening of a run's splits: the positions of the broken files of each split,
+    and with the data check its lines and record for the run's report."""
+
+    broken: Dict[str, List[int]]
+    lines: List[str]
+    record: Optional[dict]
+    cached: bool = False
+
+
+def fingerprint(config, splits):
+    """A digest of what the screening depends on: each file's name, size and modification
+    time (stat, in parallel: no file is opened), the crop size the check compares with,
+    whether the check runs, and the toolkit's version."""
+    digest = hashlib.blake2b(digest_size=16)
+    code = provenance.code()
+    digest.update(f"{code['toolkit']} {config.data.crop_size} {config.check.at_start}".encode())
+    for split in splits:
+        files = split.image_list.files
+        chunks = [files[i : i + CHUNK] for i in range(0, len(files), CHUNK)]
+        with file_reading_pool() as pool:
+            for stats in pool.map(_stats, chunks):
+                digest.update(stats.encode())
+    return digest.hexdigest()
+
+
+def _stats(paths):
+    lines = []
+    for path in paths:
+        try:
+            found = os.stat(path)
+            lines.append(f"{path}\0{found.st_size}\0{found.st_mtime_ns}\n")
+        except OSError as err:  # the header pass says what is wrong with it
+            lines.append(f"{path}\0{err.errno}\n")
+    return "".join(lines)
+
+
+def screen(config, splits):
+    """Rank 0's ``Screening`` of ``splits``, read from the cache of an unchanged tree or
+    from every image's header (the data check's fast pass where it runs)."""
+    cache = os.path.join(config.run.output_dir, CACHE_FILE)
+    key = fingerprint(config, splits)
+    cached = _read_cache(cache, key)
+    if cached:
+        return cached
+    start = time.perf_counter()
+    if config.check.at_start:
+        root = config.data.image_root
+        sources = {
+            s.split: TreeSplit(
+                s.split, root, s.classes, list(s.image_list.files), list(s.image_list.labels)
+            )
+            for s in splits
+        }
+        result, survey = fast_pass(sources, root, "folder", config.data.crop_size)
+        screening = Screening(survey.broken, result.start_lines(), result.as_dict())
+    else:
+        broken = {
+            s.split: [p for p, h in enumerate(read_headers(s.image_list.files)) if h.problem]
+            for s in splits
+        }
+        screening = Screening(broken, [], None)
+    seconds = time.perf_counter() - start
+    with atomic_files(cache) as (handle,):
+        entry = {"fingerprint": key, "seconds": seconds, "screening": dataclasses.asdict(screening)}
+        handle.write(json.dumps(entry).encode())
+    return screening
+
+
+def _read_cache(path, key):
+    """The cached Screening of the tree whose fingerprint is ``key``, or None."""
+    try:
+        with open(path, "rb") as handle:
+            entry = json.loads(handle.read())
+        screening = Screening(**entry["screening"])
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or not ours
+        return None
+    if entry.get("fingerprint") != key:
+        return None
+    if screening.lines:
+        screening.lines[0] += (
+            f" (the result of an earlier start: the tree is unchanged; {CACHE_FILE})"
+        )
+    return dataclasses.replace(screening, cached=True)
+
+
+def screened(config, train_split, val_split, rank, share):
+    """The run's ``Screening`` of its image tree (None for record files), the same on every
+    rank: rank 0 screens, ``share(name, value)`` gives its result to all. The broken files
+    are remembered for the loaders; with the data check they are refused here, as the
+    loaders would refuse them."""
+    splits = [s for s in (train_split, val_split) if s is not None and s.image_list is not None]
+    if not splits:
+        return None
+    shared = share("screening", dataclasses.asdict(screen(config, splits)) if rank == 0 else None)
+    screening = Screening(**shared)
+    broken = []
+    for split in splits:
+        files = split.image_list.files
+        named = [files[position] for position in screening.broken[split.split]]
+        remember_broken(files, named)
+        broken.extend(named)
+    if config.check.at_start:
+        refuse_broken(broken)
+    return screening

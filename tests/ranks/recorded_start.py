@@ -1,0 +1,130 @@
+"""One rank of train.py whose start is recorded: every program the run hands to an
+executor, in order, with the rings its ops create and the rings its collective ops use,
+up to the first training step, written to RECORD_DIR/record.<rank>.json; the rank then
+ends (status 0).
+
+    python -m paddle.distributed.launch --nproc_per_node 2 tests/ranks/recorded_start.py \\
+        <train.py's flags>
+
+With STAND_IN_GPU=1 (the GPU build of Paddle on a machine without a GPU) the rank takes
+the GPU path (Fleet's NCCL programs, no gloo) and a recording executor stands in for the
+GPU: it runs each program on the CPU without its ring-creating ops, answers a collective
+program of the start with its own feed (a sum over one rank) and stops at the first
+training step. Without it the rank runs on the CPU for real (gloo's ring, made before any
+program: recorded as made by gloo) and stops after its first training step.
+"""
+
+import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+
+import json
+import os
+import sys
+
+import paddle
+
+from paddle_resnet.commands import train
+from paddle_resnet.core import devices, paddle_internals
+from paddle_resnet.training import session
+
+# Ops that create a communicator ring (their ring_id attribute, default 0): Fleet's NCCL
+# set-up on Paddle 2.6 and 3.x, BKCL's on XPUs.
+RING_MAKERS = (
+    "c_gen_nccl_id",
+    "c_comm_init",
+    "c_comm_init_all",
+    "comm_init_all",
+    "c_comm_init_multitrainer",
+    "c_gen_bkcl_id",
+)
+COLLECTIVES = ("c_allreduce_sum", "all_reduce", "c_broadcast", "broadcast", "c_allgather")
+RANK = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+STAND_IN_GPU = os.environ.get("STAND_IN_GPU") == "1"
+EVENTS = []
+
+
+def ring_of(op):
+    return int(op.attr("ring_id")) if op.has_attr("ring_id") else 0
+
+
+def write_record():
+    path = os.path.join(os.environ["RECORD_DIR"], f"record.{RANK}.json")
+    with open(path, "w") as handle:
+        json.dump(EVENTS, handle)
+
+
+def describe(program):
+    """The program's ring makers and collectives in op order: [[kind, op type, ring]]."""
+    ops = []
+    for op in program.global_block().ops:
+        if op.type in RING_MAKERS:
+            ops.append(["makes", op.type, ring_of(op)])
+        elif op.type in COLLECTIVES:
+            ops.append(["uses", op.type, ring_of(op)])
+    return ops
+
+
+def is_training_step(program):
+    return any(op.type.endswith("_grad") for op in program.global_block().ops)
+
+
+RealExecutor = paddle.static.Executor
+
+
+class RecordingExecutor:
+    """paddle.static.Executor's ``run`` over the CPU, recording each program first."""
+
+    def __init__(self, place=None):
+        self.cpu = RealExecutor(paddle.CPUPlace())
+
+    def run(self, program=None, feed=None, fetch_list=None, **kwargs):
+        program = program or paddle.static.default_main_program()
+        ops = describe(program)
+        EVENTS.append({"program": len(EVENTS), "ops": ops, "step": is_training_step(program)})
+        if is_training_step(program) and STAND_IN_GPU:
+            write_record()
+            os._exit(0)
+        if STAND_IN_GPU and any(kind == "uses" for kind, _, _ in ops):
+            # a collective of the start: the sum over this one rank
+            names = [getattr(f, "name", f) for f in fetch_list or []]
+            return [feed[name] for name in names]
+        if STAND_IN_GPU and any(kind == "makes" for kind, _, _ in ops):
+            program = program.clone()
+            paddle_internals.remove_ops(program, RING_MAKERS)
+        results = self.cpu.run(program, feed=feed, fetch_list=fetch_list, **kwargs)
+        if is_training_step(program):
+            write_record()
+            os._exit(0)
+        return results
+
+    def close(self):
+        self.cpu.close()
+
+
+def loader_on_the_cpu(make_loader):
+    """DALI's pipelines on the CPU: the stand-in GPU decodes nothing."""
+
+    def make(*args):
+        return make_loader(*args[:7], None, *args[8:])
+
+    return make
+
+
+def recorded_gloo_ring(made):
+    def make(rank, endpoints):
+        made(rank, endpoints)
+        EVENTS.append({"program": None, "ops": [["makes", "gloo", 0]], "step": False})
+
+    return make
+
+
+if __name__ == "__main__":
+    paddle.static.Executor = RecordingExecutor
+    paddle_internals.init_gloo_ring = recorded_gloo_ring(paddle_internals.init_gloo_ring)
+    if STAND_IN_GPU:
+        paddle.device.cuda.device_count = lambda: 1
+        devices.device = lambda: (paddle.CPUPlace(), 0)
+        devices.describe = lambda device_id: f"GPU {device_id} (a recording stand-in)"
+        session.make_loader = loader_on_the_cpu(session.make_loader)
+    status = train.main(sys.argv[1:])
+    write_record()  # a start that ended before its first step
+    sys.exit(status)
