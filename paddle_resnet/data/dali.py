@@ -6,8 +6,9 @@ pipeline runs on the CPU and yields NumPy arrays, because DALI's Paddle iterator
 needs a GPU.
 
 Image trees are shuffled here, not by the DALI reader: each epoch gets its own
-permutation and augmentation seed from (seed, epoch), so an epoch produces the
-same batches whether the run started at epoch 0 or resumed before it. Record
+permutation (or, with --sampling class-balanced, its own draw by class) and
+augmentation seed from (seed, epoch), so an epoch produces the same batches whether
+the run started at epoch 0 or resumed before it. Record
 files are shuffled by DALI's reader within a buffer of 1,024 records, over
 training records written in a fixed shuffled order (see records.py).
 """
@@ -51,16 +52,36 @@ def train_steps(num_images, batch_size, world_size):
     return steps
 
 
-def train_indices(num_images, batch_size, rank, world_size, seed, epoch):
-    """This rank's images for one training epoch: shuffled, whole batches only.
+def train_indices(num_images, batch_size, rank, world_size, seed, epoch, labels=None):
+    """This rank's images for one training epoch: shuffled, whole batches only. With
+    ``labels`` (each image's class) the epoch is ``class_balanced_order``'s draw instead.
 
-    Every rank gets the same number of steps, so collective ops never wait.
+    One order per (seed, epoch), cut into a contiguous share per rank: the shares are
+    disjoint, and every rank gets the same number of steps, so collective ops never wait.
     """
-    order = np.random.RandomState(seed + epoch).permutation(num_images)
+    rng = np.random.RandomState(seed + epoch)
+    order = rng.permutation(num_images) if labels is None else class_balanced_order(labels, rng)
     per_rank = num_images // world_size
     steps = train_steps(num_images, batch_size, world_size)
     start = rank * per_rank
     return order[start : start + steps * batch_size]
+
+
+def class_balanced_order(labels, rng):
+    """As many draws as images, each class of ``labels`` drawn equally often (the
+    remainder's classes chosen by ``rng``), shuffled. A class's draws are its images in a
+    fresh permutation, repeated as often as its share needs: a rare class's images come
+    back, a common class gives a different subset each epoch and no image twice."""
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    shares = np.full(len(classes), len(labels) // len(classes))
+    shares[rng.permutation(len(classes))[: len(labels) % len(classes)]] += 1
+    draws = []
+    for label, share in zip(classes, shares):
+        members = np.flatnonzero(labels == label)
+        rounds = -(-share // len(members))  # ceiling
+        draws.append(np.concatenate([rng.permutation(members) for _ in range(rounds)])[:share])
+    return rng.permutation(np.concatenate(draws))
 
 
 def eval_indices(num_images, rank, world_size):
@@ -229,10 +250,12 @@ class DaliLoader:
             yield batch[0]
 
 
-def _folder_source(image_list, batch, training, rank, world_size, seed, epoch):
-    """(read_encoded, describe_failure, number of images) for this rank's share of an image tree."""
+def _folder_source(image_list, batch, training, rank, world_size, seed, epoch, sampling):
+    """(read_encoded, describe_failure, number of images) for this rank's share of an image
+    tree; ``sampling``: --sampling (training)."""
+    balanced_by = image_list.labels if sampling == "class-balanced" else None
     indices = (
-        train_indices(len(image_list), batch, rank, world_size, seed, epoch)
+        train_indices(len(image_list), batch, rank, world_size, seed, epoch, balanced_by)
         if training
         else eval_indices(len(image_list), rank, world_size)
     )
@@ -308,6 +331,7 @@ def make_loader(
             world_size,
             data_config.seed,
             epoch,
+            data_config.sampling,
         )
     else:
         read_encoded, describe_failure, num_images = _record_source(

@@ -18,7 +18,7 @@ def benchmark(session, train_split):
     run_cfg = config.run
     seconds = time_steps(
         lambda: train_step(
-            session.exe, session.programs, next(batches), next(weights), session.class_weights
+            session.exe, session.programs, next(batches), next(weights), session.class_feeds(1)
         ),
         run_cfg.benchmark_warmup_steps,
         run_cfg.benchmark_steps,

@@ -1,4 +1,6 @@
-"""--class-weights: how much each class's images weigh in the training loss.
+"""How much each class counts in the training loss: --class-weights, deferred by
+--class-weights-from-epoch, and --logit-adjustment. What a run feeds its train program
+per class each step is a ``ClassBalance`` (``for_run``); ``programs.py`` builds the loss.
 
 ``balanced`` weighs a class by its inverse frequency in the training split, N / (C * n_c)
 (scikit-learn's "balanced"): a class of 30 images then counts as much as one of 3,000,
@@ -8,17 +10,94 @@ over the batch, sum(w_i * loss_i) / sum(w_i), where an image's weight is its cla
 (PyTorch's ``CrossEntropyLoss(weight=...)`` normalises so too); label smoothing changes
 the target, not the weight; MixUp blends the two images' weights as it blends their
 targets. Validation loss and accuracy stay unweighted (the per-class results show what
-the weights changed)."""
+the weights changed).
+
+Deferred re-weighting (Cao et al. 2019's DRW): with --class-weights-from-epoch E the
+epochs before E are fed weights of 1 (the weighted mean is then the plain mean), E and
+later the class weights. The choice is by epoch, so a run resumed within an epoch feeds
+what the run never stopped fed.
+
+Logit adjustment (Menon et al. 2021): --logit-adjustment TAU adds TAU x log(prior) to the
+logits inside the training loss, the prior being each class's share of the training
+split; validation and the exported model use the logits as they are. TAU 1 is balanced
+softmax (Ren et al. 2020)."""
 
 import csv
 import json
 import os
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
+from paddle_resnet.core import feeds
 from paddle_resnet.core.errors import ConfigError, DataError
 
 BALANCED = "balanced"
+
+
+@dataclass(frozen=True)
+class ClassBalance:
+    """The per-class vectors a run feeds its train program: the class weights (or None)
+    and the first epoch (1-based) they apply to, the logit offsets (or None)."""
+
+    weights: Optional[np.ndarray]
+    from_epoch: int
+    logit_offsets: Optional[np.ndarray]
+
+    def feeds(self, epoch):
+        """{feed name: float32 vector} of training epoch ``epoch`` (1-based)."""
+        fed = {}
+        if self.weights is not None:
+            deferred = epoch < self.from_epoch
+            fed[feeds.CLASS_WEIGHTS] = np.ones_like(self.weights) if deferred else self.weights
+        if self.logit_offsets is not None:
+            fed[feeds.LOGIT_OFFSETS] = self.logit_offsets
+        return fed
+
+    def describe(self, loss_config, classes):
+        """Lines for people: the weights' source, range and first epoch; the offsets'."""
+        lines = []
+        if self.weights is not None:
+            line = describe(loss_config.class_weights, self.weights, classes)
+            if self.from_epoch > 1:
+                line += f", from epoch {self.from_epoch} (the plain loss before it)"
+            lines.append(line)
+        if self.logit_offsets is not None:
+            low, high = int(np.argmin(self.logit_offsets)), int(np.argmax(self.logit_offsets))
+            lines.append(
+                f"logit adjustment (tau {loss_config.logit_adjustment:g} x log prior, training "
+                f"loss only): {self.logit_offsets[low]:.3g} ({classes[low]}) to "
+                f"{self.logit_offsets[high]:.3g} ({classes[high]})"
+            )
+        return lines
+
+
+def for_run(config, split):
+    """The ``ClassBalance`` of a run training on ``split`` (a training ``DataSplit``), or
+    None when its loss is the plain one; refuses --sampling class-balanced on record files
+    (it draws by class from the counts of an image tree) in one line."""
+    loss = config.loss
+    spec, from_epoch, tau = loss.class_weights, loss.class_weights_from_epoch, loss.logit_adjustment
+    if config.data.sampling == "class-balanced":
+        class_counts(split, "--sampling class-balanced")
+    weights = resolve(spec, split)
+    offsets = logit_offsets(tau, split) if tau > 0 else None
+    if weights is None and offsets is None:
+        return None
+    return ClassBalance(weights, from_epoch, offsets)
+
+
+def logit_offsets(tau, split):
+    """``tau`` x log(each class's share of ``split``'s images), float32."""
+    counts = class_counts(split, "--logit-adjustment")
+    empty = [name for name, count in zip(split.classes, counts) if count == 0]
+    if empty:
+        raise DataError(
+            f"--logit-adjustment: no training image of class {empty[0]!r}, whose prior "
+            "would be 0 (its log minus infinity)"
+        )
+    return (tau * np.log(counts / counts.sum())).astype(np.float32)
 
 
 def resolve(spec, split):
@@ -32,13 +111,19 @@ def resolve(spec, split):
     return _from_file(spec, split.classes)
 
 
-def class_counts(split):
-    """The number of images of each class of ``split`` (an image tree's)."""
+def class_counts(split, needed_by=f"--class-weights {BALANCED}"):
+    """The number of images of each class of ``split`` (an image tree's); ``needed_by``
+    names the option that counts them, in the refusal for record files."""
     if split.image_list is None:
+        instead = (
+            "give the weights as a file (--class-weights FILE: JSON or CSV of weights by "
+            "class name)"
+            if needed_by.startswith("--class-weights")
+            else "train from the image tree they were written from"
+        )
         raise DataError(
-            f"--class-weights {BALANCED} counts the images of each class of an image tree; "
-            f"for {split.split} record files give the weights as a file (--class-weights "
-            "FILE: JSON or CSV of weights by class name)"
+            f"{needed_by} counts the images of each class of an image tree; "
+            f"for {split.split} record files {instead}"
         )
     return np.bincount(split.image_list.labels, minlength=len(split.classes)).astype(np.float64)
 

@@ -174,6 +174,8 @@ def _slice(config, onednn):
     }
     if programs.mixup_feed:
         feed[programs.mixup_feed] = np.array([0.5], "float32")
+    for name in programs.class_feeds:  # class weights, logit offsets: any values time alike
+        feed[name] = np.ones(config.model.num_classes, "float32")
     fetch = [programs.train_fetches["loss"]]
 
     def step():

@@ -33,14 +33,15 @@ def mixup_weights(alpha, seed, epoch):
         yield np.array([rng.beta(alpha, alpha)], dtype=np.float32) if alpha > 0 else None
 
 
-def train_step(exe, programs, feed, mixup_weight=None, class_weights=None):
+def train_step(exe, programs, feed, mixup_weight=None, class_feeds=None):
     """One batch through the train program, then the LR scheduler's step; the fetched
-    values (loss, top1, top-k, lr) as floats. ``class_weights``: each class's weight in
-    the loss (--class-weights), fed where the program takes them."""
+    values (loss, top1, top-k, lr) as floats. ``class_feeds``: the per-class vectors of
+    the loss ({feed name: vector}, ``class_weights.ClassBalance.feeds``), fed where the
+    program takes them."""
     if programs.mixup_feed:
         feed = dict(feed, **{programs.mixup_feed: mixup_weight})
-    if programs.class_weights_feed:
-        feed = dict(feed, **{programs.class_weights_feed: class_weights})
+    if programs.class_feeds:
+        feed = dict(feed, **{name: class_feeds[name] for name in programs.class_feeds})
     lr = programs.lr_scheduler.get_lr()
     faults.before_step()
     results = exe.run(programs.train, feed=feed, fetch_list=list(programs.train_fetches.values()))
@@ -60,6 +61,7 @@ def train_one_epoch(session, loader, epoch, profiler=NoProfiler(), skip=0, stop=
     config, report, world_size = session.config, session.report, session.world_size
     print_interval = config.run.print_interval
     weights = mixup_weights(config.loss.mixup_alpha, config.data.seed, epoch)
+    class_feeds = session.class_feeds(epoch)
     # window: every step since the last logged line, whose means the line carries, so a
     # curve of the logged lines follows every step, not one batch in print_interval
     meter, window, timing = Meter(), Meter(), Meter()
@@ -74,9 +76,7 @@ def train_one_epoch(session, loader, epoch, profiler=NoProfiler(), skip=0, stop=
             continue
         fed = time.perf_counter()
         with profiler.step((epoch - 1) * total + step):
-            values = train_step(
-                session.exe, session.programs, feed, next(weights), session.class_weights
-            )
+            values = train_step(session.exe, session.programs, feed, next(weights), class_feeds)
         done = time.perf_counter()
         images = _num_images(feed)
         meter.update(values, images)

@@ -8,7 +8,7 @@ PIR, where Paddle has none of those, the toolkit (``pir_strategies.py``).
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import paddle
 import paddle.nn.functional as F
@@ -42,7 +42,9 @@ class Programs:
     lr_scheduler: Optional[StepwiseLR] = None
     optimizer: object = None
     mixup_feed: Optional[str] = None  # the MixUp weight's feed, if any
-    class_weights_feed: Optional[str] = None  # the class weights' feed, with --class-weights
+    # The per-class vectors the train program takes (feeds.CLASS_WEIGHTS with
+    # --class-weights, feeds.LOGIT_OFFSETS with --logit-adjustment): class_weights.ClassBalance
+    class_feeds: Tuple[str, ...] = ()
     # On GPUs the eval program compiled with NVIDIA's build strategy; run it instead of eval.
     eval_compiled: Optional[paddle.static.CompiledProgram] = None
     soft_target: Optional[paddle.static.Variable] = None  # the training target, for tests
@@ -94,14 +96,26 @@ def distributed_strategy(config, on_gpu):
     return strategy
 
 
-def _train_head(logits, label, num_classes, label_smoothing, mixup_lambda=None, class_weights=None):
+def _train_head(
+    logits,
+    label,
+    num_classes,
+    label_smoothing,
+    mixup_lambda=None,
+    class_weights=None,
+    logit_offsets=None,
+):
     """Mean cross-entropy against smoothed (and MixUp-blended) one-hot targets, weighted
-    by ``class_weights`` (a fed vector, or None: ``class_weights.py``); batch top-1/top-k.
+    by ``class_weights`` (a fed vector, or None: ``class_weights.py``), of the logits plus
+    ``logit_offsets`` (a fed vector, tau x log prior, or None: the logit-adjusted loss);
+    batch top-1/top-k of the logits as they are.
 
     Returns (fetches, soft target or None).
     """
     target = None
     reduction = "mean" if class_weights is None else "none"
+    # the offsets broadcast over the batch; the metrics and the eval program see none
+    scores = logits if logit_offsets is None else logits + logit_offsets
     if label_smoothing > 0 or mixup_lambda is not None:
         # F.cross_entropy(label_smoothing=...) rejects int64 labels in static mode.
         target = paddle.reshape(F.one_hot(label, num_classes), [-1, num_classes])
@@ -109,9 +123,9 @@ def _train_head(logits, label, num_classes, label_smoothing, mixup_lambda=None, 
             target = F.label_smooth(target, epsilon=label_smoothing)
         if mixup_lambda is not None:
             target = mixup_lambda * target + (1.0 - mixup_lambda) * paddle.flip(target, [0])
-        loss = F.cross_entropy(logits, target, soft_label=True, reduction=reduction)
+        loss = F.cross_entropy(scores, target, soft_label=True, reduction=reduction)
     else:
-        loss = F.cross_entropy(logits, label, reduction=reduction)
+        loss = F.cross_entropy(scores, label, reduction=reduction)
     if class_weights is not None:
         weight = paddle.reshape(paddle.gather(class_weights, paddle.reshape(label, [-1])), [-1, 1])
         if mixup_lambda is not None:
@@ -312,11 +326,21 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
             optimizer=optimizer,
             pir_amp=pir and config.amp.enabled,
         )
-        class_weights = None
-        if config.loss.class_weights:
-            class_weights = paddle.static.data(feeds.CLASS_WEIGHTS, [num_classes], "float32")
+        class_inputs = {
+            name: paddle.static.data(name, [num_classes], "float32") if wanted else None
+            for name, wanted in (
+                (feeds.CLASS_WEIGHTS, config.loss.class_weights),
+                (feeds.LOGIT_OFFSETS, config.loss.logit_adjustment > 0),
+            )
+        }
         programs.train_fetches, programs.soft_target = _train_head(
-            logits, label, num_classes, config.loss.label_smoothing, mixup_lambda, class_weights
+            logits,
+            label,
+            num_classes,
+            config.loss.label_smoothing,
+            mixup_lambda,
+            class_inputs[feeds.CLASS_WEIGHTS],
+            class_inputs[feeds.LOGIT_OFFSETS],
         )
         set_weight_decay(ir.parameters(main), config.optimizer)
         family = model_entry(config.model.arch).family
@@ -331,7 +355,7 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     programs.startup, programs.train, programs.model = startup, main, model
     programs.lr_scheduler, programs.optimizer = scheduler, optimizer
     programs.mixup_feed = feeds.MIXUP_LAMBDA if mixup_lambda is not None else None
-    programs.class_weights_feed = feeds.CLASS_WEIGHTS if class_weights is not None else None
+    programs.class_feeds = tuple(name for name, value in class_inputs.items() if value is not None)
     if onednn_wanted(config):
         # Not the eval program: oneDNN's inference-mode convolutions cache their reordered
         # weights, and evaluation between epochs then saw stale ones (measured: 61 % top-1

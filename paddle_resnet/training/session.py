@@ -26,12 +26,18 @@ class Session:
     all_reduce: Optional[Callable]  # sums over the ranks (None with one rank)
     classes: Sequence[str]
     steps_per_epoch: Optional[int]  # None when the run does not train
-    class_weights: Optional[Any] = None  # each class's weight in the loss (--class-weights)
+    # the per-class vectors of the loss (class_weights.ClassBalance), None for the plain loss
+    class_balance: Optional[Any] = None
 
     @property
     def training(self):
         """Whether the run trains (eval_only builds no train program)."""
         return self.programs.train is not None
+
+    def class_feeds(self, epoch):
+        """{feed name: vector} of the loss's per-class inputs in training epoch ``epoch``
+        (1-based)."""
+        return self.class_balance.feeds(epoch) if self.class_balance else {}
 
     def loader(self, split, training, epoch=0):
         """This rank's loader of ``split`` for one epoch (training) or one pass."""
