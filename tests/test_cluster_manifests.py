@@ -716,8 +716,9 @@ def test_trainjob_rendezvous(tmp_path, monkeypatch):
     jobset = runtime["spec"]["template"]["spec"]
     replicated, _ = trainjob_node_job(doc, runtimes())
     (rjob,) = [r for r in jobset["replicatedJobs"] if r["name"] == replicated]
-    # what Trainer looks for, and one Job of the nodes (Trainer sets replicas 1)
-    assert replicated == TRAINER_NODE and rjob.get("replicas", 1) == 1
+    # what Trainer looks for, and one Job of the nodes (its webhook, validateReplicatedJobs,
+    # asks replicas 1 of a trainer ancestor)
+    assert replicated == TRAINER_NODE and rjob["replicas"] == 1
     assert trainer(job["template"]["spec"])["name"] == TRAINER_NODE
     network = jobset["network"]
     assert network["enableDNSHostnames"] and network["publishNotReadyAddresses"]
@@ -1025,7 +1026,11 @@ def pod_templates():
     for name in manifest_files():
         for doc in load(name):
             walk(doc, f"{name}:{doc['kind']}")
-    found += [(f"{w} (as Trainer builds it)", WORKLOADS[w].template) for w in ["trainjob.yaml"]]
+    found += [
+        (f"{where} (as Trainer builds it)", workload.template)
+        for where, workload in WORKLOADS.items()
+        if workload.doc["kind"] == "TrainJob"
+    ]
     return found
 
 
