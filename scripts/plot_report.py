@@ -10,15 +10,10 @@ confused pairs (more), beside each class's accuracy or the worst classes.
 import argparse
 import sys
 
-import numpy as np
-
 from paddle_resnet.core.errors import UserError, exit_status
 from paddle_resnet.core.optional import require
+from paddle_resnet.core.plots import ANNOTATED_CLASSES, confusions
 from paddle_resnet.core.report import read_report
-
-# Annotate the matrix's cells with their counts up to this many classes.
-ANNOTATED_CLASSES = 20
-SHOWN_PAIRS = 20
 
 
 def last_run(records):
@@ -61,43 +56,6 @@ def curves(axes, records):
         panel.set_title(title)
         panel.set_xlabel("epoch")
         panel.grid(alpha=0.3)
-
-
-def confusion_matrix(axes, result, epoch):
-    """The row-normalised matrix (a row: the images of one true class), counts written in
-    the cells of small matrices."""
-    counts = np.array(result["confusion"], dtype=float)
-    shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
-    axes.imshow(shares, cmap="Blues", vmin=0, vmax=1)
-    names = result["classes"]
-    ticks = range(len(names)) if len(names) <= ANNOTATED_CLASSES * 2 else []
-    axes.set_xticks(list(ticks), [names[i] for i in ticks], rotation=60, ha="right")
-    axes.set_yticks(list(ticks), [names[i] for i in ticks])
-    if len(names) <= ANNOTATED_CLASSES:
-        for (true, predicted), count in np.ndenumerate(counts):
-            if count:
-                dark = shares[true, predicted] > 0.5
-                axes.text(
-                    predicted,
-                    true,
-                    int(count),
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if dark else "black",
-                )
-    axes.set_xlabel("predicted")
-    axes.set_ylabel("true")
-    axes.set_title(f"confusion matrix, epoch {epoch} (rows sum to 1)")
-
-
-def confused_pairs(axes, result, epoch):
-    """The most confused pairs as bars: readable where a 1,000-class matrix is not."""
-    pairs = result["confused"][:SHOWN_PAIRS][::-1]
-    axes.barh(range(len(pairs)), [n for _, _, n in pairs])
-    axes.set_yticks(range(len(pairs)), [f"{true} -> {predicted}" for true, predicted, _ in pairs])
-    axes.set_xlabel("images")
-    axes.set_title(f"most confused (true -> predicted), epoch {epoch}")
 
 
 def class_accuracy(axes, result):
@@ -143,10 +101,7 @@ def main():
     curves([figure.add_subplot(grid[0, column]) for column in range(3)], records)
     if per_class:
         result, epoch = per_class[-1]["data"], per_class[-1]["step"][0]
-        if "confusion" in result:
-            confusion_matrix(figure.add_subplot(grid[1, :2]), result, epoch)
-        else:
-            confused_pairs(figure.add_subplot(grid[1, :2]), result, epoch)
+        confusions(figure.add_subplot(grid[1, :2]), result, epoch)
         class_accuracy(figure.add_subplot(grid[1, 2]), result)
     figure.tight_layout()
     figure.savefig(args.output, dpi=100)

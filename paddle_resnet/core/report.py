@@ -15,8 +15,7 @@ import time
 
 from tqdm import tqdm
 
-from paddle_resnet.core.errors import UserError
-from paddle_resnet.core.optional import require
+from paddle_resnet.core.errors import SIGNAL_BASE, UserError
 
 
 def _format_value(value):
@@ -37,22 +36,30 @@ def _fits_a_bar(stream):
         return False
 
 
+def _outcome(exc_type, exc):
+    """How a run ended, in MLflow's words: FINISHED, KILLED (a signal's stop, Ctrl-C) or
+    FAILED."""
+    if exc_type is None:
+        return "FINISHED"
+    stopped = issubclass(exc_type, KeyboardInterrupt) or (
+        getattr(exc, "exit_code", 0) >= SIGNAL_BASE  # training's Stopped
+    )
+    return "KILLED" if stopped else "FAILED"
+
+
 class Report:
     """Appends to the JSON-lines file (a new run never erases an old one's lines), each
     run's lines beginning with a RUN record (when, host, process, command line); only
-    rank 0 writes and prints."""
+    rank 0 writes and prints. ``trackers`` (core/trackers.py, rank 0's) get every record
+    and the checkpoints saved."""
 
-    def __init__(self, path, enabled=True, stream=sys.stdout, visualdl_dir=None):
+    def __init__(self, path, enabled=True, stream=sys.stdout, trackers=None):
         self.path = path
         self.enabled = enabled
         self.stream = stream
         # A person watching: progress bars instead of a line every few steps.
         self.interactive = enabled and _fits_a_bar(stream)
-        self._visualdl, self._logged_steps = None, 0
-        if enabled and visualdl_dir:
-            self._visualdl = require("visualdl", "--visualdl-log-dir").LogWriter(
-                logdir=visualdl_dir
-            )
+        self._trackers = trackers if enabled else None
         self.start = time.time()
         self._handle = None
         if enabled and path:
@@ -76,10 +83,21 @@ class Report:
         if self._handle:
             self._handle.write(json.dumps(record) + "\n")
             self._handle.flush()
-        if self._visualdl and kind in ("LOG", "VAL"):
-            self._add_scalars(step, data, kind)
+        if self._trackers:
+            self._trackers.record(kind, step, data)
+            self._tracker_warnings()
         if console and self.enabled:
             self.print(self._console_line(step, data, kind))
+
+    def saved(self, directory):
+        """A checkpoint saved in ``directory``: said on the console, told to the trackers."""
+        self.print(f"saved {directory}")
+        if self._trackers:
+            self._trackers.saved(directory)
+
+    def _tracker_warnings(self):
+        while not self._trackers.warnings.empty():
+            self.print(self._trackers.warnings.get())
 
     def print(self, text):
         if self.enabled:
@@ -115,28 +133,22 @@ class Report:
         )
         return f"[{kind}] {where}: {fields}"
 
-    def _add_scalars(self, step, data, kind):
-        """Training values by logged step, validation values by epoch, as VisualDL scalars."""
-        self._logged_steps += kind == "LOG"
-        position = self._logged_steps if kind == "LOG" else step[0]
-        for name, value in data.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                tag = name.replace(".", "/") if kind == "VAL" else f"train/{name}"
-                self._visualdl.add_scalar(tag=tag, step=position, value=float(value))
-
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc_info):
-        self.close()
+    def __exit__(self, exc_type, exc, traceback):
+        self.close(_outcome(exc_type, exc))
 
-    def close(self):
+    def close(self, outcome="FINISHED"):
+        """The file closed; the trackers' writing finished and their runs ended with
+        ``outcome`` (FINISHED, KILLED or FAILED)."""
         if self._handle:
             self._handle.close()
             self._handle = None
-        if self._visualdl:
-            self._visualdl.close()
-            self._visualdl = None
+        if self._trackers:
+            self._trackers.close(outcome)
+            self._tracker_warnings()
+            self._trackers = None
 
 
 def read_report(path):

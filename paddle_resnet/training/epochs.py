@@ -93,7 +93,7 @@ def _save(session, directory, epochs_done, steps_done, start):
         },
         prefix=config.run.model_prefix,
     )
-    session.report.print(f"saved {directory}")
+    session.report.saved(directory)
     removed = ckpt.remove_superseded(directory, config.run.keep_checkpoints, start)
     if removed:
         session.report.print(
