@@ -1,4 +1,4 @@
-"""Run an exported model with Paddle Inference: accuracy, benchmark or predict.
+"""Run an exported model with Paddle Inference: accuracy, benchmark, predict or serve.
 
     python inference.py --inference-dir inference/resnet18_demo --mode accuracy \\
         --image-root demo_data/fashion_mnist_demo
@@ -6,6 +6,7 @@
         --backend cpu --cpu-precision bf16 --benchmark-batch-sizes 1,32 --use-synthetic
     python inference.py --inference-dir inference/resnet18_demo --mode predict \\
         --images photo.jpg,more_photos/
+    python inference.py --inference-dir inference/resnet18_demo --mode serve   # paddle-resnet-serve
 
 Preprocessing (resize, crop, normalisation, layout) comes from the model's
 model.json, written by export_model.py, so it always matches training.

@@ -29,7 +29,7 @@ from paddle_resnet.core.config import (
 from paddle_resnet.core.errors import ConfigError, exit_status
 
 # The command a tool is run as, where it is not <tool>.py at the repository's root.
-PROGRAMS = {"check_data": "paddle-resnet-check-data"}
+PROGRAMS = {"check_data": "paddle-resnet-check-data", "serve": "paddle-resnet-serve"}
 
 
 def program(tool):
@@ -243,6 +243,7 @@ def flag_table_markdown(choices=None):
         "export_model": "export",
         "inference": "infer",
         "check_data": "check-data",
+        "serve": "serve",
     }
     lines = ["| flag | config key | default | tools | meaning |", "|---|---|---|---|---|"]
     section = None

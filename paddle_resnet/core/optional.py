@@ -20,10 +20,18 @@ PACKAGES = {
     "openvino": "openvino",
     "nncf": "nncf",
     "sklearn": "scikit-learn",
+    "kserve": "kserve",
+    "fastapi": "fastapi",
 }
 # how to install a package when not by requirements-tools.txt: nncf's numpy 2 would
 # replace the numpy 1.26 Paddle 2.6 needs, so it goes into a folder of its own
-INSTALL = {"nncf": "scripts/setup_nncf.sh"}
+# KServe 0.21 needs protobuf >= 6.33, Paddle 2.6 protobuf 4: the server has an environment of
+# its own (Paddle 3.3.1, no DALI)
+INSTALL = {
+    "nncf": "scripts/setup_nncf.sh",
+    "kserve": "bash scripts/setup_serve.sh (.venv-serve)",
+    "fastapi": "bash scripts/setup_serve.sh (.venv-serve)",
+}
 DEFAULT_INSTALL = "pip install -r requirements-tools.txt"
 
 
@@ -34,6 +42,7 @@ def _installed(module):
 has_onnxruntime = _installed("onnxruntime")
 has_paddle2onnx = _installed("paddle2onnx")
 has_openvino = _installed("openvino")
+has_kserve = _installed("kserve")
 # paddle2onnx 1.x (Paddle 2.6) reads no PIR inference.json; 2.x (Paddle 3) converts no
 # int8 model (deploy/onnx_export.check_converter)
 paddle2onnx_major = (

@@ -161,6 +161,24 @@ def chosen(inference_config, info):
     return BACKENDS["cpu"], f"backend auto: cpu {precision} (Paddle Inference): {why}"
 
 
+def build_classifier(inference_config, max_batch):
+    """(classifier, model.json content, backend row, the lines saying which backend
+    ``auto`` took and why and what runs) for the exported model of ``inference_config``:
+    what inference.py and the server (``serve.py``) run."""
+    exported.check_dir(inference_config.directory)
+    info = exported.read_info(inference_config.directory)
+    backend, why = chosen(inference_config, info)
+    check_precision(backend, inference_config)
+    quantized = bool(info.get("quantization"))
+    classifier = backend.build(
+        inference_config.directory, inference_config, info["input_shape"], max_batch, quantized
+    )
+    notes = [why] if why else []
+    if hasattr(classifier, "describe"):
+        notes.append(classifier.describe())
+    return classifier, info, backend, notes
+
+
 def precision_of(backend, inference_config):
     """The precision flag value ``backend`` runs with."""
     return getattr(inference_config, backend.precision_key)

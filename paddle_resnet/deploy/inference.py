@@ -1,6 +1,7 @@
 """What inference.py does with an exported model: accuracy over a validation tree,
 latency and throughput per batch size, or the classes of image files, through the
-backend ``--backend`` names (``backends.py``). Preprocessing (resize, crop,
+backend ``--backend`` names (``backends.py``); ``--mode serve`` hands the process over to
+the server (``serve.py``). Preprocessing (resize, crop,
 normalisation, layout) comes from the model's model.json, written by export_model.py,
 so it always matches training."""
 
@@ -33,24 +34,16 @@ from paddle_resnet.data.folder import (
     images_under,
     unreadable_images,
 )
-from paddle_resnet.deploy import backends, exported, model_input
+from paddle_resnet.deploy import backends, exported, model_input, serve
 
 
 def build_classifier(config, max_batch, report=None):
     """(classifier, model.json content, backend row) for the exported model of
     ``config``; the lines on which backend ``auto`` took and on what runs (OpenVINO's) go
     to ``report``."""
-    inf = config.inference
-    exported.check_dir(inf.directory)
-    info = exported.read_info(inf.directory)
-    backend, why = backends.chosen(inf, info)
-    backends.check_precision(backend, inf)
-    quantized = bool(info.get("quantization"))
-    classifier = backend.build(inf.directory, inf, info["input_shape"], max_batch, quantized)
-    if report is not None and why:
-        report.print(why)
-    if report is not None and hasattr(classifier, "describe"):
-        report.print(classifier.describe())
+    classifier, info, backend, notes = backends.build_classifier(config.inference, max_batch)
+    for line in notes if report is not None else ():
+        report.print(line)
     return classifier, info, backend
 
 
@@ -217,6 +210,8 @@ MODES = {"accuracy": accuracy, "benchmark": benchmark, "predict": predict}
 
 
 def run(config, report_stream=None):
+    if config.inference.mode == "serve":  # the server, in its own environment (serve.py)
+        return serve.hand_over(config)
     report = Report(config.inference.log_path, stream=report_stream or sys.stdout)
     report.log("PARAMETER", config.to_dict(), kind="PARAMETER", console=False)
     # Only Paddle's own CPU predictor falls back from a GPU build: elsewhere the note is noise.

@@ -1,0 +1,120 @@
+"""Requests that arrive together run as one batch (the server's dynamic batching; KServe's
+Python ModelServer has none: its batcher is the agent sidecar of an InferenceService, for
+the v1 protocol's instances).
+
+Each request's images wait in one queue on the server's event loop. The first of a batch
+waits at most ``max_wait`` for others while fewer than ``max_batch`` images are queued;
+then the queued requests, whole and in order, up to ``max_batch`` images, run as one batch
+on the engine: one thread, one batch at a time (a classifier is not thread-safe, and it
+uses every core itself). While a batch runs, the next one gathers, so under load batches
+fill without waiting. A batch runs as a few calls of fixed sizes (``batch_sizes``, largest
+first): OpenVINO then compiles a static-shape model for those few sizes only
+(``openvino_runtime.PerBatchSize``), all during the warm-up."""
+
+import asyncio
+import collections
+import concurrent.futures
+
+import numpy as np
+
+
+def batch_sizes(max_batch):
+    """The sizes the engine is called with: the powers of two below ``max_batch``, and it."""
+    return [1 << i for i in range(max_batch.bit_length()) if 1 << i < max_batch] + [max_batch]
+
+
+def split(count, sizes):
+    """``count`` images as calls of ``sizes``, largest first (``sizes`` holds 1)."""
+    calls = []
+    for size in sorted(sizes, reverse=True):
+        while count >= size:
+            calls.append(size)
+            count -= size
+    return calls
+
+
+class Batcher:
+    """``await batcher(images)``: the probabilities of ``images`` (a request's batch), run
+    together with the requests queued beside it through ``classify`` (a float batch ->
+    probabilities)."""
+
+    def __init__(self, classify, max_batch, max_wait_seconds):
+        self.classify = classify
+        self.max_batch = max_batch
+        self.max_wait = max_wait_seconds
+        self.sizes = batch_sizes(max_batch)
+        self.engine = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine")
+        self.queued = collections.deque()  # (images, future, arrival time)
+        self.arrived = None  # an asyncio.Event of the serving loop, made with the worker
+        self.worker = None
+        self.batches = collections.Counter()  # images per batch run -> how often
+
+    def run(self, images):
+        """``images`` through the classifier in calls of ``sizes``; on the engine's thread."""
+        calls, start = [], 0
+        for size in split(len(images), self.sizes):
+            calls.append(self.classify(images[start : start + size]))
+            start += size
+        return np.concatenate(calls)
+
+    def warm_up(self, input_shape):
+        """Run each size once (OpenVINO compiles its model then): the first inference, on
+        the engine's thread, before the server says it is ready."""
+        for size in self.sizes:
+            self.engine.submit(self.run, np.zeros([size, *input_shape], np.float32)).result()
+
+    async def __call__(self, images):
+        loop = asyncio.get_running_loop()
+        if self.worker is None:
+            self.arrived = asyncio.Event()
+            self.worker = loop.create_task(self._work())
+        future = loop.create_future()
+        self.queued.append((images, future, loop.time()))
+        self.arrived.set()
+        return await future
+
+    def _queued_images(self):
+        return sum(len(images) for images, _, _ in self.queued)
+
+    async def _gather(self):
+        """Wait for the first request, then up to ``max_wait`` after its arrival for
+        others, unless ``max_batch`` images are queued first."""
+        while not self.queued:
+            self.arrived.clear()
+            await self.arrived.wait()
+        deadline = self.queued[0][2] + self.max_wait
+        loop = asyncio.get_running_loop()
+        while self._queued_images() < self.max_batch and loop.time() < deadline:
+            self.arrived.clear()
+            try:
+                await asyncio.wait_for(self.arrived.wait(), deadline - loop.time())
+            except TimeoutError:
+                break
+
+    def _take(self):
+        """The queued requests, whole and in order, that fit in one batch."""
+        taken, count = [], 0
+        while self.queued and count + len(self.queued[0][0]) <= self.max_batch:
+            taken.append(self.queued.popleft())
+            count += len(taken[-1][0])
+        return taken
+
+    async def _work(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._gather()
+            taken = self._take()
+            images = np.concatenate([images for images, _, _ in taken])
+            self.batches[len(images)] += 1
+            try:
+                probabilities = await loop.run_in_executor(self.engine, self.run, images)
+            except Exception as err:  # the requests of this batch fail; the server goes on
+                for _, future, _ in taken:
+                    if not future.done():
+                        future.set_exception(err)
+                continue
+            start = 0
+            for request_images, future, _ in taken:
+                if not future.done():  # a client that went away cancelled its future
+                    future.set_result(probabilities[start : start + len(request_images)])
+                start += len(request_images)

@@ -1,0 +1,145 @@
+"""Serve an exported model over the Open Inference Protocol (KServe v2), REST and gRPC.
+
+    paddle-resnet-serve --inference-dir inference/resnet18_demo     # ports 8080, 8081
+    python inference.py --inference-dir inference/resnet18_demo --mode serve
+
+KServe's ModelServer answers (``kserve_server.py``); the model runs on the backend
+``inference.py --backend auto`` takes (``backends.build_classifier``), with requests that
+arrive together run as one batch (``batching.py``). The ports open once the model is
+loaded; the server says it is ready (GET /v2/health/ready) once a first inference of every
+batch size it runs has run. SIGTERM or Ctrl-C: the requests in flight are answered, then
+the process exits 0.
+
+The server runs in an environment of its own (``scripts/setup_serve.sh``: .venv-serve,
+Paddle 3.3.1 and KServe 0.21, no DALI): KServe 0.21 needs protobuf >= 6.33, Paddle 2.6 a
+protobuf 4. ``inference.py --mode serve`` starts it there (``hand_over``)."""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+from paddle_resnet.core import bootstrap, optional
+from paddle_resnet.core.cli import main_with
+from paddle_resnet.core.config import REPOSITORY
+from paddle_resnet.core.errors import describe
+from paddle_resnet.deploy import backends, kserve_server
+from paddle_resnet.deploy.batching import Batcher
+from paddle_resnet.deploy.open_inference import ServedExport
+
+# The interpreter ``inference.py --mode serve`` starts the server with where KServe is not
+# installed beside it: this variable, else the repository's serving environment.
+SERVING_PYTHON = "PADDLE_RESNET_SERVE_PYTHON"
+
+
+def _precision(backend, inference_config, info):
+    """The precision the backend runs: its flag's, or the model's own (ONNX Runtime)."""
+    if backend.model_precision:
+        return "int8" if info.get("quantization") else "fp32"
+    return backends.precision_of(backend, inference_config)
+
+
+def _warm_up(batcher, served, model, failures):
+    """The first inference of each batch size, then ready; a failure stops the server."""
+    start = time.perf_counter()
+    try:
+        batcher.warm_up(served.input_shape)
+    except Exception as err:  # the server cannot run its model: stop it, then exit with it
+        failures.append(err)
+        print(describe(err)[1], file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    sizes = ", ".join(map(str, batcher.sizes))
+    print(
+        f"ready: warm-up ran batches of {sizes} in {time.perf_counter() - start:.1f} s",
+        flush=True,
+    )
+    model.ready = True  # after the line: a client that finds it ready finds the line too
+
+
+def run(config):
+    """Serve the export of ``config`` until SIGTERM or SIGINT; 0 once drained."""
+    kserve = optional.require("kserve", kserve_server.PURPOSE)
+    inference_config, settings = config.inference, config.serve
+    classifier, info, backend, notes = backends.build_classifier(
+        inference_config, settings.max_batch
+    )
+    served = ServedExport(
+        inference_config.directory,
+        info,
+        backend.name,
+        _precision(backend, inference_config, info),
+        settings.max_batch,
+        settings.model_name,
+    )
+    batcher = Batcher(classifier, settings.max_batch, settings.max_wait_ms / 1000)
+    server, model = kserve_server.model_server(
+        kserve, served, batcher, settings, bootstrap.verbose()
+    )
+    for line in notes:
+        print(line, flush=True)
+    print(
+        f"serving {served.name!r} ({backend.name} {served.parameters['precision']}) over "
+        f"the Open Inference Protocol: REST on port {settings.http_port}, gRPC on "
+        f"{settings.grpc_port}; batches of up to {settings.max_batch} images, "
+        f"{settings.max_wait_ms:g} ms wait",
+        flush=True,
+    )
+    failures = []
+    threading.Thread(target=_warm_up, args=(batcher, served, model, failures), daemon=True).start()
+    server.start([])  # returns once a SIGTERM or SIGINT has drained the requests in flight
+    if failures:
+        raise failures[0]
+    batches = sum(batcher.batches.values())
+    images = sum(size * count for size, count in batcher.batches.items())
+    print(f"stopped: {images} images served in {batches} batches", flush=True)
+    return 0
+
+
+def serving_command(config):
+    """The arguments of ``python -m paddle_resnet.deploy.serve`` for ``config``."""
+    inference_config, settings = config.inference, config.serve
+    argv = ["--inference-dir", inference_config.directory]
+    argv += ["--backend", inference_config.backend]
+    argv += ["--cpu-precision", inference_config.cpu_precision]
+    argv += ["--cpu-threads", str(inference_config.cpu_threads)]
+    if settings.model_name:
+        argv += ["--model-name", settings.model_name]
+    argv += ["--http-port", str(settings.http_port), "--grpc-port", str(settings.grpc_port)]
+    argv += ["--max-batch", str(settings.max_batch), "--max-wait-ms", str(settings.max_wait_ms)]
+    argv += ["--max-request-mb", str(settings.max_request_mb)]
+    return argv + (["--verbose"] if config.run.verbose else [])
+
+
+def hand_over(config):
+    """``inference.py --mode serve``: this process becomes the server (the same process
+    id, so a signal to it reaches the server), run by this interpreter where KServe is
+    installed, else by the serving environment's (``SERVING_PYTHON``, or .venv-serve)."""
+    python = sys.executable
+    if not optional.has_kserve:
+        python = os.environ.get(
+            SERVING_PYTHON, os.path.join(REPOSITORY, ".venv-serve", "bin", "python")
+        )
+        if not os.path.isfile(python):
+            raise optional.not_installed("kserve", "inference.py --mode serve")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(python, [python, "-m", __name__, *serving_command(config)])
+
+
+def main(argv=None):
+    """paddle-resnet-serve: the tool's command line (its ``main`` lives here, not in
+    commands/, whose package loads the data formats' registry, and with it DALI, which a
+    serving machine has not)."""
+    return main_with(
+        "serve",
+        __doc__.splitlines()[0],
+        run,
+        argv,
+        choices={"inference.backend": backends.CHOICES},
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
