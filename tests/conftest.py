@@ -241,10 +241,10 @@ def ok(result):
     return result
 
 
-def training_into(out):
-    """The process ids of the train.py processes (ranks or a lone run, not a launcher)
+def training_into(out, script="train.py"):
+    """The process ids of the ``script`` processes (ranks or a lone run, not a launcher)
     writing into ``out``."""
-    found = subprocess.run(["pgrep", "-f", f"train.py .*{out}"], capture_output=True, text=True)
+    found = subprocess.run(["pgrep", "-f", f"{script} .*{out}"], capture_output=True, text=True)
     return [int(pid) for pid in found.stdout.split()]
 
 

@@ -27,8 +27,8 @@ from paddle_resnet.core.errors import RestartableError, UserError, describe
 
 PREFIX = "paddle_resnet/start"
 POLL_SECONDS = 0.05
-# Rank 0 serves the store: after ending the start it waits this long at most for the other
-# ranks to read why (they look at their next wait), then exits and the store with it.
+# A rank that ended the start, and rank 0, which serves the store, wait this long at most
+# for the other ranks to read why (they look at their next wait) before they exit.
 LINGER_SECONDS = 60.0
 
 
@@ -61,7 +61,8 @@ class Rendezvous:
         try:
             yield
         except (UserError, RestartableError, MemoryError, OSError) as err:
-            self.end_start(err)
+            with contextlib.suppress(RestartableError):  # the store is gone: nobody to tell
+                self.end_start(err)
             raise
 
     def _count(self, key, add=0):
@@ -106,10 +107,12 @@ class Rendezvous:
 
     def end_start(self, err):
         """This rank ends the start with ``err`` (an error ``errors.describe`` knows):
-        published for the other ranks (unless it is another rank's end, read already);
-        rank 0, which serves the store, waits until every rank knows (at most
-        ``LINGER_SECONDS``)."""
-        if not isinstance(err, (PeerEnded, PeerEndedRestartable)):
+        published for the other ranks, unless it is another rank's end, read already.
+        The rank that ended it, and rank 0, which serves the store, then wait until every
+        rank knows (at most ``LINGER_SECONDS``): a rank still busy when its launcher saw a
+        peer exit would be stopped by it, and killed 3 s later wherever it was."""
+        peer_ended = isinstance(err, (PeerEnded, PeerEndedRestartable))
+        if not peer_ended:
             status, line = describe(err)
             self.store.set(
                 f"{PREFIX}/why/{self.rank}",
@@ -118,7 +121,7 @@ class Rendezvous:
             self._count(f"ended/{self.rank}", 1)
             self._count("ended", 1)
             self._count("seen", 1)
-        if self.rank == 0:
+        if self.rank == 0 or not peer_ended:
             until = time.monotonic() + LINGER_SECONDS
             while self._count("seen") < self.world_size and time.monotonic() < until:
                 time.sleep(POLL_SECONDS)

@@ -1,0 +1,139 @@
+"""The start of a multi-rank job (everything before the first step), with real ranks of
+``paddle.distributed.launch``: a rank that refuses ends every rank with its status, each
+rank in one line; a rank stuck in C code holding the GIL still ends at the start's
+deadline, and with its launcher (``core/rank_guard.py``: a watcher process, not a thread).
+Faults of one rank are planted by tests/ranks/start_fault.py."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, launch, train_args, training_into
+from paddle_resnet.core.errors import RESTARTABLE, USER_ERROR
+
+pytestmark = pytest.mark.cpu_only
+FAULTY = "tests/ranks/start_fault.py"
+
+
+def rank_logs(logs):
+    return [(logs / f"workerlog.{rank}").read_text() for rank in (0, 1)]
+
+
+def children_of(launcher):
+    """The processes ``launcher`` started (its ranks)."""
+    found = subprocess.run(["pgrep", "-P", str(launcher)], capture_output=True, text=True)
+    return found.stdout.split()
+
+
+def assert_no_rank_left(out, script=FAULTY):
+    deadline = time.time() + 10
+    while training_into(out, script) and time.time() < deadline:
+        time.sleep(0.2)
+    left = training_into(out, script)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "ranks outlived their job"
+
+
+def faulty_args(fmnist_root, out, *flags):
+    args = train_args(fmnist_root, out, "--epochs", "1", *flags)
+    args[0] = FAULTY
+    return args
+
+
+def test_a_refusal_on_rank_1_ends_every_rank_with_its_status(fmnist_root, tmp_path):
+    """Rank 1 refuses after rank 0 ran its programs (which made the rings): rank 0, waiting
+    for it before the first step, ends with status 2 and says why; the launcher reports
+    rank 0's status first, where it used to report 75 (or kill rank 0 stuck in a
+    collective) and hide the refusal."""
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    result = launch(faulty_args(fmnist_root, out), logs, env={"START_FAULT": "refuse:weights:1"})
+    rank0, rank1 = rank_logs(logs)
+    assert result.returncode == USER_ERROR, result.stdout[-3000:]
+    refusal = "a refusal of rank 1 in phase weights (the test's fault)"
+    assert f"error: {refusal}" in rank1
+    assert f"error: rank 0: rank 1 ended the start ({refusal}): this rank ends too" in rank0
+    assert "Traceback" not in rank0 + rank1 + result.stdout
+    assert_no_rank_left(out)
+
+
+def test_every_checkpoint_damaged_ends_both_ranks_in_one_line_each(fmnist_root, tmp_path):
+    """--from-checkpoint auto: rank 0 chooses, finds every checkpoint damaged and refuses;
+    rank 1, waiting for its choice in the job's store (no collective op), ends too."""
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    damaged = out / "resnet18" / "1"
+    damaged.mkdir(parents=True)
+    (damaged / "model.pdparams").write_bytes(b"junk")  # not the bytes meta.json lists
+    entry = {"bytes": 4, "sha256": "0" * 64}
+    (damaged / "meta.json").write_text(json.dumps({"epoch": 1, "files": {"model.pdparams": entry}}))
+    args = train_args(fmnist_root, out, "--epochs", "1", "--from-checkpoint", "auto")
+    result = launch(args, logs)
+    rank0, rank1 = rank_logs(logs)
+    assert result.returncode == USER_ERROR, result.stdout[-3000:]
+    refusal = rank0.strip().splitlines()[-1]
+    assert refusal.startswith("error: --from-checkpoint auto: every checkpoint in"), rank0
+    ended = f"error: rank 1: rank 0 ended the start ({refusal.removeprefix('error: ')})"
+    assert ended in rank1, rank1[-2000:]
+    assert "Traceback" not in rank0 + rank1
+    assert_no_rank_left(out, "train.py")
+    assert_no_rank_left(out)
+
+
+def test_a_rank_blocked_holding_the_gil_ends_at_the_start_deadline(fmnist_root, tmp_path):
+    """A stuck rank (planted: C code holding the GIL, where no thread of it runs) is ended
+    by its watcher process at --start-timeout with one line naming its phase; the job
+    ends as a crash a restart may fix."""
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    began = time.time()
+    result = launch(
+        faulty_args(fmnist_root, out, "--start-timeout", "15"),
+        logs,
+        env={"START_FAULT": "block:data:1"},
+    )
+    seconds = time.time() - began
+    rank0, rank1 = rank_logs(logs)
+    assert "rank 1: blocking in C with the GIL held" in rank1
+    assert (
+        "error: rank 1: the start passed its deadline (--start-timeout 15 s) in phase 'data'"
+        in rank1
+    ), rank1[-2000:]
+    # a crash a restart may fix: rank 0, waiting for rank 1, passed the deadline too (247:
+    # the launcher's status for a rank it found killed) or was stopped by the launcher (75)
+    assert result.returncode in (RESTARTABLE, 247), result.stdout[-3000:]
+    assert "Traceback" not in rank0 + rank1
+    assert seconds < 15 + 45
+    assert_no_rank_left(out)
+
+
+def test_the_ranks_end_with_their_launcher_while_blocked_holding_the_gil(fmnist_root, tmp_path):
+    """SIGKILL to the launcher while rank 1 is stuck holding the GIL (no deadline): its
+    watcher ends it within seconds, where a thread of the rank could never run."""
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2"]
+    command += ["--log_dir", str(logs), *faulty_args(fmnist_root, out, "--start-timeout", "0")]
+    job = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=dict(os.environ, START_FAULT="block:data:1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    rank1 = logs / "workerlog.1"
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and job.poll() is None:
+            if rank1.exists() and "blocking in C with the GIL held" in rank1.read_text():
+                break
+            time.sleep(0.2)
+        assert len(children_of(job.pid)) == 2
+    finally:
+        job.kill()
+        job.wait()
+    assert_no_rank_left(out)
+    gone = f"error: rank 1: its launcher (pid {job.pid}) is gone: this rank ends too"
+    assert gone in rank1.read_text()
