@@ -78,6 +78,15 @@ class _BoolFlag(argparse.Action):
         return " | ".join(self.option_strings)
 
 
+class _Repeated(argparse.Action):
+    """A flag that may be given again, its values adding up: ``--tracker mlflow --tracker
+    tensorboard`` is ``--tracker mlflow,tensorboard``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, f"{before},{values}" if before else values)
+
+
 class _OtherToolsFlag(argparse.Action):
     """A flag of a config key this tool does not read: refused, naming who reads it."""
 
@@ -171,6 +180,7 @@ def build_parser(tool, description=None, choices=None):
             group.add_argument(
                 *names,
                 dest=dotted,
+                action=_Repeated if meta["repeatable"] else "store",
                 metavar=dotted.split(".")[1].upper(),
                 choices=values if dotted in (choices or {}) else None,
                 help=text,
