@@ -15,6 +15,8 @@ PACKAGES = {
     "onnx": "onnx",
     "matplotlib": "matplotlib",
     "visualdl": "visualdl",
+    "tensorboardX": "tensorboardX",
+    "mlflow": "mlflow",
     "torch": "torch",
     "safetensors": "safetensors",
     "openvino": "openvino",
@@ -43,6 +45,11 @@ has_onnxruntime = _installed("onnxruntime")
 has_paddle2onnx = _installed("paddle2onnx")
 has_openvino = _installed("openvino")
 has_kserve = _installed("kserve")
+# the experiment trackers' writers (core/trackers.py) and their pictures
+has_tensorboardx = _installed("tensorboardX")
+has_mlflow = _installed("mlflow")
+has_visualdl = _installed("visualdl")
+has_matplotlib = _installed("matplotlib")
 # paddle2onnx 1.x (Paddle 2.6) reads no PIR inference.json; 2.x (Paddle 3) converts no
 # int8 model (deploy/onnx_export.check_converter)
 paddle2onnx_major = (

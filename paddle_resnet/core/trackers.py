@@ -18,7 +18,7 @@ thread, so a step never waits on a tracker's disk or server; a tracker that fail
 the run goes on is dropped with one warning line, the run continues. A resumed run
 continues the tracker's run: TensorBoard and VisualDL write into the same folder at the
 global steps the run continues from (TensorBoard's readers drop the events an earlier
-start wrote past the first step this one logs: a run killed after its last checkpoint
+start wrote past the checkpoint this one resumes: a run killed after its last checkpoint
 does not leave two curves); MLflow's run id is kept in ``<output-dir>/mlflow_run.json``
 and that run is resumed (its parameters stay the first start's; a value a resumed start
 changed becomes the tag ``resume.<key>``).
@@ -120,13 +120,15 @@ class EventWriter:
     but for a resumed VisualDL run, which appends to the newest file: VisualDL shows a
     folder's newest file only."""
 
-    def __init__(self, name, folder, resume):
-        self.name, self.folder = name, folder
-        suffix = f".{os.getpid()}.{next(_WRITERS)}"
+    def __init__(self, name, folder, resume, purge_step):
+        suffix = f".{os.getpid()}.{next(_WRITERS):04d}"
         if name == "tensorboard":
             module = require("tensorboardX", "--tracker tensorboard")
             self.writer = module.SummaryWriter(
-                logdir=folder, flush_secs=FLUSH_SECONDS, filename_suffix=suffix
+                logdir=folder,
+                flush_secs=FLUSH_SECONDS,
+                filename_suffix=suffix,
+                purge_step=purge_step,
             )
         else:
             module = require("visualdl", "--tracker visualdl")
@@ -138,16 +140,8 @@ class EventWriter:
                     filename_suffix=suffix,
                     file_name=newest[0] if newest else "",
                 )
-        self._continued = False
 
     def scalars(self, values, step):
-        if not self._continued and self.name == "tensorboard":
-            # The first step this process logs: TensorBoard's readers drop the events an
-            # earlier start of the run wrote from this step on (a start log at the step).
-            events = require("tensorboardX.proto.event_pb2", "--tracker tensorboard")
-            start = events.SessionLog(status=events.SessionLog.START)
-            self.writer.file_writer.add_event(events.Event(step=step, session_log=start))
-        self._continued = True
         for tag, value in values.items():
             self.writer.add_scalar(tag, value, step)
 
@@ -272,10 +266,10 @@ class Trackers:
     """The trackers of one run (``opened``), fed the report's records (``record``) and
     checkpoints (``saved``); the writing runs on one background thread, in order."""
 
-    def __init__(self, trackers):
+    def __init__(self, trackers, step=0):
         self.trackers = dict(trackers)  # name -> EventWriter or MlflowRun
         self.steps_per_epoch = None
-        self.step = 0  # the global step of the last logged training step
+        self.step = step  # the global step of the last logged training step, or the start's
         self.warnings = queue.SimpleQueue()  # lines for the report to print
         self._tasks = queue.SimpleQueue()  # functions, None to end
         self._thread = threading.Thread(target=self._work, name="trackers", daemon=True)
@@ -299,7 +293,9 @@ class Trackers:
         self._each("checkpoint", os.path.abspath(directory), self.step)
 
     def _epoch_end(self, epoch):
-        return epoch * self.steps_per_epoch if self.steps_per_epoch else epoch
+        """The global step of ``epoch``'s last step; before any training step (an
+        evaluation), the step the weights were saved at."""
+        return epoch * self.steps_per_epoch if self.steps_per_epoch else self.step
 
     def _classes(self, result, epoch):
         step = self._epoch_end(epoch)
@@ -349,12 +345,16 @@ def _first_line(err):
     return text.splitlines()[0] if text else repr(err)
 
 
-def opened(names, output_dir, tensorboard_dir, mlflow_uri, visualdl_dir, resume):
+def opened(names, output_dir, tensorboard_dir, mlflow_uri, visualdl_dir, saved_step, trains):
     """The Trackers of ``names`` and VisualDL's where ``visualdl_dir`` is given (each
     opened now, so that a bad URI or folder stops the run before its first step), or None
     without any. TensorBoard's folder defaults to ``<output_dir>/tensorboard``,
-    VisualDL's to ``<output_dir>/visualdl``, MLflow's store to ``mlflow_tracking_uri``;
-    ``resume``: the run continues from a checkpoint."""
+    VisualDL's to ``<output_dir>/visualdl``, MLflow's store to ``mlflow_tracking_uri``.
+    ``saved_step``: the global step of the checkpoint the run starts from (None: a fresh
+    start), which continues the trackers' runs; ``trains``: the run trains from there,
+    and TensorBoard's readers drop what an earlier start wrote past that step (a start
+    killed after its last checkpoint; a fresh start: everything), where an evaluation
+    keeps it."""
     names = tuple(names) + (("visualdl",) if visualdl_dir else ())
     if not names:
         return None
@@ -362,6 +362,8 @@ def opened(names, output_dir, tensorboard_dir, mlflow_uri, visualdl_dir, resume)
         "tensorboard": tensorboard_dir or os.path.join(output_dir, "tensorboard"),
         "visualdl": visualdl_dir or os.path.join(output_dir, "visualdl"),
     }
+    resume = saved_step is not None
+    purge_step = ((saved_step + 1) if resume else 0) if trains else None
     trackers = {}
     for name in dict.fromkeys(names):
         if name == "mlflow":
@@ -369,5 +371,5 @@ def opened(names, output_dir, tensorboard_dir, mlflow_uri, visualdl_dir, resume)
             run_name = os.path.basename(os.path.abspath(output_dir))
             trackers[name] = MlflowRun(uri, output_dir, resume, run_name)
         else:
-            trackers[name] = EventWriter(name, folders[name], resume)
-    return Trackers(trackers)
+            trackers[name] = EventWriter(name, folders[name], resume, purge_step)
+    return Trackers(trackers, saved_step or 0)

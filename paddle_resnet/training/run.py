@@ -15,6 +15,7 @@ from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import open_split, train_steps
 from paddle_resnet.data.folder import check_num_classes, check_same_classes
 from paddle_resnet.data.screening import screened
+from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import (
     class_weights,
     cpu_kernels,
@@ -143,11 +144,14 @@ def open_data(config, training, evaluating):
 def open_report(config, rank, stream):
     """The run's report: rank 0's file and console, and its experiment trackers
     (--tracker, --visualdl-log-dir; core/trackers.py) opened before the first step, a
-    resumed run continuing theirs; closed however the run ends."""
+    run from a checkpoint continuing theirs at its global step; closed however the run
+    ends."""
     run_cfg = config.run
+    if rank != 0:
+        return Report(config.report_file, enabled=False, stream=stream or sys.stdout)
+    saved = ckpt.verify_checkpoint(run_cfg.from_checkpoint)[1] if run_cfg.from_checkpoint else None
     return Report(
         config.report_file,
-        enabled=rank == 0,
         stream=stream or sys.stdout,
         trackers=trackers.opened(
             run_cfg.trackers,
@@ -155,10 +159,9 @@ def open_report(config, rank, stream):
             run_cfg.tensorboard_log_dir,
             run_cfg.mlflow_tracking_uri,
             run_cfg.visualdl_log_dir,
-            resume=run_cfg.from_checkpoint is not None,
-        )
-        if rank == 0
-        else None,
+            saved_step=saved["global_step"] if saved else None,
+            trains=run_cfg.run_scope != "eval_only",
+        ),
     )
 
 
