@@ -117,6 +117,38 @@ def test_the_same_command_continues_after_kills_and_stops_bit_identical(
     assert len(runs) == len(plan) + 1  # each run's lines begin with its RUN record
 
 
+def test_a_kill_after_a_timed_save_resumes_from_it_bit_identical(
+    fmnist_root, tmp_path, uninterrupted
+):
+    """--save-every-minutes: a checkpoint within the epoch once the time has passed, so a
+    node lost without a signal (SIGKILL) costs at most that long: the same command
+    resumes from the timed checkpoint and ends with the weights of a run never stopped."""
+    out = tmp_path / "job"
+    # 0.003 minutes (0.18 s): a save every few steps of this small run
+    command = train_command(fmnist_root, out, "--from-checkpoint", "auto")
+    command += ["--save-every-minutes", "0.003"]
+    job = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines = []
+    for line in job.stdout:
+        lines.append(line)
+        timed = re.search(r"saved \S+/resnet18/(2-step\d+)$", line.strip())
+        if timed:  # a timed save within the second epoch
+            job.kill()
+            break
+    job.wait(timeout=60)
+    assert timed, "".join(lines)[-3000:]
+    assert re.search(r"saved \S+/resnet18/1-step\d+\n", "".join(lines))  # within epoch 1 too
+    final = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert f"--from-checkpoint auto: {out}/resnet18/{timed[1]}, the newest" in final.stdout
+    assert_same_state(ckpt.read_checkpoint(str(out / "resnet18" / "2"))[1], uninterrupted)
+    # timed checkpoints are superseded by the next save, even with every epoch kept (but
+    # the one this start resumed from: retention never removes it)
+    assert sorted(os.listdir(out / "resnet18")) == ["1", "2", timed[1]]
+
+
 def test_sigterm_saves_at_the_step_in_flight(fmnist_root, tmp_path):
     """SIGTERM in the middle of epoch 1 (a command without auto): the step in flight
     finishes, a checkpoint at that step, one line naming the resume command with that

@@ -13,12 +13,13 @@ as they were.
 import hashlib
 import json
 import os
-import pickle
 import re
 import time
 
+import numpy as np
 import paddle
 
+from paddle_resnet.core import safe_pickle
 from paddle_resnet.core.atomic import recover_staged, remove_directory, staged_directory
 from paddle_resnet.core.errors import (
     CheckpointError,
@@ -26,6 +27,7 @@ from paddle_resnet.core.errors import (
     os_error_is_users,
     os_error_reason,
 )
+from paddle_resnet.core.text_files import read_json_object, require_keys
 
 PREFIX = "model"
 META = "meta.json"
@@ -153,17 +155,20 @@ def _intact(path):
     return True
 
 
-def remove_superseded(written, keep_epochs, resumed_from):
+def remove_superseded(written, keep_epochs, resumed_from, drop_mid_epoch=False):
     """Retention (--keep-checkpoints N) by verified progress, after ``written`` was saved:
     counting from it, keep the newest N epoch checkpoints whose files verify and remove
-    the older ones and every mid-epoch checkpoint older than ``written``. Never removed:
+    the older ones and every mid-epoch checkpoint older than ``written``; with N = 0 (keep
+    all) and ``drop_mid_epoch`` (timed saves: one every few minutes), the older mid-epoch
+    checkpoints alone. Never removed:
     ``written`` itself (read back first: a save that does not verify removes nothing),
     the checkpoint at progress ``resumed_from`` (where this run started; a restart
     before ``written`` is complete still has it), and anything newer than ``written``. A
     damaged checkpoint is never counted among the N, so it never costs a good one.
     Returns the names removed; each removal is crash-safe (``atomic.remove_directory``)."""
-    if not keep_epochs:
+    if not keep_epochs and not drop_mid_epoch:
         return []
+    keep_epochs = keep_epochs or float("inf")
     try:
         _verified(written)
     except CheckpointError as err:
@@ -249,28 +254,46 @@ def classes_beside(weights_file):
     meta_path = os.path.join(os.path.dirname(os.path.abspath(weights_file)), META)
     if not os.path.isfile(meta_path):
         return None
-    try:
-        with open(meta_path) as handle:
-            return json.load(handle).get("classes")
-    except (OSError, ValueError):
-        return None
+    return read_meta(meta_path).get("classes")
+
+
+# What resuming, evaluating and exporting a checkpoint read of its meta.json.
+_META_KEYS = {"epoch": int, "classes": list, "config": dict}
 
 
 def read_checkpoint(path):
     """(meta, state) of a verified checkpoint; state maps variable names to arrays."""
     directory, meta = verify_checkpoint(path)
+    meta_path = os.path.join(directory, META)
+    require_keys(meta, _META_KEYS, meta_path, CheckpointError, "a checkpoint's meta.json")
     return meta, read_state(os.path.join(directory, meta.get("prefix", PREFIX)))
+
+
+def read_meta(meta_path):
+    """A checkpoint's meta.json; a CheckpointError naming it when it is not the JSON
+    object ``save_checkpoint`` writes (UTF-8, its files' sizes and SHA-256, the prefix
+    of its files in the folder)."""
+    meta = read_json_object(meta_path, CheckpointError, "a checkpoint's meta.json")
+    files = meta.get("files", {})
+    listed = isinstance(files, dict) and all(
+        isinstance(entry, dict)
+        and isinstance(entry.get("bytes"), int)
+        and isinstance(entry.get("sha256"), str)
+        for entry in files.values()
+    )
+    prefix = meta.get("prefix", PREFIX)
+    if not listed or not isinstance(prefix, str) or os.path.basename(prefix) != prefix:
+        raise CheckpointError(
+            f"{meta_path}: damaged: not the files' sizes and SHA-256 and their prefix that "
+            "this toolkit writes"
+        )
+    return meta
 
 
 def verify_checkpoint(path):
     """(folder, meta) of a checkpoint whose files match their recorded sizes and SHA-256."""
     directory = resolve_checkpoint(path)
-    meta_path = os.path.join(directory, META)
-    try:
-        with open(meta_path) as handle:
-            meta = json.load(handle)
-    except ValueError as err:
-        raise CheckpointError(f"{meta_path}: unreadable ({err})") from None
+    meta = read_meta(os.path.join(directory, META))
     for name, expected in meta.get("files", {}).items():
         file_path = os.path.join(directory, name)
         if not os.path.exists(file_path):
@@ -288,35 +311,69 @@ def verify_checkpoint(path):
 
 def read_state(prefix, optimizer=True):
     """Variable name -> array from ``<prefix>.pdparams``, and with ``optimizer`` also
-    from ``<prefix>.pdopt`` if present (momentum, loss scaling, ASP masks)."""
+    from ``<prefix>.pdopt`` if present (momentum, loss scaling, ASP masks); each file
+    read without running code and its arrays finite (``read_pickle``)."""
     if prefix.endswith(".pdparams"):
         prefix = prefix[: -len(".pdparams")]
     if not os.path.exists(prefix + ".pdparams"):
         raise CheckpointError(f"{prefix}.pdparams does not exist")
-    if not optimizer:
-        return read_pickle(prefix + ".pdparams")
-    try:
-        return dict(paddle.static.load_program_state(prefix))
-    except Exception as err:  # pickle and Paddle raise several types for broken files
-        raise CheckpointError(
-            f"{prefix}.pdparams: cannot be read ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''})"
-        ) from None
+    state = read_pickle(prefix + ".pdparams")
+    if optimizer and os.path.exists(prefix + ".pdopt"):
+        state.update(read_pickle(prefix + ".pdopt"))
+    return state
 
 
 def read_pickle(path):
     """{name: value} of a Paddle parameter pickle (what ``paddle.save`` and
-    ``load_program_state`` write and read), whatever the file is named."""
+    ``paddle.static.save`` write), whatever the file is named: read by
+    ``safe_pickle.load``, which runs no code of the file, and refused in one line when a
+    tensor holds nan or inf (``check_finite``)."""
     try:
         with open(path, "rb") as handle:
-            state = pickle.load(handle, encoding="latin1")
+            state = safe_pickle.load(handle)
+    except safe_pickle.RefusedGlobal as err:
+        raise CheckpointError(
+            f"{path}: refused: its pickle asks for {err.name}, which parameters never need "
+            "(loading it could run code); only arrays, numbers and strings are read"
+        ) from None
+    except OSError:
+        raise  # a path, or an I/O error of the file system: errors.describe names it
     except Exception as err:  # pickle raises several types for broken files
         why = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        if path.endswith(".pdparams"):
+        if path.endswith((".pdparams", ".pdopt")):
             raise CheckpointError(f"{path}: cannot be read (truncated or damaged? {why})") from None
         raise CheckpointError(
             f"{path}: not a weights file (neither PyTorch, safetensors nor a Paddle pickle: {why})"
         ) from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: holds a {type(state).__name__}, not named tensors")
-    return state
+    return check_finite({name: _array_of(value) for name, value in state.items()}, path)
+
+
+def _array_of(value):
+    """A Tensor as ``paddle.save`` pickles it outside a state dict, (name, array): the
+    array; any other value as it is."""
+    if (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], np.ndarray)
+    ):
+        return value[1]
+    return value
+
+
+def check_finite(tensors, path):
+    """``tensors`` ({name: value}), or a CheckpointError naming ``path`` and the first
+    floating-point array holding nan or inf: such weights make every output nan (the
+    run that wrote them diverged)."""
+    for name, value in tensors.items():
+        if isinstance(value, np.ndarray) and value.dtype.kind in "fc":
+            finite = np.isfinite(value)
+            if not finite.all():
+                raise CheckpointError(
+                    f"{path}: tensor {name!r} holds {value.size - np.count_nonzero(finite)} "
+                    f"nan or inf values (of {value.size}): weights that are not finite give "
+                    "nan outputs; the run that wrote them diverged"
+                )
+    return tensors

@@ -28,9 +28,12 @@ def train_epochs(session, train_split, val_split, start):
     if val_split is not None:
         settle_evaluation(session)
     # closed however the epochs end: a window that outlasted the training, or a stop
+    stop_requests = stopping.StopRequests(
+        session.all_reduce, run_cfg.save_every_minutes * 60, session.rank
+    )
     with (
         contextlib.closing(step_profiler(run_cfg)) as profiler,
-        stopping.StopRequests(session.all_reduce) as stop,
+        stop_requests as stop,
     ):
         for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
             metrics = train_one_epoch(
@@ -40,6 +43,7 @@ def train_epochs(session, train_split, val_split, start):
                 profiler,
                 skip=skip if epoch == start_epoch + 1 else 0,
                 stop=stop,
+                save_within=lambda epoch, steps: _save_timed(session, epoch, steps, stop, start),
             )
             if stop.signal_number is not None:
                 _save_stopped(session, epoch, metrics["train.steps"], stop, start)
@@ -57,9 +61,13 @@ def train_epochs(session, train_split, val_split, start):
             if config.asp.enabled:
                 sparse_masks.verify(programs, report, where=f"epoch {epoch}")
             # Saved before validating, so that a broken validation image never costs the epoch.
-            if session.rank == 0 and (epoch % run_cfg.save_interval == 0 or last):
+            # rank 0 alone saves at an epoch's end, when the epoch is due or a timed save is
+            if session.rank == 0 and (
+                epoch % run_cfg.save_interval == 0 or last or stop.clock_says_save()
+            ):
                 directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
                 _save(session, directory, epoch, 0, start)
+                stop.saved()
             if val_split is not None and (epoch % run_cfg.eval_interval == 0 or last):
                 metrics.update(evaluate(session, val_split, epoch))
                 if metrics["val.top1"] > history.get("val.best_top1", -1.0):
@@ -94,11 +102,30 @@ def _save(session, directory, epochs_done, steps_done, start):
         prefix=config.run.model_prefix,
     )
     session.report.saved(directory)
-    removed = ckpt.remove_superseded(directory, config.run.keep_checkpoints, start)
+    removed = ckpt.remove_superseded(
+        directory,
+        config.run.keep_checkpoints,
+        start,
+        drop_mid_epoch=config.run.save_every_minutes > 0,
+    )
     if removed:
         session.report.print(
             f"removed older checkpoints (--keep-checkpoints): {', '.join(removed)}"
         )
+
+
+def _save_timed(session, epoch, steps_done, stop, start):
+    """--save-every-minutes: the checkpoint ``<epoch - 1>-step<steps_done>`` within
+    ``epoch``, by rank 0 at the step where every rank learnt it was due; the other ranks
+    wait for it, so a rank lost right after finds it complete."""
+    config = session.config
+    name = ckpt.checkpoint_name(epoch - 1, steps_done)
+    directory = os.path.join(config.run.output_dir, config.model.arch, name)
+    if session.rank == 0:
+        _save(session, directory, epoch - 1, steps_done, start)
+    if session.all_reduce:
+        session.all_reduce(np.zeros(4))
+    stop.saved()
 
 
 def _save_stopped(session, epoch, steps_done, stop, start):

@@ -51,13 +51,16 @@ def train_step(exe, programs, feed, mixup_weight=None, class_feeds=None):
     return dict(values, lr=lr)
 
 
-def train_one_epoch(session, loader, epoch, profiler=NoProfiler(), skip=0, stop=None):
+def train_one_epoch(
+    session, loader, epoch, profiler=NoProfiler(), skip=0, stop=None, save_within=None
+):
     """One pass of ``loader`` through the train program; returns the epoch's averages,
     with ``train.steps`` done. ``profiler`` (profiling.step_profiler) wraps each step.
     The first ``skip`` batches are read but not trained on (a mid-epoch resume: the data
     and MixUp streams advance as they did); the pass ends early once
     ``stop.should_stop()`` (``stopping.StopRequests``: every rank at the same step),
-    after the step in flight."""
+    after the step in flight; where ``stop.save_due`` there, ``save_within(epoch, steps
+    done)`` saves a checkpoint within the epoch (--save-every-minutes)."""
     config, report, world_size = session.config, session.report, session.world_size
     print_interval = config.run.print_interval
     weights = mixup_weights(config.loss.mixup_alpha, config.data.seed, epoch)
@@ -98,6 +101,8 @@ def train_one_epoch(session, loader, epoch, profiler=NoProfiler(), skip=0, stop=
         done_steps = step + 1
         if stop is not None and stop.should_stop():
             break
+        if stop is not None and stop.save_due and step + 1 < total and save_within:
+            save_within(epoch, step + 1)  # --save-every-minutes
     bar.close()
     elapsed = time.perf_counter() - epoch_start
     summary = {f"train.{k}": v for k, v in meter.averages().items() if k != "lr"}

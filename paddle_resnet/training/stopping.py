@@ -49,14 +49,33 @@ class Stopped(Exception):
 
 class StopRequests:
     """While entered (main thread), SIGINT and SIGTERM ask the training to stop after its
-    current step. ``all_reduce`` (``distributed.all_reduce_sum``) with several ranks."""
+    current step. ``all_reduce`` (``distributed.all_reduce_sum``) with several ranks.
+    With ``save_every_seconds``, a save is due once that long has passed since the last
+    (``saved``) by rank 0's clock: ``save_due`` after the step where the ranks learn it."""
 
-    def __init__(self, all_reduce=None):
+    def __init__(self, all_reduce=None, save_every_seconds=0, rank=0):
         self.all_reduce = all_reduce
         self.received = None  # this process's first signal
         self.first_sigint_at = None
         self.signal_number = None  # the signal the run stops for, the same on every rank
+        self.save_every_seconds = save_every_seconds
+        self.rank = rank
+        self.last_save = time.monotonic()
+        self.save_due = False  # the same on every rank
         self._previous = {}
+
+    def saved(self):
+        """A checkpoint was written now: the next timed save is due a period later."""
+        self.last_save = time.monotonic()
+        self.save_due = False
+
+    def clock_says_save(self):
+        """Rank 0's view: a timed save is due."""
+        return (
+            self.rank == 0
+            and self.save_every_seconds > 0
+            and time.monotonic() - self.last_save >= self.save_every_seconds
+        )
 
     def __enter__(self):
         for number in EXIT_CODES:
@@ -83,16 +102,20 @@ class StopRequests:
 
     def should_stop(self):
         """After each step, on every rank: whether the run stops here (some rank was
-        asked); then ``signal_number`` is the one most ranks received."""
+        asked); then ``signal_number`` is the one most ranks received. Also sets
+        ``save_due`` (rank 0's clock; in the same all-reduce)."""
         if self.all_reduce is None:
             self.signal_number = self.received
+            self.save_due = self.clock_says_save()
         else:
             asked = [self.received is not None]
-            asked += [self.received == number for number in EXIT_CODES] + [0]
+            asked += [self.received == number for number in EXIT_CODES]
+            asked += [self.clock_says_save()]
             counts = self.all_reduce(np.array(asked, dtype=np.float64))
             if counts[0]:
                 sigints, sigterms = counts[1:3]
                 self.signal_number = signal.SIGINT if sigints > sigterms else signal.SIGTERM
+            self.save_due = bool(counts[3])
         return self.signal_number is not None
 
 
