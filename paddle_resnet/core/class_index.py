@@ -6,6 +6,7 @@ import json
 
 from paddle_resnet.core.atomic import atomic_files
 from paddle_resnet.core.errors import DataError
+from paddle_resnet.core.text_files import read_json_object
 
 CLASSES_FILE = "classes.json"
 
@@ -19,9 +20,17 @@ def write_class_index(path, classes):
 
 
 def read_class_index(path):
+    """The class names of the class index at ``path``; a DataError naming it when it is not
+    {"0": name, "1": name, ...} in UTF-8 JSON."""
     try:
-        with open(path) as handle:
-            mapping = json.load(handle)
-        return [mapping[str(i)] for i in range(len(mapping))]
-    except (OSError, ValueError, KeyError) as err:
+        mapping = read_json_object(path, DataError, 'a class index ({"0": name, ...})')
+    except OSError as err:
         raise DataError(f"{path}: not a readable class index ({err})") from None
+    names = [mapping.get(str(i)) for i in range(len(mapping))]
+    if not all(isinstance(name, str) for name in names):
+        label = next(i for i, name in enumerate(names) if not isinstance(name, str))
+        raise DataError(
+            f"{path}: not a class index: label {label} has no class name "
+            '(expected {"0": name, "1": name, ...})'
+        )
+    return names

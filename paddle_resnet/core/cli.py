@@ -281,6 +281,10 @@ def main_with(tool, description, action, argv=None, choices=None):
     unwritable files end in one line (``errors.exit_status``).
     """
     args = build_parser(tool, description, choices).parse_args(argv)
+    # A file name that is not UTF-8 (os.listdir escapes its bytes as surrogates) prints
+    # as \udcxx escapes, as Python prints it on stderr, instead of ending the tool.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
 
     def run():
         if getattr(args, "list_configs", False):

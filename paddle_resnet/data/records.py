@@ -142,13 +142,21 @@ def count_index(index_path, data_path=None):
 
 
 def read_index_lines(index_path):
+    """The fields of each line of an index (whole numbers: keys, offsets, sizes)."""
     try:
         with open(index_path) as handle:
-            return [line.split() for line in handle if line.strip()]
+            lines = [line.split() for line in handle if line.strip()]
     except (OSError, UnicodeDecodeError) as err:
         if isinstance(err, OSError) and not os_error_is_users(err):
             raise  # an I/O error of the file system: a restart may succeed
         raise DataError(f"{index_path}: not a readable index file ({err})") from None
+    for number, fields in enumerate(lines, start=1):
+        if not all(field.isdecimal() for field in fields):
+            raise DataError(
+                f"{index_path}: not an index file: line {number} is not whole numbers "
+                f"({' '.join(fields)[:40]!r}); {MAKE_HINT}"
+            )
+    return lines
 
 
 def shard_range(num_records, shard_id, num_shards):

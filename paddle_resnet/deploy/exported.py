@@ -26,6 +26,7 @@ from paddle_resnet.core import bootstrap, feeds, paddle_internals
 from paddle_resnet.core.atomic import recover_staged
 from paddle_resnet.core.class_index import CLASSES_FILE, read_class_index, write_class_index
 from paddle_resnet.core.errors import UserError
+from paddle_resnet.core.text_files import read_json_object
 
 PREFIX = "inference"
 # The program file, by the IR it was exported from: legacy, PIR.
@@ -149,12 +150,13 @@ def model_paths(model_dir):
 
 
 def read_info(model_dir):
-    """What the export recorded: architecture, input shape, layout, preprocessing."""
+    """What the export recorded: architecture, input shape, layout, preprocessing; the
+    keys its readers take checked."""
     path = os.path.join(model_dir, INFO_FILE)
+    required = {"num_classes": int, "layout": str, "input_shape": list, "preprocess": dict}
     try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError) as err:
+        return read_json_object(path, UserError, "an export's model.json", required)
+    except OSError as err:
         raise UserError(f"{path}: unreadable ({err}); export the model again") from None
 
 

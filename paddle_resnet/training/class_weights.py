@@ -23,7 +23,7 @@ split; validation and the exported model use the logits as they are. TAU 1 is ba
 softmax (Ren et al. 2020)."""
 
 import csv
-import json
+import heapq
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -32,8 +32,13 @@ import numpy as np
 
 from paddle_resnet.core import feeds
 from paddle_resnet.core.errors import ConfigError, DataError
+from paddle_resnet.core.text_files import parse_json, read_text
 
 BALANCED = "balanced"
+# The largest weight a file may give: the loss multiplies each image's cross-entropy by
+# its weight and sums the batch in float32 (at most 3.4e38), which leaves room for a
+# batch of 65,536 images of loss 5,000 (at the start ln(classes): 7 for 1,000).
+MAX_WEIGHT = 1e30
 
 
 @dataclass(frozen=True)
@@ -134,29 +139,36 @@ def _from_file(path, classes):
             f"--class-weights {path!r}: neither {BALANCED} nor a file (JSON or CSV of "
             "weights by class name)"
         )
-    with open(path, newline="") as handle:
-        text = handle.read()
+    text = read_text(path, ConfigError, what="--class-weights file")
     try:
         if path.lower().endswith(".json"):
-            by_name = json.loads(text)
+            by_name = parse_json(text, path, ConfigError)
             if not isinstance(by_name, dict):
                 raise ValueError("expected an object of class name: weight")
         else:
             by_name = {row[0].strip(): row[1] for row in csv.reader(text.splitlines()) if row}
             by_name.pop("class", None)  # an optional header line: class,weight
-        weights = {name: float(value) for name, value in by_name.items()}
-    except (ValueError, IndexError, TypeError) as err:
+    except (ValueError, IndexError) as err:
         raise ConfigError(f"--class-weights {path}: not a JSON or CSV of weights ({err})") from None
-    unknown = sorted(set(weights) - set(classes))
-    missing = [name for name in classes if name not in weights]
+    # the names first: a file of a million lines is refused without converting them
+    unknown = heapq.nsmallest(5, set(by_name) - set(classes))
+    missing = [name for name in classes if name not in by_name]
     if unknown or missing:
         raise ConfigError(
             f"--class-weights {path}: its class names are not the data's: "
-            f"unknown {unknown[:5]}, missing {missing[:5]}"
+            f"unknown {unknown}, missing {missing[:5]}"
         )
-    bad = [name for name in classes if not weights[name] > 0]
+    try:
+        weights = {name: float(by_name[name]) for name in classes}
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"--class-weights {path}: not a JSON or CSV of weights ({err})") from None
+    bad = [name for name in classes if not 0 < weights[name] <= MAX_WEIGHT]
     if bad:
-        raise ConfigError(f"--class-weights {path}: weights must be positive, not for {bad[:5]}")
+        raise ConfigError(
+            f"--class-weights {path}: weights must be positive and at most {MAX_WEIGHT:g} "
+            f"(larger ones overflow the float32 loss), not {weights[bad[0]]:g} for "
+            f"{bad[0]!r}" + (f" ({len(bad)} such)" if len(bad) > 1 else "")
+        )
     return np.array([weights[name] for name in classes], dtype=np.float32)
 
 

@@ -3,7 +3,6 @@ checkpoint resumed only by the run that wrote it, and no fresh run mixing its
 checkpoints with another's. ``checkpoint.py`` is the format these checks read."""
 
 import contextlib
-import json
 import os
 
 from paddle_resnet.core.atomic import check_writable_folder, run_lock
@@ -60,9 +59,8 @@ def check_output_free(config, resuming_meta):
         )
     for _, path in reversed(saved):
         try:
-            with open(os.path.join(path, ckpt.META)) as handle:
-                meta = json.load(handle)
-        except ValueError:
+            meta = ckpt.read_meta(os.path.join(path, ckpt.META))
+        except CheckpointError:
             continue  # damaged: --from-checkpoint auto skipped it with a warning
         check_same_run(meta, config, path)
         return

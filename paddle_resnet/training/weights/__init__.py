@@ -10,7 +10,6 @@ files, PaddleClas ``.pdparams``).
 weight namings (declared beside the network, ``models/*_family.py``) a file uses.
 """
 
-import json
 import os
 
 from paddle_resnet.core.errors import CheckpointError
@@ -70,8 +69,7 @@ def _own_meta(meta, source):
         sibling = os.path.join(os.path.dirname(os.path.abspath(source)), ckpt.META)
         if not os.path.exists(sibling):
             return {}
-        with open(sibling) as handle:
-            meta = json.load(handle)
+        meta = ckpt.read_meta(sibling)
     return meta
 
 

@@ -3,7 +3,11 @@
 - PyTorch (``torch.save``: a zip archive, or the legacy pickle with torch's magic
   number): read with PyTorch, the only thing this toolkit needs PyTorch for.
 - safetensors (timm's hub format): read with the ``safetensors`` package, no PyTorch.
-- Paddle pickles (``.pdparams`` of this toolkit or of ``paddle.save``, e.g. PaddleClas).
+- Paddle pickles (``.pdparams`` of this toolkit or of ``paddle.save``, e.g. PaddleClas,
+  or of ``paddle.static.save``, e.g. NVIDIA's): read without running code of the file
+  (``core/safe_pickle``).
+
+Whatever the container, a tensor holding nan or inf is refused, naming the file and it.
 """
 
 import os
@@ -88,15 +92,16 @@ def _read_torch(path):
                 .to(torch.float32 if value.is_floating_point() else value.dtype)
                 .numpy()
             )
-    return tensors
+    return ckpt.check_finite(tensors, path)
 
 
 def _read_safetensors(path):
     safetensors_numpy = require("safetensors.numpy", f"reading the safetensors file {path}")
     try:
-        return dict(safetensors_numpy.load_file(path))
+        tensors = dict(safetensors_numpy.load_file(path))
     except Exception as err:  # safetensors raises its own error types
         raise CheckpointError(f"{path}: cannot be read as a safetensors file: {err}") from None
+    return ckpt.check_finite(tensors, path)
 
 
 def _read_paddle(path):
