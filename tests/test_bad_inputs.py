@@ -23,8 +23,9 @@ import pytest
 from conftest import FAST_TRAIN, run_command
 from paddle_resnet.commands import check_data, export_model, inference, train
 from paddle_resnet.core.class_index import read_class_index
+from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import USER_ERROR, exit_status
-from paddle_resnet.data.dali import DataSplit
+from paddle_resnet.data.dali import DataSplit, make_loader, open_split
 from paddle_resnet.data.fashion_mnist import CLASSES
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import class_weights
@@ -457,6 +458,19 @@ def test_train_refuses_a_tree_with_broken_images_in_one_line(fmnist_root, tmp_pa
     argv = [*FAST_TRAIN[:2], "--num-of-class", 2, "--crop-size", 16, "--resize-short", 16]
     argv += ["--image-root", root, "--output-dir", tmp_path / "out"]
     tool_refuses(capsys, train.main, argv, str(root))
+
+
+def test_an_image_name_that_is_not_utf8_is_one_line(fmnist_root, tmp_path, capsys):
+    """A decodable image whose name is not UTF-8: DALI's reader cannot take the name."""
+    root = broken_tree(tmp_path / "tree", fmnist_root)
+    config = build_config(
+        {"data.image_root": str(root), "data.batch_size": 2, "data.crop_size": 16}
+    )
+    refused(
+        capsys,
+        lambda: make_loader(open_split(config.data, "train"), config.data, "NCHW", False),
+        r"/\udcff\udcfe.jpg': its name is not UTF-8",
+    )
 
 
 @pytest.mark.parametrize(

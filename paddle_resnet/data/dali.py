@@ -260,6 +260,7 @@ def _folder_source(image_list, batch, training, rank, world_size, seed, epoch, s
         else eval_indices(len(image_list), rank, world_size)
     )
     files = [image_list.files[i] for i in indices]
+    _refuse_names_not_utf8(files)
     # The whole split, once per process (its file tuple is the cache key); this rank's
     # files of this epoch must be clean.
     refuse_broken(sorted(set(structurally_broken(image_list.files)) & set(files)))
@@ -287,6 +288,20 @@ def _folder_source(image_list, batch, training, rank, world_size, seed, epoch, s
         return DataError(f"DALI failed on batch {step}: {str(err).splitlines()[0]}")
 
     return read_encoded, describe_failure, len(files)
+
+
+def _refuse_names_not_utf8(files):
+    """DALI's file reader takes UTF-8 names only: one that is not (os.listdir gives its
+    bytes as surrogate escapes) ended the run in DALI's "Unsupported argument type"."""
+    for path in files:
+        if not path.isascii():
+            try:
+                path.encode()
+            except UnicodeEncodeError:
+                raise DataError(
+                    f"{path!r}: its name is not UTF-8, which DALI's file reader cannot "
+                    "take: rename it (convmv converts names to UTF-8)"
+                ) from None
 
 
 def _record_source(data_split, data_config, training, rank, world_size, seed):

@@ -56,7 +56,7 @@ def fingerprint(config, splits):
         chunks = [files[i : i + CHUNK] for i in range(0, len(files), CHUNK)]
         with file_reading_pool() as pool:
             for stats in pool.map(_stats, chunks):
-                digest.update(stats.encode())
+                digest.update(os.fsencode(stats))  # a name that is not UTF-8 as its bytes
     return digest.hexdigest()
 
 
