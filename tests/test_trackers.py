@@ -96,6 +96,7 @@ def test_each_tracker_holds_the_run(runs):
     assert [r["step"] for r in logged] == [[1, 5], [1, 10]]
     val, classes = of_kind(records, "VAL")[0]["data"], of_kind(records, "CLASSES")[0]["data"]
     accuracy = dict(zip(classes["classes"], classes["accuracy"]))
+    assert len(accuracy) == 10
     checkpoint = os.path.join(config.run.output_dir, "resnet18", "1")
 
     events = tensorboard(out)

@@ -7,7 +7,8 @@ them into what each tracker shows:
 - each validation's values as ``val/<name>`` (top-1/5, balanced top-1, loss), each class's
   accuracy as ``val_class/<class>`` and the confusion matrix (the most confused pairs
   beyond 100 classes) as the image ``confusion_matrix``, at the global step of the
-  validated epoch's last step (an evaluation before any training step: at its epoch);
+  validated epoch's last step (an evaluation before any training step: at the step its
+  checkpoint was saved at);
 - the resolved configuration (the report's PARAMETER record) as parameters,
   ``section.key`` flattened;
 - each checkpoint saved (``Report.saved``): MLflow tags ``checkpoint`` (the newest) and
@@ -235,9 +236,6 @@ class MlflowRun:
     def image(self, tag, picture, step):
         self.client.log_image(self.run_id, picture, key=tag, step=step)
 
-    def text(self, tag, text, step):
-        self.client.set_tag(self.run_id, tag, text)
-
     def parameters(self, flat):
         """The first start's values as parameters (MLflow refuses to change one); on a
         resume, new keys as parameters and changed values as ``resume.<key>`` tags."""
@@ -365,11 +363,16 @@ def opened(names, output_dir, tensorboard_dir, mlflow_uri, visualdl_dir, saved_s
     resume = saved_step is not None
     purge_step = ((saved_step + 1) if resume else 0) if trains else None
     trackers = {}
-    for name in dict.fromkeys(names):
-        if name == "mlflow":
-            uri = mlflow_tracking_uri(mlflow_uri, output_dir)
-            run_name = os.path.basename(os.path.abspath(output_dir))
-            trackers[name] = MlflowRun(uri, output_dir, resume, run_name)
-        else:
-            trackers[name] = EventWriter(name, folders[name], resume, purge_step)
+    try:
+        for name in dict.fromkeys(names):
+            if name == "mlflow":
+                uri = mlflow_tracking_uri(mlflow_uri, output_dir)
+                run_name = os.path.basename(os.path.abspath(output_dir))
+                trackers[name] = MlflowRun(uri, output_dir, resume, run_name)
+            else:
+                trackers[name] = EventWriter(name, folders[name], resume, purge_step)
+    except UserError:  # the run stops before its first step: no tracker left running
+        for tracker in trackers.values():
+            tracker.close("FAILED")
+        raise
     return Trackers(trackers, saved_step or 0)
