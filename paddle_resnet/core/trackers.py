@@ -330,6 +330,13 @@ class Trackers:
         for task in iter(self._tasks.get, None):
             task()
 
+    def wait(self):
+        """Return once everything queued so far is written (a benchmark's slices end so,
+        their writing not left to the next slice)."""
+        written = threading.Event()
+        self._tasks.put(written.set)
+        written.wait()
+
     def close(self, status="FINISHED"):
         """Everything queued written, then each tracker closed (MLflow's run ended with
         ``status``: FINISHED, KILLED or FAILED)."""

@@ -1,0 +1,218 @@
+"""Step-time overhead of the experiment trackers: training steps with the run's report
+alone against the report with --tracker tensorboard, mlflow and visualdl at once, in one
+process, taking turns in slices (core/interleave.py: the ratio is the median of the
+per-round ratios).
+
+    .venv/bin/python scripts/benchmark_trackers.py      # benchmarks/trackers_overhead.json
+
+The steps are the demo's (ResNet-18 at 32 px, batch 64, random images: the shortest
+step the toolkit's recipes take, where a tracker's cost shows most), each a
+``loop.train_step`` on a train program prepared as a run prepares it, with a LOG record
+every ``--print-interval`` steps as ``loop.train_one_epoch`` writes it (10, the default;
+the demo logs every 100); after each slice the trackers' writing thread finishes what was
+queued (``Trackers.wait``, outside the slice's time) so that no slice pays for the one
+before it. Beside the ratio, what the trackers' writing thread spends on
+one LOG record and on one validation (the confusion image drawn, each class's accuracy),
+called synchronously, and how long opening them took (MLflow's local store is created
+then). Writes a table and --output (JSON).
+"""
+
+import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+import paddle
+
+from paddle_resnet.core import bootstrap, devices, feeds, interleave, metrics, trackers
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import exit_status
+from paddle_resnet.core.optional import require
+from paddle_resnet.core.plots import confusion_picture
+from paddle_resnet.core.report import Report
+from paddle_resnet.training import cpu_kernels, ir, prepare
+from paddle_resnet.training import programs as program
+from paddle_resnet.training.loop import train_step
+
+ALL = trackers.TRACKERS
+STEPS_PER_EPOCH = 547  # the demo's: 35,000 images in batches of 64
+CLASSES = [f"class_{index}" for index in range(10)]
+MODULES = ("tensorboardX", "mlflow", "visualdl", "matplotlib")
+
+
+def demo_config(batch):
+    """The demo's model and input size, its CPU kernels chosen as train.py chooses them."""
+    values = {
+        "model.arch": "resnet18",
+        "model.num_classes": len(CLASSES),
+        "data.crop_size": 32,
+        "data.resize_short": 32,
+        "data.batch_size": batch,
+    }
+    return cpu_kernels.resolved(build_config(values), world_size=1)[0]
+
+
+def training_step(config):
+    """One step of ``config``'s train program on one random batch: its fetched values."""
+    programs, exe = prepare.ready_for_weights(config, True, 1, 1000, paddle.CPUPlace())
+    rng = np.random.default_rng(0)
+    batch = config.data.batch_size
+    feed = {
+        feeds.IMAGE: rng.standard_normal([batch, *program.input_shape(config)]).astype("float32"),
+        feeds.LABEL: rng.integers(0, len(CLASSES), (batch, 1)).astype("int64"),
+    }
+    return lambda: train_step(exe, programs, feed)
+
+
+class LoggedSteps:
+    """Steps as an epoch runs them: every ``interval`` steps a LOG record with the fields
+    ``loop.train_one_epoch`` gives it, into ``report``."""
+
+    def __init__(self, step, report, interval, batch):
+        self.step, self.report, self.interval, self.batch = step, report, interval, batch
+        self.done = 0
+
+    def __call__(self):
+        start = time.perf_counter()
+        values = self.step()
+        seconds = time.perf_counter() - start
+        self.done += 1
+        if self.done % self.interval == 0:
+            epoch, within = divmod(self.done, STEPS_PER_EPOCH)
+            means = {f"{k}_mean": v for k, v in values.items() if k != "lr"}
+            times = {"data_time": 0.0, "compute_time": seconds, "batch_time": seconds}
+            record = dict(values, ips=self.batch / seconds, **times, **means)
+            record["progress"] = f"{within}/{STEPS_PER_EPOCH}"
+            self.report.log([epoch + 1, within], record, console=False)
+
+
+def median_ms(action, times):
+    spent = []
+    for _ in range(times):
+        start = time.perf_counter()
+        action()
+        spent.append(time.perf_counter() - start)
+    return round(1000 * float(np.median(spent)), 3)
+
+
+def writing_costs(folder, values):
+    """Milliseconds each tracker takes, called directly (as its writing thread calls it),
+    for one LOG record's scalars and for one validation's (each class's accuracy and the
+    confusion image), and the drawing of that image."""
+    labels = np.repeat(np.arange(len(CLASSES)), 100)
+    predicted = np.where(np.arange(labels.size) % 7 == 0, (labels + 1) % len(CLASSES), labels)
+    result = metrics.class_results(
+        metrics.confusion_counts(predicted[:, None], labels, len(CLASSES)), CLASSES
+    )
+    accuracy = {f"val_class/{name}": value for name, value in zip(CLASSES, result["accuracy"])}
+    picture = confusion_picture(result, 1)
+    costs = {"draw_confusion_image_ms": median_ms(lambda: confusion_picture(result, 1), 5)}
+    scalars = {f"train/{name}": float(value) for name, value in values.items()}
+    store = trackers.mlflow_tracking_uri(None, folder)  # the one the contender opened
+    for name in ALL:
+        opened = trackers.opened([name], os.path.join(folder, name), None, store, None, None, True)
+        tracker = opened.trackers[name]
+        steps = iter(range(1, 10**6))
+        costs[name] = {
+            "log_record_ms": median_ms(lambda: tracker.scalars(scalars, next(steps)), 30),
+            "validation_ms": median_ms(
+                lambda: (
+                    tracker.scalars(accuracy, next(steps)),
+                    tracker.image(trackers.CONFUSION_TAG, picture, next(steps)),
+                ),
+                5,
+            ),
+        }
+        opened.close()
+    return costs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--print-interval", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=10, help="slices of each contender")
+    parser.add_argument("--slice-seconds", type=float, default=5.0)
+    parser.add_argument("--output", default="benchmarks/trackers_overhead.json")
+    args = parser.parse_args()
+    config = demo_config(args.batch_size)
+    load_before = os.getloadavg()
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory())
+        stack.enter_context(ir.selected(config))
+        step = training_step(config)
+        values = step()  # warm-up
+        opening = time.perf_counter()
+        tracked = trackers.opened(ALL, folder, None, None, None, None, True)
+        open_seconds = time.perf_counter() - opening
+        quiet = stack.enter_context(open(os.devnull, "w"))
+        plain = stack.enter_context(Report(os.path.join(folder, "plain.json"), stream=quiet))
+        with_trackers = stack.enter_context(
+            Report(os.path.join(folder, "tracked.json"), stream=quiet, trackers=tracked)
+        )
+        contenders = {
+            name: LoggedSteps(step, report, args.print_interval, args.batch_size)
+            for name, report in (("report", plain), ("report+trackers", with_trackers))
+        }
+
+        def slice_of(run):
+            def timed(seconds):
+                speed = interleave.run_slice(run, args.batch_size, seconds)
+                tracked.wait()  # its writing done before the other contender's slice
+                return speed
+
+            return timed
+
+        speeds = interleave.alternate(
+            {name: slice_of(run) for name, run in contenders.items()},
+            args.rounds,
+            args.slice_seconds,
+        )
+        costs = writing_costs(folder, values)
+    ratio = interleave.paired_ratio(speeds["report+trackers"], speeds["report"])
+    record = {
+        "command": " ".join(["python", *sys.argv]),
+        "cpu": devices.cpu_model(),
+        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "versions": {
+            "paddle": paddle.__version__,
+            **{m: require(m, "the benchmark").__version__ for m in MODULES},
+        },
+        "ir": ir.chosen(config)[0],
+        "allocator": bootstrap.allocator(),
+        "setting": {
+            "arch": "resnet18",
+            "crop": 32,
+            "batch": args.batch_size,
+            "print_interval": args.print_interval,
+            "trackers": list(ALL),
+        },
+        "rounds": args.rounds,
+        "slice_seconds": args.slice_seconds,
+        "img_per_s": {name: [round(s, 1) for s in slices] for name, slices in speeds.items()},
+        "median_img_per_s": {name: interleave.median_speed(s) for name, s in speeds.items()},
+        "ratio_trackers_to_report": ratio,
+        "step_time_overhead_percent": round(100 * (1 / ratio["median"] - 1), 2),
+        "open_seconds": round(open_seconds, 2),
+        "writing_thread": costs,
+    }
+    print(f"report alone      {record['median_img_per_s']['report']:8.1f} img/s")
+    print(f"report + trackers {record['median_img_per_s']['report+trackers']:8.1f} img/s")
+    print(
+        f"ratio {ratio['median']} (spread {ratio['min']}-{ratio['max']}): step time "
+        f"{record['step_time_overhead_percent']:+.2f} %; trackers opened in {open_seconds:.1f} s"
+    )
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w") as out:
+        json.dump(record, out, indent=1)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    sys.exit(exit_status(main))
