@@ -421,21 +421,31 @@ def test_train_refuses_a_checkpoint_pickle_that_would_run_a_command(fmnist_root,
 # ---------------------------------------------------------------- images and record files
 
 
-def broken_tree(root, fmnist_root):
-    """A tree of two classes whose train split holds one good image per class and, in
-    class a, every kind of file that is no image."""
+def image_tree(root, fmnist_root):
+    """A tree of two classes, a and b, one real image in each of each split; the
+    image's bytes."""
     good = os.path.join(fmnist_root, "train", CLASSES[0])
     image = open(os.path.join(good, sorted(os.listdir(good))[0]), "rb").read()
     for split in ("train", "val"):
         for name in ("a", "b"):
             write(root / split / name / "good.jpg", image)
+    return image
+
+
+NOT_UTF8_NAME = os.fsdecode(b"\xff\xfe.jpg")  # os.listdir's str of a name that is not UTF-8
+
+
+def broken_tree(root, fmnist_root):
+    """``image_tree`` with, in train/a, every kind of file that is no image and an
+    image whose name is not UTF-8."""
+    image = image_tree(root, fmnist_root)
     bad = root / "train" / "a"
     write(bad / "empty.jpg", b"")
     write(bad / "truncated.jpg", image[: len(image) // 3])
     write(bad / "text.jpg", "not an image\n")
     (bad / "folder.jpg").mkdir()
     (bad / "dangling.jpg").symlink_to(bad / "nowhere.jpg")
-    write(bad / os.fsdecode(b"\xff\xfe.jpg"), image)  # a name that is not UTF-8
+    write(bad / NOT_UTF8_NAME, image)
     # a PNG whose header claims 100,000 x 100,000 pixels: Pillow's decompression bomb
     header = b"\x00\x01\x86\xa0" * 2 + b"\x08\x02\x00\x00\x00"
     write(
@@ -450,7 +460,9 @@ def test_the_data_check_names_broken_images_without_a_traceback(fmnist_root, tmp
     status = check_data.main(["--image-root", str(root), "--crop-size", "16"])
     out = capsys.readouterr().out
     assert status == 1, out
-    assert "empty.jpg" in out or "truncated.jpg" in out or "text.jpg" in out, out
+    assert "2 files that cannot be read" in out and "train/a/folder.jpg" in out, out
+    assert "4 files that Pillow cannot identify as an image" in out, out
+    assert "train/a/\\udcff\\udcfe.jpg" in out, out  # the name that is not UTF-8, escaped
 
 
 def test_train_refuses_a_tree_with_broken_images_in_one_line(fmnist_root, tmp_path, capsys):
@@ -462,7 +474,8 @@ def test_train_refuses_a_tree_with_broken_images_in_one_line(fmnist_root, tmp_pa
 
 def test_an_image_name_that_is_not_utf8_is_one_line(fmnist_root, tmp_path, capsys):
     """A decodable image whose name is not UTF-8: DALI's reader cannot take the name."""
-    root = broken_tree(tmp_path / "tree", fmnist_root)
+    root = tmp_path / "tree"
+    write(root / "train" / "a" / NOT_UTF8_NAME, image_tree(root, fmnist_root))
     config = build_config(
         {"data.image_root": str(root), "data.batch_size": 2, "data.crop_size": 16}
     )
