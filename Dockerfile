@@ -6,8 +6,13 @@
 # Installed as scripts/setup.sh installs it: a virtual environment with Paddle 2.6.2, DALI
 # and the pinned runtime requirements (requirements.txt under constraints/; the test
 # requirements stay out), then the package itself, editable, from the repository copied to
-# /workspace/paddle-resnet, where the manifests run train.py. It runs as the user paddle
-# (uid and gid 1000), not root.
+# /workspace/paddle-resnet, where the manifests run train.py. Beside it the serving
+# environment of scripts/setup_serve.sh at /opt/venv-serve (KServe 0.21, Paddle 3.3.1: their
+# protobuf 6 cannot join Paddle 2.6's 4), whose paddle-resnet-serve the InferenceService of
+# scripts/cluster/kubernetes/serving runs:
+#   docker run -p 8080:8080 -p 8081:8081 -v "$PWD/inference:/models:ro" paddle-resnet:0.2.0-cpu \
+#       /opt/venv-serve/bin/paddle-resnet-serve --inference-dir /models/resnet18_demo
+# It runs as the user paddle (uid and gid 1000), not root.
 # The base pinned by digest: the tag says what it is, the digest fixes which build is pulled
 # (Python 3.11.16 on Debian 12, built 2026-08-25: the multi-platform index that Docker's
 # official-image records list for the tag, github.com/docker-library/repo-info
@@ -40,15 +45,21 @@ COPY requirements.txt ./
 COPY constraints/paddle-2.6.2.txt constraints/
 RUN python -m venv /opt/venv \
     && pip install paddlepaddle==2.6.2 -r requirements.txt -c constraints/paddle-2.6.2.txt
+COPY requirements-serve.txt ./
+COPY constraints/serve.txt constraints/
+RUN python -m venv /opt/venv-serve \
+    && /opt/venv-serve/bin/pip install -r requirements-serve.txt -c constraints/serve.txt
 
 COPY . .
 # The code stays root's, read-only to the user; compiled here, as a read-only root file
 # system (the manifests) takes no __pycache__. The user owns what a run writes where no
 # flag moves it: train.py's ./output, the launcher's ./log, export_model.py's ./inference.
 RUN pip install --no-deps -e . \
+    && /opt/venv-serve/bin/pip install --no-deps -e . \
     && python -m compileall -q paddle_resnet ./*.py \
     && install -d -o 1000 -g 1000 output log inference \
-    && python -c "import paddle_resnet.commands.train, paddle, nvidia.dali"
+    && python -c "import paddle_resnet.commands.train, paddle, nvidia.dali" \
+    && /opt/venv-serve/bin/python -c "import paddle_resnet.deploy.serve, kserve"
 
 # The commit built, which checkpoints record (paddle_resnet/core/provenance.py reads it where
 # there is no git checkout); last, so that it rebuilds no layer above.

@@ -42,7 +42,12 @@ paddle3_track=1
 [ "${SKIP_PADDLE3:-0}" = 1 ] && paddle3_track=0
 
 setup_log=$(mktemp)
-trap 'rm -f "$setup_log"' EXIT
+serve_log=$(mktemp)
+trap 'rm -f "$setup_log" "$serve_log"' EXIT
+# The serving environment (.venv-serve: KServe, Paddle 3.3.1) beside the others, from the
+# start: tests/test_serve.py (track 1) waits on its lock if it is still installing.
+bash scripts/setup_serve.sh > "$serve_log" 2>&1 &
+serve_pid=$!
 (
   [ "$paddle3_track" = 1 ] && { VENV=.venv-paddle3 PADDLE_VERSION=3.3.1 bash scripts/setup.sh || exit 1; }
   [ "$gpu_wheel_track" = 1 ] && { VENV=.venv-gpu PADDLE_BUILD=gpu bash scripts/setup.sh || exit 1; }
@@ -60,6 +65,11 @@ echo "== lint: ruff check, ruff format --check"
 { .venv/bin/ruff check --quiet . && .venv/bin/ruff format --check --quiet .; } || status=$?
 echo "== track 1: the suite on Paddle 2.6.2"
 .venv/bin/python -m pytest tests "${track1_workers[@]}" "$@" || status=$?
+if ! wait "$serve_pid"; then
+  cat "$serve_log"
+  status=1
+fi
+grep '^setup_serve:' "$serve_log" || true
 
 if ! wait "$setup_pid"; then
   cat "$setup_log"

@@ -13,8 +13,9 @@ per call:
          "top_k": k, "model": other name, "sigterm": {"pid": PID, "after": SECONDS}},
     ]}
 
-An infer call answers, per request, its outputs or the error: {"status", "message"}; with
-"sigterm" the call sends SIGTERM to PID that many seconds after its requests went out."""
+An infer call answers {"answers": [per request: its outputs, or the error {"status",
+"message"}; and when it came, "finished_at"], "sigterm_at"}: with "sigterm" it sends SIGTERM
+to PID that many seconds after its requests went out (times: time.monotonic())."""
 
 import json
 import os
@@ -74,10 +75,20 @@ def payload(call):
     return np.zeros(zeros["shape"], dtype=zeros["dtype"])
 
 
+def batch_size(result):
+    """The response's batch_size parameter: how many images ran in its request's batch."""
+    response = result.get_response()
+    if isinstance(response, dict):  # http
+        return response["parameters"]["batch_size"]
+    return response.parameters["batch_size"].int64_param
+
+
 def answer(result):
     return {
-        name: result.as_numpy(name).tolist()
-        for name in ("probabilities", "top_classes", "top_probabilities")
+        "batch_size": batch_size(result),
+        "probabilities": result.as_numpy("probabilities").tolist(),
+        "top_classes": [[name.decode() for name in row] for row in result.as_numpy("top_classes")],
+        "top_probabilities": result.as_numpy("top_probabilities").tolist(),
     }
 
 
@@ -107,18 +118,22 @@ def infer(plan, call):
             results[index] = answer(found)
         except InferenceServerException as err:
             results[index] = refusal(err)
+        results[index]["finished_at"] = time.monotonic()
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
+    one_by_one = not call.get("concurrent") and "sigterm" not in call
     for thread in threads:
         thread.start()
-        if not call.get("concurrent"):
+        if one_by_one:
             thread.join()
+    sigterm_at = None
     if "sigterm" in call:
         time.sleep(call["sigterm"]["after"])
+        sigterm_at = time.monotonic()
         os.kill(call["sigterm"]["pid"], signal.SIGTERM)
     for thread in threads:
         thread.join()
-    return results
+    return {"answers": results, "sigterm_at": sigterm_at}
 
 
 OPERATIONS = {"health": health, "metadata": metadata, "infer": infer}

@@ -34,9 +34,9 @@ def split(count, sizes):
 
 
 class Batcher:
-    """``await batcher(images)``: the probabilities of ``images`` (a request's batch), run
-    together with the requests queued beside it through ``classify`` (a float batch ->
-    probabilities)."""
+    """``await batcher(images)``: (the probabilities of ``images``, a request's batch, and
+    how many images the batch they ran in held), run together with the requests queued
+    beside it through ``classify`` (a float batch -> probabilities)."""
 
     def __init__(self, classify, max_batch, max_wait_seconds):
         self.classify = classify
@@ -116,5 +116,6 @@ class Batcher:
             start = 0
             for request_images, future, _ in taken:
                 if not future.done():  # a client that went away cancelled its future
-                    future.set_result(probabilities[start : start + len(request_images)])
+                    answer = probabilities[start : start + len(request_images)]
+                    future.set_result((answer, len(images)))
                 start += len(request_images)

@@ -24,6 +24,8 @@ from paddle_resnet.core.optional import require
 from paddle_resnet.deploy.open_inference import RequestError
 
 PURPOSE = "paddle-resnet-serve"
+# the response's parameter naming how many images the batch its request ran in held
+BATCH_SIZE = "batch_size"
 
 
 def _refusal(status, message):
@@ -58,17 +60,20 @@ class BodyLimit:
         return await self.app(scope, receive, send)
 
 
-def quiet_refusals(client_errors):
-    """A logging filter: a record of a refused request (an exception in ``client_errors``)
-    becomes one line without its traceback."""
+def quiet_refusals(client_errors, not_ready):
+    """A logging filter for KServe's records of its answers: a refused request (an
+    exception in ``client_errors``) becomes one warning line without its traceback; a "not
+    ready" (``not_ready``: a readiness probe during the warm-up) one line of information."""
 
     def one_line(record):
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, client_errors):  # the client's mistake: a warning
+        if isinstance(error, client_errors + not_ready):
+            level = logging.WARNING if isinstance(error, client_errors) else logging.INFO
             record.msg, record.args = f"refused: {error}", ()
             record.exc_info = record.exc_text = None
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-        return True
+            record.levelno, record.levelname = level, logging.getLevelName(level)
+        # lowered after the logger's own check of the level: checked again here
+        return logging.getLogger(record.name).isEnabledFor(record.levelno)
 
     return one_line
 
@@ -149,7 +154,7 @@ def model_server(kserve, served, batcher, settings, verbose):
                 if kind == "encoded":  # decoded off the event loop: Pillow lets go of the GIL
                     loop = asyncio.get_running_loop()
                     data = await loop.run_in_executor(None, served.decode, data)
-                probabilities = await batcher(data)
+                probabilities, batch_size = await batcher(data)
             except RequestError as err:
                 raise errors.InvalidInput(str(err)) from None
             outputs = []
@@ -162,6 +167,7 @@ def model_server(kserve, served, batcher, settings, verbose):
                 response_id=request.id or "",
                 model_name=self.name,
                 infer_outputs=outputs,
+                parameters={BATCH_SIZE: batch_size},
                 use_binary_outputs=request.use_binary_outputs,
                 requested_outputs=request.request_outputs,
             )
@@ -212,7 +218,9 @@ def model_server(kserve, served, batcher, settings, verbose):
         return responses.JSONResponse({"error": message}, status_code=400)
 
     app.add_exception_handler(fastapi_exceptions.RequestValidationError, malformed)
-    refusals = quiet_refusals((errors.InvalidInput, errors.ModelNotFound, errors.ModelNotReady))
+    refusals = quiet_refusals(
+        (errors.InvalidInput, errors.ModelNotFound), (errors.ModelNotReady, errors.ServerNotReady)
+    )
     kserve_logging.logger.addFilter(refusals)
     if not verbose:  # KServe's and uvicorn's lines per request, and FastAPI's advice to KServe
         for name in ("kserve", "kserve.trace", "uvicorn.access"):
