@@ -29,25 +29,45 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def write_conf(folder, node, cpus, munge_socket):
+def write_conf(folder, host, cpus, munge_socket, nodes=1):
     """The minimal slurm.conf of docs/guide.md ("Slurm on one host, as the tests run it"),
-    every path inside ``folder``."""
+    every path inside ``folder``. One node, the host itself; or ``nodes`` > 1 nodes named
+    n1, n2, ... on this one host (docs/guide.md: "Two slurmd on one host"), each with one
+    CPU and a slurmd port of its own. Returns (the file, the node names)."""
+    if nodes == 1:
+        names = [host]
+        node_lines = [f"NodeName={host} CPUs={cpus} RealMemory=4000"]
+        daemon_lines = [
+            f"SlurmdPort={free_port()}",
+            f"SlurmdSpoolDir={folder}/spool",
+            f"SlurmdPidFile={folder}/slurmd.pid",
+            f"SlurmdLogFile={folder}/slurmd.log",
+        ]
+    else:
+        names = [f"n{index + 1}" for index in range(nodes)]
+        node_lines = [
+            f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 CPUs=1 RealMemory=4000 "
+            f"Port={free_port()}"
+            for name in names
+        ]
+        daemon_lines = [
+            f"SlurmdSpoolDir={folder}/spool/%n",
+            f"SlurmdPidFile={folder}/slurmd.%n.pid",
+            f"SlurmdLogFile={folder}/slurmd.%n.log",
+        ]
     lines = [
         "ClusterName=pytest",
-        f"SlurmctldHost={node}",
+        f"SlurmctldHost={host}",
         "SlurmUser=root",
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
         f"AuthInfo=socket={munge_socket}",
         f"SlurmctldPort={free_port()}",
-        f"SlurmdPort={free_port()}",
+        *daemon_lines,
         f"StateSaveLocation={folder}/state",
-        f"SlurmdSpoolDir={folder}/spool",
         f"SlurmctldPidFile={folder}/slurmctld.pid",
-        f"SlurmdPidFile={folder}/slurmd.pid",
         f"SlurmctldLogFile={folder}/slurmctld.log",
-        f"SlurmdLogFile={folder}/slurmd.log",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "SelectType=select/cons_tres",
@@ -55,13 +75,13 @@ def write_conf(folder, node, cpus, munge_socket):
         "ReturnToService=2",
         "JobRequeue=1",
         "MpiDefault=none",
-        f"NodeName={node} CPUs={cpus} RealMemory=4000",
-        f"PartitionName=main Nodes={node} Default=YES MaxTime=INFINITE State=UP",
+        *node_lines,
+        f"PartitionName=main Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP",
     ]
     path = os.path.join(folder, "slurm.conf")
     with open(path, "w") as handle:
         handle.write("\n".join(lines) + "\n")
-    return path
+    return path, names
 
 
 class Slurm:
@@ -125,7 +145,10 @@ class Slurm:
     def log(self):
         """The daemons' logs, last lines (for a failing test's message)."""
         tails = []
-        for name in ("slurmctld.log", "slurmd.log"):
+        slurmds = sorted(
+            n for n in os.listdir(self.folder) if n.startswith("slurmd") and n.endswith(".log")
+        )
+        for name in ("slurmctld.log", *slurmds):
             path = os.path.join(self.folder, name)
             if os.path.exists(path):
                 with open(path) as handle:
@@ -181,8 +204,9 @@ def daemon(argv, env, what, log_path):
 
 
 @contextlib.contextmanager
-def running(folder):
-    """Start munged, slurmctld and slurmd in ``folder``; yield a ``Slurm``; stop them."""
+def running(folder, nodes=1):
+    """Start munged, slurmctld and one slurmd per node (``write_conf``) in ``folder``;
+    yield a ``Slurm``; stop them."""
     if os.geteuid() != 0:
         raise Unavailable("a Slurm of its own needs root (slurmd runs the jobs as their user)")
     missing = [p for p in PROGRAMS if not shutil.which(p, path=SEARCH_PATH)]
@@ -191,7 +215,7 @@ def running(folder):
             f"no {', '.join(missing)}: install slurm-wlm and munge (scripts/setup_slurm.sh)"
         )
     folder = os.path.abspath(str(folder))
-    for sub in ("munge", "state", "spool"):
+    for sub in ("munge", "state", "spool", *(f"spool/n{i + 1}" for i in range(nodes))):
         os.makedirs(os.path.join(folder, sub), mode=0o700, exist_ok=True)
     os.chmod(folder, 0o700)
     munge = os.path.join(folder, "munge")
@@ -200,11 +224,12 @@ def running(folder):
         handle.write(os.urandom(1024))
     os.chmod(key, 0o400)
     munge_socket = os.path.join(munge, "munge.socket")
-    node = socket.gethostname().split(".")[0]
-    conf = write_conf(folder, node, os.cpu_count() or 1, munge_socket)
+    host = socket.gethostname().split(".")[0]
+    conf, names = write_conf(folder, host, os.cpu_count() or 1, munge_socket, nodes)
     cluster = Slurm(folder, conf)
+    slurmd_pids = ["slurmd.pid"] if nodes == 1 else [f"slurmd.{name}.pid" for name in names]
     pid_files = [
-        os.path.join(folder, name) for name in ("slurmd.pid", "slurmctld.pid", "munge/munged.pid")
+        os.path.join(folder, name) for name in (*slurmd_pids, "slurmctld.pid", "munge/munged.pid")
     ]
     try:
         # --force: as root munged refuses some ownerships of its folders otherwise
@@ -223,11 +248,14 @@ def running(folder):
             f"{munge}/munged.log",
         )
         daemon(["slurmctld", "-f", conf], cluster.env, "slurmctld", f"{folder}/slurmctld.log")
-        daemon(["slurmd", "-f", conf], cluster.env, "slurmd", f"{folder}/slurmd.log")
+        for name in names:
+            named = [] if nodes == 1 else ["-N", name]
+            log = f"{folder}/slurmd.log" if nodes == 1 else f"{folder}/slurmd.{name}.log"
+            daemon(["slurmd", "-f", conf, *named], cluster.env, "slurmd", log)
 
         def idle():
-            result = cluster.run("sinfo", "--noheader", "--format=%T", check=False)
-            return result.stdout.strip() == "idle"
+            result = cluster.run("sinfo", "--noheader", "--Node", "--format=%T", check=False)
+            return result.stdout.split() == ["idle"] * nodes
 
         if not wait_for(idle, 30):
             state = cluster.run("sinfo", "--noheader", "--format=%T %E", check=False)

@@ -20,7 +20,6 @@ import pytest
 import slurm_cluster
 
 from conftest import FAST_TRAIN, ROOT, assert_same_state, once, train_command, training_into
-from paddle_resnet.core import faults
 from paddle_resnet.core.errors import RESTARTABLE
 from paddle_resnet.training import checkpoint as ckpt
 
@@ -30,6 +29,7 @@ pytestmark = once
 SCRIPTS = os.path.join(ROOT, "scripts", "cluster", "slurm")
 SINGLE = os.path.join(SCRIPTS, "train.sbatch")
 MULTI = os.path.join(SCRIPTS, "train_multinode.sbatch")
+COMMON = os.path.join(SCRIPTS, "common.sh")
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 
 
@@ -90,12 +90,16 @@ def training_pid(out):
 
 
 def test_the_batch_scripts_parse_and_pass_shellcheck():
-    for script in (SINGLE, MULTI):
+    for script in (SINGLE, MULTI, COMMON):
         result = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
         if shutil.which("shellcheck"):
-            result = subprocess.run(["shellcheck", script], capture_output=True, text=True)
+            result = subprocess.run(
+                ["shellcheck", "-x", script], cwd=ROOT, capture_output=True, text=True
+            )
             assert result.returncode == 0, result.stdout
+        if script == COMMON:
+            continue
         text = open(script).read()
         for directive in ("--requeue", "--open-mode=append", "--signal=B:USR1@"):
             assert f"#SBATCH {directive}" in text, (script, directive)
@@ -134,7 +138,7 @@ def test_a_crashed_and_a_requeued_job_continue_and_end_as_a_run_never_stopped(
     os.kill(training_pid(out), signal.SIGKILL)
     wait_requeued(slurm, job, log, 1)
     assert (
-        f"train.sbatch: training crashed with exit status 137 after writing a checkpoint: "
+        f"train.sbatch: training crashed with exit status 137 after writing checkpoint 1: "
         f"requeueing job {job}"
     ) in read(log)
 
@@ -173,13 +177,17 @@ def test_a_crash_without_progress_ends_failed_after_three_starts(slurm, fmnist_r
     75): requeued twice, then FAILED with that status and one line, not requeued again."""
     out, log, ranks = tmp_path / "out", tmp_path / "job.log", tmp_path / "ranks"
     args = train_command(fmnist_root, out)[3:]
-    env = {faults.VARIABLE: "external-error@2", "LAUNCH_LOG_DIR": str(ranks)}
+    env = {
+        "PADDLE_RESNET_FAULT": "external-error@2",
+        "TRAIN_SCRIPT": "tests/ranks/device_fault.py",  # train.py with the fault planted
+        "LAUNCH_LOG_DIR": str(ranks),
+    }
     job = submit(slurm, MULTI, log, *args, options=["--nodes=1"], **env)
     for restarts in (1, 2):
         wait_requeued(slurm, job, log, restarts)
         assert (
             f"train_multinode.sbatch: training crashed with exit status {RESTARTABLE} without "
-            f"a new checkpoint, {restarts} start(s) in a row: requeueing job {job}"
+            f"a new checkpoint that verifies, {restarts} start(s) in a row: requeueing job {job}"
         ) in read(log)
         slurm.start_now(job)
     fields = slurm.wait_state(job, ENDED, timeout=180)
@@ -188,8 +196,8 @@ def test_a_crash_without_progress_ends_failed_after_three_starts(slurm, fmnist_r
     assert fields["ExitCode"] == f"{RESTARTABLE}:0"
     assert output.strip().splitlines()[-1] == (
         f"train_multinode.sbatch: training failed with exit status {RESTARTABLE} without a "
-        "new checkpoint, 3 start(s) in a row: not requeued (MAX_CRASHES_WITHOUT_PROGRESS=3); "
-        "the lines above say why"
+        "new checkpoint that verifies, 3 start(s) in a row: not requeued "
+        "(MAX_CRASHES_WITHOUT_PROGRESS=3); the lines above say why"
     )
     rank0 = read(ranks / "node0" / "workerlog.0")
     assert rank0.count("error: a CUDA, cuDNN or NCCL call failed") == 3, rank0[-3000:]
