@@ -14,7 +14,10 @@ import pytest
 
 from conftest import FAST_TRAIN, once, run_command, train_command
 from paddle_resnet.commands import train
-from paddle_resnet.core import atomic, errors, faults
+from paddle_resnet.core import atomic, errors
+
+# train.py with a device fault planted (PADDLE_RESNET_FAULT=external-error@N)
+DEVICE_FAULT = "tests/ranks/device_fault.py"
 
 # Statuses, signals and locks do not depend on the Paddle version.
 pytestmark = once
@@ -38,11 +41,16 @@ def test_a_missing_image_root_is_2(tmp_path):
 
 def test_an_external_error_of_the_executor_is_75_in_one_line(fmnist_root, tmp_path):
     """What Paddle raises when a CUDA, cuDNN or NCCL call fails (an OSError without errno,
-    injected at the third step): a crash a restart may fix, not the user's error."""
-    result = run_command(
-        train_command(fmnist_root, tmp_path / "out"), **{faults.VARIABLE: "external-error@3"}
-    )
+    planted at the third step by the tests' driver, tests/ranks/device_fault.py, which
+    says so first): a crash a restart may fix, not the user's error."""
+    command = train_command(fmnist_root, tmp_path / "out")
+    command[command.index("train.py")] = DEVICE_FAULT
+    result = run_command(command, PADDLE_RESNET_FAULT="external-error@3")
     assert result.returncode == errors.RESTARTABLE, result.stderr[-3000:]
+    assert result.stdout.splitlines()[0] == (
+        "fault injection (tests/ranks/device_fault.py, PADDLE_RESNET_FAULT=external-error@3): "
+        "training step 3 of this process raises Paddle's ExternalError"
+    )
     assert "epoch 1 step 2:" in result.stdout and "epoch 1 step 3:" not in result.stdout
     assert last_line(result.stderr) == (
         "error: a CUDA, cuDNN or NCCL call failed (Paddle's ExternalError: CUDA error(719), "

@@ -53,7 +53,10 @@ EXIT_STATUSES = (
         str(USER_ERROR),
         "input that no restart can fix (one line names it)",
         "bad flags or configuration, data that cannot be read as asked, a checkpoint that "
-        "does not fit or belongs to another run, every checkpoint damaged; a full disk or "
+        "does not fit or belongs to another run, every checkpoint damaged; a run that "
+        "diverged (a loss or weights not finite: the line names the step, the loss, the "
+        "learning rate, the last finite checkpoint and what to change; nothing non-finite "
+        "is saved, so a restart would diverge again); a full disk or "
         "quota, no permission, a read-only or lock-less file system: a person must act "
         "first (free space, change the mount), and a restart would fail the same way, a "
         "full disk only after repeating the epoch it could not save",
@@ -122,6 +125,13 @@ class DataError(UserError):
 
 class CheckpointError(UserError):
     """A checkpoint or parameter file that is missing, truncated or does not fit."""
+
+
+class Diverged(UserError):
+    """Training whose loss or weights turned non-finite (nan or inf): its settings, not
+    a fault, made it so, and a restart from the last checkpoint would diverge again. The
+    message names the step, the loss, the learning rate, the last finite checkpoint and
+    what to change."""
 
 
 class RestartableError(Exception):

@@ -10,7 +10,7 @@ import numpy as np
 
 from paddle_resnet.core import provenance
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import distributed, ir, stopping
+from paddle_resnet.training import distributed, divergence, ir, stopping
 from paddle_resnet.training.loop import evaluate, settle_evaluation, train_one_epoch
 from paddle_resnet.training.profiling import step_profiler
 from paddle_resnet.training.sparsity import masks as sparse_masks
@@ -20,7 +20,8 @@ def train_epochs(session, train_split, val_split, start):
     """From ``start`` (epochs done, steps done in the next) to ``run.epochs``, validating
     on ``val_split`` unless it is None; returns the last epoch's metrics and the run's
     (``run.*``). Ctrl-C / SIGTERM stop the run after the step in flight (every rank
-    after the same step), saved."""
+    after the same step), saved; a step or weights not finite stop it unsaved
+    (``divergence.py``: ``errors.Diverged``)."""
     config, programs, report = session.config, session.programs, session.report
     run_cfg = config.run
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
@@ -31,6 +32,8 @@ def train_epochs(session, train_split, val_split, start):
     stop_requests = stopping.StopRequests(
         session.all_reduce, run_cfg.save_every_minutes * 60, session.rank
     )
+    # the checkpoint this run resumed from was refused at load had it held nan or inf
+    watch = divergence.Watch(config, programs.train, resumed_from=run_cfg.from_checkpoint)
     with (
         contextlib.closing(step_profiler(run_cfg)) as profiler,
         stop_requests as stop,
@@ -43,10 +46,15 @@ def train_epochs(session, train_split, val_split, start):
                 profiler,
                 skip=skip if epoch == start_epoch + 1 else 0,
                 stop=stop,
-                save_within=lambda epoch, steps: _save_timed(session, epoch, steps, stop, start),
+                save_within=lambda epoch, steps: _save_timed(
+                    session, epoch, steps, stop, start, watch
+                ),
+                watch=watch,
             )
             if stop.signal_number is not None:
-                _save_stopped(session, epoch, metrics["train.steps"], stop, start)
+                _save_stopped(session, epoch, metrics["train.steps"], stop, start, watch)
+            # every rank (they hold the same weights): before the save, and where none is due
+            watch.check_weights(f"by the end of epoch {epoch}")
             last = epoch == run_cfg.epochs
             if session.all_reduce:
                 checksum = distributed.check_ranks_agree(
@@ -66,7 +74,7 @@ def train_epochs(session, train_split, val_split, start):
                 epoch % run_cfg.save_interval == 0 or last or stop.clock_says_save()
             ):
                 directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
-                _save(session, directory, epoch, 0, start)
+                _save(session, directory, epoch, 0, start, watch)
                 stop.saved()
             if val_split is not None and (epoch % run_cfg.eval_interval == 0 or last):
                 metrics.update(evaluate(session, val_split, epoch))
@@ -78,9 +86,12 @@ def train_epochs(session, train_split, val_split, start):
     return dict(metrics, **{f"run.{key}": value for key, value in history.items()})
 
 
-def _save(session, directory, epochs_done, steps_done, start):
+def _save(session, directory, epochs_done, steps_done, start, watch):
     """A checkpoint after ``epochs_done`` epochs and ``steps_done`` steps of the next, and
-    the retention after it (the checkpoint at ``start``, where the run began, is kept)."""
+    the retention after it (the checkpoint at ``start``, where the run began, is kept).
+    Its callers have every rank check the weights first (``watch.check_weights``:
+    ``errors.Diverged`` where one is not finite), so nothing non-finite is saved; ``watch``
+    learns the checkpoint saved."""
     config = session.config
     ckpt.save_checkpoint(
         session.programs.train,
@@ -102,6 +113,7 @@ def _save(session, directory, epochs_done, steps_done, start):
         prefix=config.run.model_prefix,
     )
     session.report.saved(directory)
+    watch.saved(directory)
     removed = ckpt.remove_superseded(
         directory,
         config.run.keep_checkpoints,
@@ -114,21 +126,22 @@ def _save(session, directory, epochs_done, steps_done, start):
         )
 
 
-def _save_timed(session, epoch, steps_done, stop, start):
+def _save_timed(session, epoch, steps_done, stop, start, watch):
     """--save-every-minutes: the checkpoint ``<epoch - 1>-step<steps_done>`` within
     ``epoch``, by rank 0 at the step where every rank learnt it was due; the other ranks
     wait for it, so a rank lost right after finds it complete."""
     config = session.config
     name = ckpt.checkpoint_name(epoch - 1, steps_done)
     directory = os.path.join(config.run.output_dir, config.model.arch, name)
+    watch.check_weights(f"in epoch {epoch} at step {steps_done}")  # every rank
     if session.rank == 0:
-        _save(session, directory, epoch - 1, steps_done, start)
+        _save(session, directory, epoch - 1, steps_done, start, watch)
     if session.all_reduce:
         session.all_reduce(np.zeros(4))
     stop.saved()
 
 
-def _save_stopped(session, epoch, steps_done, stop, start):
+def _save_stopped(session, epoch, steps_done, stop, start, watch):
     """The checkpoint of a run stopped by a signal in ``epoch`` after ``steps_done``
     steps (``<arch>/<epoch>-step<k>``, by rank 0; the other ranks wait for it), each
     rank's one line; raises ``stopping.Stopped``, which the tool turns into its exit."""
@@ -137,8 +150,9 @@ def _save_stopped(session, epoch, steps_done, stop, start):
     epochs_done, within = (epoch - 1, steps_done) if steps_done < steps_per_epoch else (epoch, 0)
     name = ckpt.checkpoint_name(epochs_done, within)
     directory = os.path.join(config.run.output_dir, config.model.arch, name)
+    watch.check_weights(f"in epoch {epoch} at step {steps_done}, stopped by a signal")
     if rank == 0:
-        _save(session, directory, epochs_done, within, start)
+        _save(session, directory, epochs_done, within, start, watch)
     if session.all_reduce:  # no rank ends the job before the checkpoint is complete
         session.all_reduce(np.zeros(4))
     where = f"in epoch {epoch} after step {steps_done} of {steps_per_epoch}"

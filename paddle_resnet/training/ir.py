@@ -250,3 +250,20 @@ def masks_applied(program, suffix):
         op.type == "elementwise_mul" and op.input("Y")[0].endswith(suffix)
         for op in program.global_block().ops
     )
+
+
+def loss_scaling_overflow(program):
+    """The boolean that AMP's dynamic loss scaling computes in ``program`` each step: the
+    gradients held nan or inf, so the update was skipped and the scale lowered (the
+    ``FoundInfinite`` input of its ``update_loss_scaling`` op, by Fleet on the legacy IR,
+    by ``GradScaler`` on PIR); None where the program scales no loss dynamically."""
+    if paddle_internals.is_pir_program(program):
+        for op in program.global_block().ops:
+            if op.name() in ("pd_op.update_loss_scaling", "pd_op.update_loss_scaling_"):
+                return op.operand_source(1)
+        return None
+    block = program.global_block()
+    for op in block.ops:
+        if op.type == "update_loss_scaling":
+            return block.var(op.input("FoundInfinite")[0])
+    return None

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from paddle_resnet.core import faults, feeds, watchdog
+from paddle_resnet.core import feeds, watchdog
 from paddle_resnet.core.bootstrap import threads_per_process
 from paddle_resnet.core.metrics import (
     Meter,
@@ -15,7 +15,7 @@ from paddle_resnet.core.metrics import (
     describe_class_results,
     eval_counts,
 )
-from paddle_resnet.training import eval_predictor, ir
+from paddle_resnet.training import divergence, eval_predictor, ir
 from paddle_resnet.training.onednn import onednn_wanted
 from paddle_resnet.training.profiling import NoProfiler
 
@@ -33,26 +33,33 @@ def mixup_weights(alpha, seed, epoch):
         yield np.array([rng.beta(alpha, alpha)], dtype=np.float32) if alpha > 0 else None
 
 
-def train_step(exe, programs, feed, mixup_weight=None, class_feeds=None):
+def train_step(exe, programs, feed, mixup_weight=None, class_feeds=None, fetches=None):
     """One batch through the train program, then the LR scheduler's step; the fetched
-    values (loss, top1, top-k, lr) as floats. ``class_feeds``: the per-class vectors of
-    the loss ({feed name: vector}, ``class_weights.ClassBalance.feeds``), fed where the
-    program takes them."""
+    values (loss, top1, top-k, and ``fetches``: {name: variable}) and lr as floats.
+    ``class_feeds``: the per-class vectors of the loss ({feed name: vector},
+    ``class_weights.ClassBalance.feeds``), fed where the program takes them."""
     if programs.mixup_feed:
         feed = dict(feed, **{programs.mixup_feed: mixup_weight})
     if programs.class_feeds:
         feed = dict(feed, **{name: class_feeds[name] for name in programs.class_feeds})
     lr = programs.lr_scheduler.get_lr()
-    faults.before_step()
-    results = exe.run(programs.train, feed=feed, fetch_list=list(programs.train_fetches.values()))
+    fetched = dict(programs.train_fetches, **(fetches or {}))
+    results = exe.run(programs.train, feed=feed, fetch_list=list(fetched.values()))
     watchdog.beat()
     programs.lr_scheduler.step()
-    values = {name: float(np.mean(value)) for name, value in zip(programs.train_fetches, results)}
+    values = {name: float(np.mean(value)) for name, value in zip(fetched, results)}
     return dict(values, lr=lr)
 
 
 def train_one_epoch(
-    session, loader, epoch, profiler=NoProfiler(), skip=0, stop=None, save_within=None
+    session,
+    loader,
+    epoch,
+    profiler=NoProfiler(),
+    skip=0,
+    stop=None,
+    save_within=None,
+    watch=None,
 ):
     """One pass of ``loader`` through the train program; returns the epoch's averages,
     with ``train.steps`` done. ``profiler`` (profiling.step_profiler) wraps each step.
@@ -60,9 +67,12 @@ def train_one_epoch(
     and MixUp streams advance as they did); the pass ends early once
     ``stop.should_stop()`` (``stopping.StopRequests``: every rank at the same step),
     after the step in flight; where ``stop.save_due`` there, ``save_within(epoch, steps
-    done)`` saves a checkpoint within the epoch (--save-every-minutes)."""
+    done)`` saves a checkpoint within the epoch (--save-every-minutes). A step whose loss
+    is not finite raises ``errors.Diverged`` on every rank, after the step's LOG record
+    and before any save (``watch``: ``divergence.Watch``, made here where not given)."""
     config, report, world_size = session.config, session.report, session.world_size
     print_interval = config.run.print_interval
+    watch = watch or divergence.Watch(config, session.programs.train)
     weights = mixup_weights(config.loss.mixup_alpha, config.data.seed, epoch)
     class_feeds = session.class_feeds(epoch)
     # window: every step since the last logged line, whose means the line carries, so a
@@ -79,7 +89,9 @@ def train_one_epoch(
             continue
         fed = time.perf_counter()
         with profiler.step((epoch - 1) * total + step):
-            values = train_step(session.exe, session.programs, feed, next(weights), class_feeds)
+            values = train_step(
+                session.exe, session.programs, feed, next(weights), class_feeds, watch.fetches
+            )
         done = time.perf_counter()
         images = _num_images(feed)
         meter.update(values, images)
@@ -99,7 +111,15 @@ def train_one_epoch(
             window = Meter()
         tic = time.perf_counter()
         done_steps = step + 1
-        if stop is not None and stop.should_stop():
+        diverged = watch.step_diverged(values)
+        stopping = stop.should_stop(diverged) if stop is not None else diverged
+        ranks_diverged = stop.diverged if stop is not None else int(diverged)
+        if ranks_diverged:  # every rank, at this step: nothing is saved
+            where = f"in epoch {epoch} at step {step + 1} of {total}"
+            record = dict(values, ranks=ranks_diverged)
+            report.log([epoch, step + 1], record, kind="DIVERGED", console=False)
+            raise watch.stop_at_step(values, where, (ranks_diverged, world_size))
+        if stopping:
             break
         if stop is not None and stop.save_due and step + 1 < total and save_within:
             save_within(epoch, step + 1)  # --save-every-minutes

@@ -62,6 +62,7 @@ class StopRequests:
         self.rank = rank
         self.last_save = time.monotonic()
         self.save_due = False  # the same on every rank
+        self.diverged = 0  # how many ranks' last step diverged, the same on every rank
         self._previous = {}
 
     def saved(self):
@@ -100,23 +101,27 @@ class StopRequests:
                 signal.signal(other, signal.SIG_DFL)
             os.kill(os.getpid(), number)
 
-    def should_stop(self):
+    def should_stop(self, diverged=False):
         """After each step, on every rank: whether the run stops here (some rank was
-        asked); then ``signal_number`` is the one most ranks received. Also sets
+        asked, or its step ``diverged``: ``divergence.py``); then ``signal_number`` is the
+        one most ranks received, and ``diverged`` how many ranks' step diverged. Also sets
         ``save_due`` (rank 0's clock; in the same all-reduce)."""
         if self.all_reduce is None:
             self.signal_number = self.received
             self.save_due = self.clock_says_save()
+            self.diverged = int(diverged)
         else:
+            # [asked, sigint, sigterm, timed save, diverged]
             asked = [self.received is not None]
             asked += [self.received == number for number in EXIT_CODES]
-            asked += [self.clock_says_save()]
+            asked += [self.clock_says_save(), diverged]
             counts = self.all_reduce(np.array(asked, dtype=np.float64))
             if counts[0]:
                 sigints, sigterms = counts[1:3]
                 self.signal_number = signal.SIGINT if sigints > sigterms else signal.SIGTERM
             self.save_due = bool(counts[3])
-        return self.signal_number is not None
+            self.diverged = int(counts[4])
+        return self.signal_number is not None or self.diverged > 0
 
 
 def launcher_command(environ=os.environ):
