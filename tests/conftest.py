@@ -1,13 +1,16 @@
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
+import contextlib
 import glob
 import importlib.util
 import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -59,6 +62,64 @@ SKIP_REASONS = {
         "runs these in .venv-gpu)"
     ),
 }
+
+
+# Every process the suite starts inherits this mark in its environment: at the end, one
+# still alive is a process a test left behind (a rank that outlived its job outlives a
+# user's job too). Set by the controlling pytest process; its xdist workers inherit it.
+SESSION_MARK = "PADDLE_RESNET_TEST_SESSION"
+LEFT_BEHIND_GRACE_SECONDS = 15
+
+
+def pytest_configure(config):
+    os.environ.setdefault(SESSION_MARK, f"{os.getpid()}-{time.time_ns()}")
+
+
+def marked_processes(mark):
+    """{pid: command line} of the processes whose environment holds ``mark``, but this one
+    and its xdist workers (ending with it)."""
+    found = {}
+    needle = f"{SESSION_MARK}={mark}\0".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                variables = environ.read() + b"\0"
+            if needle not in variables:
+                continue
+            with open(f"/proc/{entry}/stat") as stat:
+                state, parent = stat.read().rsplit(")", 1)[1].split()[:2]
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+        worker = int(parent) == os.getpid() and b"\0PYTEST_XDIST_WORKER=" in b"\0" + variables
+        if state != "Z" and not worker:
+            found[int(entry)] = command.strip()
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The suite fails if a process it started is still alive at its end (after a grace
+    for those ending now); they are listed and killed."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks
+        return
+    mark = os.environ[SESSION_MARK]
+    deadline = time.monotonic() + LEFT_BEHIND_GRACE_SECONDS
+    while marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = marked_processes(mark)
+    if not left:
+        return
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    listing = "\n".join(f"  {pid}: {command[:200]}" for pid, command in sorted(left.items()))
+    print(
+        f"\nerror: {len(left)} process(es) started by the tests outlived them (killed now):\n{listing}"
+    )
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config, items):
