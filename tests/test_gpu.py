@@ -5,14 +5,17 @@ without a usable NVIDIA GPU, which is every machine this project has had so far:
 them has been executed."""
 
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import paddle
 import pytest
 
-from conftest import ROOT, flat, small_config
+from conftest import ROOT, flat, small_config, train_args
 from paddle_resnet.core import devices, feeds
 from paddle_resnet.core.config import InferenceConfig, build_config
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
@@ -166,3 +169,31 @@ def test_two_nccl_ranks_equal_one_process(tmp_path, amp):
     for name in ("linear_0.w_0", "linear_0.b_0"):
         np.testing.assert_array_equal(rank0[name], rank1[name])
         np.testing.assert_allclose(rank0[name], single[name], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.skipif(devices.gpu_count() < 2, reason="needs 2 GPUs")
+def test_train_py_on_two_gpus_stops_and_continues_with_the_same_command(fmnist_root, tmp_path):
+    """The path users run: train.py under paddle.distributed.launch on 2 GPUs (NCCL ring 0
+    made by the startup program, after the ranks agreed on --from-checkpoint auto through
+    the job's store), stopped by SIGTERM to the launcher in epoch 2 and started again with
+    the same command: it resumes from the checkpoint at the step in flight and finishes."""
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--gpus", "0,1"]
+    command += ["--log_dir", str(logs), *train_args(fmnist_root, out, "--epochs", "3")]
+    command += ["--from-checkpoint", "auto", "--print-interval", "1"]
+    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    rank0 = logs / "workerlog.0"
+    deadline = time.time() + 600
+    while time.time() < deadline and job.poll() is None:
+        if rank0.exists() and "epoch 2 step 2:" in rank0.read_text():
+            break
+        time.sleep(0.1)
+    job.send_signal(signal.SIGTERM)
+    stopped = job.wait(timeout=120)
+    assert stopped == 15, rank0.read_text()[-3000:]  # the launcher after its ranks saved
+    assert "stopped by SIGTERM in epoch 2" in rank0.read_text()
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, (logs / "workerlog.0").read_text()[-3000:]
+    log = (logs / "workerlog.0").read_text()
+    assert re.search(r"--from-checkpoint auto: \S+/resnet18/2-step\d+, the newest", log), log
+    assert os.path.exists(out / "resnet18" / "3" / "meta.json")
