@@ -49,7 +49,7 @@ def test_an_external_error_of_the_executor_is_75_in_one_line(fmnist_root, tmp_pa
     assert result.returncode == errors.RESTARTABLE, result.stderr[-3000:]
     assert result.stdout.splitlines()[0] == (
         "fault injection (tests/ranks/device_fault.py, PADDLE_RESNET_FAULT=external-error@3): "
-        "training step 3 of this process raises Paddle's ExternalError"
+        "training step 3 of this process raises OSError"
     )
     assert "epoch 1 step 2:" in result.stdout and "epoch 1 step 3:" not in result.stdout
     assert last_line(result.stderr) == (

@@ -151,13 +151,8 @@ def _holds_lock(lock_path):
     return False
 
 
-def _owner_alive(parent, name, host, pid):
-    """Whether the writer ``host``-``pid`` of ``parent/name`` still works on it: on this
-    machine its process id says; for another machine's, its lock does."""
-    if host != socket.gethostname():
-        return _holds_lock(os.path.join(parent, f".{name}.lock-{host}-{pid}"))
-    if pid == os.getpid():
-        return False  # our own leftovers from an earlier failure
+def _process_alive(pid):
+    """Whether a process ``pid`` of this host (this process's PID namespace) exists."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -165,6 +160,16 @@ def _owner_alive(parent, name, host, pid):
     except PermissionError:
         pass
     return True
+
+
+def _owner_alive(parent, name, host, pid):
+    """Whether the writer ``host``-``pid`` of ``parent/name`` still works on it: on this
+    machine its process id says; for another machine's, its lock does."""
+    if host != socket.gethostname():
+        return _holds_lock(os.path.join(parent, f".{name}.lock-{host}-{pid}"))
+    if pid == os.getpid():
+        return False  # our own leftovers from an earlier failure
+    return _process_alive(pid)
 
 
 def recover_staged(parent):
@@ -276,18 +281,44 @@ def held_by_this_run(lock_path, what):
         raise
     except BlockingIOError:
         with open(lock_path) as handle:
-            holder = handle.read().strip() or "another process"
+            holder = handle.read().strip()
         os.close(descriptor)
-        raise UserError(
-            f"{what} is in use by a run on {holder} (it holds {lock_path} until it "
-            "ends): wait for it, or choose another folder"
-        ) from None
+        raise UserError(_in_use(what, lock_path, holder)) from None
     try:
         os.ftruncate(descriptor, 0)
         os.write(descriptor, f"{socket.gethostname()} pid {os.getpid()}\n".encode())
         yield
     finally:
         os.close(descriptor)  # releases the lock
+
+
+def _in_use(what, lock_path, holder):
+    """The line refusing ``what``, whose lock ``lock_path`` another process holds; its
+    content ``holder`` ("<host> pid <pid>", or empty: the holder had not written it yet).
+    A run alive on this host is named with its process. A holder on another host may be
+    dead: a network file system keeps the lock of a client that died until its lease ends
+    or it restarts (NFS), or until the client is evicted (Lustre), and no other host can
+    prove that it died (a pod restarted elsewhere may even share its host name): the line
+    says how to take the folder over, by hand, once the person knows that the run is gone.
+    Removing the file is the take-over: the next run locks a new file, which the dead
+    holder's lock does not cover (so never remove it while that run may be alive)."""
+    host, _, pid = holder.partition(" pid ")
+    if not pid.isdigit():
+        return (
+            f"{what} is in use by another process (it holds {lock_path} until it ends): "
+            "wait for it, or choose another folder"
+        )
+    if host == socket.gethostname() and _process_alive(int(pid)):
+        return (
+            f"{what} is in use by a run on {holder} (it holds {lock_path} until it ends): "
+            f"wait for it (or stop it: kill {pid}), or choose another folder"
+        )
+    return (
+        f"{what} is in use by a run on {holder} (it holds {lock_path} until it ends): wait "
+        f"for it, or choose another folder. If that run is gone ({host} down or cut off: "
+        "the file server keeps a lost host's lock until its lease ends or it restarts, and "
+        f"this host cannot prove it), take the folder over with: rm {lock_path}"
+    )
 
 
 def run_lock(folder, what):

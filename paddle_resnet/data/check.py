@@ -40,6 +40,7 @@ from paddle_resnet.data import records
 from paddle_resnet.data.dali import undecodable
 from paddle_resnet.data.folder import (
     IMAGE_EXTENSIONS,
+    class_contents,
     class_folders,
     file_reading_pool,
     folder_contents,
@@ -114,7 +115,8 @@ class TreeSplit:
         found = cls(split, image_root, tuple(class_folders(split_dir)), [], [])
         found.ignored.extend(sum(folder_contents(split_dir), []))  # outside a class folder
         for label, name in enumerate(found.classes):
-            images, others = folder_contents(os.path.join(split_dir, name))
+            # sub-folders of a class are of the class, as the loaders read them (scan_split)
+            images, others = class_contents(os.path.join(split_dir, name))
             if not images:
                 found.empty.append(os.path.join(split_dir, name))
             found.files.extend(images)

@@ -228,14 +228,24 @@ class DaliLoader:
     def __iter__(self):
         if self.num_images == 0:  # a rank with no validation image left
             return
-        if self.on_gpu:
-            yield from self._iterate_gpu()
-            return
-        for step in range(len(self)):
+        batches = self._iterate_gpu() if self.on_gpu else self._iterate_cpu()
+        step = 0
+        while True:
+            # A failure of DALI (a decode error, a read error) is described here, on either
+            # device: raised as it came, DALI's RuntimeError read as a lost peer in a
+            # multi-rank run (distributed.peers_watched), status 75 instead of this line.
             try:
-                images, labels = self.pipe.run()
+                batch = next(batches)
+            except StopIteration:
+                return
             except RuntimeError as err:
                 raise self.describe_failure(step, err) from None
+            step += 1
+            yield batch
+
+    def _iterate_cpu(self):
+        for step in range(len(self)):
+            images, labels = self.pipe.run()
             valid = min(self.batch_size, self.num_images - step * self.batch_size)
             yield {feeds.IMAGE: images.as_array()[:valid], feeds.LABEL: labels.as_array()[:valid]}
 
@@ -279,13 +289,17 @@ def _folder_source(image_list, batch, training, rank, world_size, seed, epoch, s
 
     def describe_failure(step, err):
         # DALI names no file for a failed decode; the failing batch is this one or
-        # one of those already prefetched behind it.
-        broken = next(
-            unreadable_images(files[step * batch : (step + PREFETCH_DEPTH + 1) * batch]), None
-        )
+        # one of those already prefetched behind it. A file the file system fails to
+        # read is a RestartableError (unreadable_images).
+        suspects = files[step * batch : (step + PREFETCH_DEPTH + 1) * batch]
+        broken = next(unreadable_images(suspects), None)
         if broken:
             return DataError(f"{broken}: cannot be decoded as an image")
-        return DataError(f"DALI failed on batch {step}: {str(err).splitlines()[0]}")
+        return DataError(
+            f"DALI could not decode or read an image of batch {step + 1} of this rank, which "
+            f"Pillow decodes ({dali_reason(err)}); one of {len(suspects)} images from "
+            f"{suspects[0] if suspects else '?'}: paddle-resnet-check-data --decode names it"
+        )
 
     return read_encoded, describe_failure, len(files)
 

@@ -9,7 +9,7 @@ from typing import List, NamedTuple, Optional, Tuple
 from PIL import Image
 
 from paddle_resnet.core.bootstrap import available_cores
-from paddle_resnet.core.errors import DataError
+from paddle_resnet.core.errors import DataError, RestartableError, os_error_is_users
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
@@ -44,13 +44,22 @@ def list_images(folder):
     return folder_contents(folder)[0]
 
 
+def class_contents(folder):
+    """``folder_contents`` of ``folder`` and of all its subfolders (links followed), in
+    sorted order: a class's images, sub-folders included, as torchvision's ImageFolder
+    takes them (``train/<class>/<sub>/*.jpg`` is of <class>)."""
+    images, others = [], []
+    for parent, subfolders, _ in os.walk(folder, followlinks=True):
+        subfolders.sort()
+        found, other = folder_contents(parent)
+        images.extend(found)
+        others.extend(other)
+    return images, others
+
+
 def images_under(folder):
     """The image files in ``folder`` and all its subfolders, in sorted order."""
-    files = []
-    for parent, subfolders, _ in os.walk(folder):
-        subfolders.sort()
-        files.extend(list_images(parent))
-    return files
+    return class_contents(folder)[0]
 
 
 def image_root_folder(image_root):
@@ -76,7 +85,8 @@ def class_folders(split_dir):
 
 
 def scan_split(image_root, split) -> ImageList:
-    """List <image_root>/<split>/<class>/* in a fixed (sorted) order."""
+    """List <image_root>/<split>/<class>/* in a fixed (sorted) order, the images in a
+    class's sub-folders included (``images_under``)."""
     split_dir = split_folder(image_root, split)
     classes = class_folders(split_dir)
     if not classes:
@@ -85,7 +95,7 @@ def scan_split(image_root, split) -> ImageList:
     labels: List[int] = []
     for label, name in enumerate(classes):
         class_dir = os.path.join(split_dir, name)
-        images = list_images(class_dir)
+        images = images_under(class_dir)
         if not images:
             raise DataError(
                 f"{class_dir}: class folder holds no images ({', '.join(IMAGE_EXTENSIONS)})"
@@ -157,12 +167,30 @@ class ImageHeader(NamedTuple):
     key: bytes  # digest of the size and the first HEAD_BYTES bytes
 
 
+def read_fault(path, err):
+    """A RestartableError naming ``path`` for an OSError of the file system met while
+    reading it (EIO, ESTALE, ETIMEDOUT: a shared volume that failed, which a restart may
+    find working), or None: an error the user must act on (a file gone, no permission),
+    or none of the system's (Pillow's own errors carry no errno), which make the file a
+    broken image."""
+    if err.errno is None or os_error_is_users(err):
+        return None
+    return RestartableError(
+        f"{path}: {err.strerror or err} while reading it (an I/O error of the file system, "
+        "not a broken image: a restart may succeed)"
+    )
+
+
 def read_header(path):
-    """The ImageHeader of the file at ``path`` (about 0.1 ms)."""
+    """The ImageHeader of the file at ``path`` (about 0.1 ms); a RestartableError when the
+    file system fails to read it (``read_fault``)."""
     try:
         with open(path, "rb") as handle:
             return stream_header(handle, os.fstat(handle.fileno()).st_size)
     except OSError as err:
+        fault = read_fault(path, err)
+        if fault:
+            raise fault from None
         return ImageHeader(0, None, None, 0, 0, 0, f"cannot be read ({err.strerror})", b"")
 
 
@@ -181,6 +209,10 @@ def stream_header(handle, size):
             rawmode = args[0] if isinstance(args, tuple) else str(args)
             deep = ";16" in rawmode or mode.startswith("I;16") or mode in ("I", "F")
             problem = None if kind == "JPEG" else _decode_problem(image)
+    except OSError as err:
+        if err.errno is not None:  # the file system's, not Pillow's: the caller's to name
+            raise
+        return ImageHeader(size, None, None, 0, 0, 0, "not an image", key)
     except Exception:  # Pillow raises many types for what it cannot identify
         return ImageHeader(size, None, None, 0, 0, 0, "not an image", key)
     if kind == "JPEG" and not _jpeg_end_found(handle, size):
@@ -191,6 +223,10 @@ def stream_header(handle, size):
 def _decode_problem(image):
     try:
         image.load()
+    except OSError as err:
+        if err.errno is not None:  # the file system's (Pillow's own carry none)
+            raise
+        return "cut short or corrupt"
     except Exception:  # Pillow raises many types for broken files
         return "cut short or corrupt"
     return None
@@ -258,11 +294,17 @@ def refuse_broken(broken):
 
 
 def unreadable_images(files):
-    """The files of ``files`` that Pillow cannot decode, one by one (a generator)."""
+    """The files of ``files`` that Pillow cannot decode, one by one (a generator); a
+    RestartableError where the file system fails to read one (``read_fault``)."""
     for path in files:
         try:
             with Image.open(path) as image:
                 image.load()
+        except OSError as err:
+            fault = read_fault(path, err)
+            if fault:
+                raise fault from None
+            yield path
         except Exception:  # Pillow raises many types for broken files
             yield path
 

@@ -4,6 +4,7 @@ checkpoint at the step in flight, each rank's line, and ``stopping.Stopped`` rai
 the tool to exit with its status."""
 
 import contextlib
+import json
 import os
 
 import numpy as np
@@ -28,6 +29,15 @@ def train_epochs(session, train_split, val_split, start):
     start_epoch, skip = start
     if val_split is not None:
         settle_evaluation(session)
+        if _validation_lost(session, start):
+            report.print(
+                f"validating epoch {start_epoch} first: {config.report_file} holds no "
+                "validation of it (the start that saved its checkpoint ended before or "
+                "during it, e.g. out of memory)"
+            )
+            metrics = evaluate(session, val_split, start_epoch)
+            history.update({"val.best_top1": metrics["val.top1"], "val.best_epoch": start_epoch})
+            report.log([start_epoch], metrics, kind="EPOCH", console=False)
     # closed however the epochs end: a window that outlasted the training, or a stop
     stop_requests = stopping.StopRequests(
         session.all_reduce, run_cfg.save_every_minutes * 60, session.rank
@@ -84,6 +94,45 @@ def train_epochs(session, train_split, val_split, start):
             history["train.seconds"] += metrics["train.seconds"]
             history["train.images"] += metrics["train.images"]
     return dict(metrics, **{f"run.{key}": value for key, value in history.items()})
+
+
+def _validation_lost(session, start):
+    """Whether the epoch's checkpoint this run starts from (``start``: (epochs done, 0))
+    was due a validation that the report lacks: each epoch is saved before it is
+    validated, so a start that ended in the validation (out of memory, a lost peer, a
+    kill) left a checkpoint whose resume went on to the next epoch, and a job requeued
+    once per epoch could end with no validation figure. Rank 0 reads its report; the
+    ranks agree through one all-reduce (the validation is collective)."""
+    epochs_done, steps_done = start
+    run_cfg = session.config.run
+    due = (
+        steps_done == 0
+        and epochs_done > 0
+        and (epochs_done % run_cfg.eval_interval == 0 or epochs_done == run_cfg.epochs)
+    )
+    if not due:  # the same on every rank
+        return False
+    lost = session.rank == 0 and epochs_done not in _validated_epochs(session.config.report_file)
+    if session.all_reduce:
+        return bool(session.all_reduce(np.array([lost, 0.0, 0.0, 0.0]))[0])
+    return lost
+
+
+def _validated_epochs(report_file):
+    """The epochs a VAL record of ``report_file`` holds (none where it is missing; a line
+    that a killed start left half-written is skipped)."""
+    epochs = set()
+    if not os.path.exists(report_file):
+        return epochs
+    with open(report_file) as handle:
+        for line in handle:
+            if '"VAL"' not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if record.get("type") == "VAL":
+                    epochs.add(record["step"][0])
+    return epochs
 
 
 def _save(session, directory, epochs_done, steps_done, start, watch):

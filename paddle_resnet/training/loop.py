@@ -25,6 +25,13 @@ def _num_images(feed):
     return len(label) if isinstance(label, np.ndarray) else label.shape()[0]
 
 
+def _memory_reason(err):
+    """The line of an out-of-memory error that says what could not be allocated."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    named = [line for line in lines if "memory" in line.lower()] or lines or ["out of memory"]
+    return named[0].split(" (at /")[0]
+
+
 def mixup_weights(alpha, seed, epoch):
     """Endless MixUp weights drawn from Beta(alpha, alpha), seeded by (seed, epoch) so that
     a resumed run draws the same ones; None each step when ``alpha`` is 0 (no MixUp)."""
@@ -179,8 +186,14 @@ def evaluate(session, split, epoch):
     totals, confusion = np.zeros(4), np.zeros((len(classes), len(classes)))
     start = time.perf_counter()
     bar = report.progress(len(loader), f"validation {epoch}")
-    for feed in loader:
-        top_classes, losses = run(feed)
+    for batch, feed in enumerate(loader, 1):
+        try:
+            top_classes, losses = run(feed)
+        except MemoryError as err:  # Paddle raises its ResourceExhaustedError as one
+            raise MemoryError(
+                f"the validation of epoch {epoch}, batch {batch} of {len(loader)} "
+                f"({_num_images(feed)} images): {_memory_reason(err)}"
+            ) from None
         labels = np.array(feed[feeds.LABEL])
         totals += eval_counts(top_classes, losses, labels)
         add_confusions(confusion, top_classes, labels)
