@@ -32,9 +32,10 @@ def generated_block(document, name):
     return block.split(f"<!-- {name}:end -->")[0].lstrip("\n")
 
 
-def test_readme_flag_table_is_the_generated_one():
-    assert generated_block("README.md", "flag-table") == flag_table.table(), (
-        "README flag table is stale: paste the output of python -m paddle_resnet.commands.flag_table"
+def test_the_flag_table_is_the_generated_one():
+    assert generated_block("docs/flags.md", "flag-table") == flag_table.table(), (
+        "docs/flags.md's flag table is stale: paste the output of python -m "
+        "paddle_resnet.commands.flag_table"
     )
 
 

@@ -1,5 +1,5 @@
-"""The README's flag table, generated from the config keys (``python -m
-paddle_resnet.commands.flag_table``; a test says when the README's copy is stale)."""
+"""docs/flags.md's table of every flag, generated from the config keys (``python -m
+paddle_resnet.commands.flag_table``; a test says when the copy there is stale)."""
 
 from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core.cli import flag_table_markdown

@@ -2,11 +2,10 @@
 action. Each tool (train.py, export_model.py, inference.py) takes the flags of the keys
 it reads; a flag of another tool is refused with one line that says whose it is.
 
-    python -m paddle_resnet.commands.flag_table       # the README's flag table
+    python -m paddle_resnet.commands.flag_table       # the flag table (docs/flags.md)
 """
 
 import argparse
-import os
 import sys
 from typing import Optional
 
@@ -231,22 +230,8 @@ def parse(tool, argv):
     return config_from_args(build_parser(tool).parse_args(argv))
 
 
-def print_checkpoint_folder(argv):
-    """Print the folder train.py's command line ``argv`` writes its checkpoints to
-    (<output-dir>/<arch>, recipes and aliases resolved); the exit status, 2 for bad flags.
-    For the Slurm scripts, which count crashes without a new checkpoint there, without
-    loading Paddle: ``python -c 'import sys; from paddle_resnet.core import cli;
-    sys.exit(cli.print_checkpoint_folder(sys.argv[1:]))' FLAGS``."""
-
-    def folder():
-        config = parse("train", argv)
-        print(os.path.join(config.run.output_dir, config.model.arch))
-
-    return exit_status(folder)
-
-
 def flag_table_markdown(choices=None):
-    """The README's flag table, generated from the config fields, with the tools that
+    """The flag table (docs/flags.md), generated from the config fields, with the tools that
     take each flag (``choices`` as for build_parser)."""
     short = {
         "train": "train",

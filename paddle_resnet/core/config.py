@@ -2,7 +2,7 @@
 
 Each key is declared once, as a field of a frozen section dataclass made by ``key``:
 its default, its flag (and aliases), its help text and its check. The validation here
-and each tool's command line and the README's flag table (``paddle_resnet/core/cli.py``) are
+and each tool's command line and the flag table (docs/flags.md) (``paddle_resnet/core/cli.py``) are
 generated from those fields. ``build_config`` makes the Config once; builders then take
 the section they need (``build_model(config.model)``).
 """
@@ -888,7 +888,7 @@ class ServeConfig:
 
 def section(keys, title):
     """A section of the Config: the dataclass of its keys, and its title, which heads its
-    flags in each tool's --help and in the README's flag table."""
+    flags in each tool's --help and in the flag table (docs/flags.md)."""
     return field(default_factory=keys, metadata={"title": title})
 
 

@@ -1,0 +1,121 @@
+"""The start of a training job on an ImageNet-sized tree: the image files it opens and its
+wall time, per start, with 1, 2 and 4 CPU ranks, for the code of a checkout (``--code``:
+this repository, or an older commit's worktree, to compare).
+
+    .venv/bin/python scripts/benchmark_job_start.py --tree /tmp/check_tree \\
+        --label after --output benchmarks/job_start.json
+    git worktree add /tmp/before fca7654
+    .venv/bin/python scripts/benchmark_job_start.py --tree /tmp/check_tree \\
+        --code /tmp/before --label before --output benchmarks/job_start.json
+
+The tree is scripts/benchmark_data_check.py's (1,000 classes, 1,281,167 training files of
+about 8 KB), written under ``--tree`` if it is not there yet (kept: pass the same folder
+to the next run). Each configuration runs ``--starts`` times into one output folder, as a
+job restarted by its scheduler does: ``train.py --benchmark --benchmark-steps 1`` (the
+start, then one step of ResNet-18 at 32 px), one process or ``--ranks`` ranks of
+``paddle.distributed.launch``. The image files each start opens are counted in every
+process by an audit hook (scripts/benchmark_support/sitecustomize.py, put on the ranks'
+PYTHONPATH): the header screening opens them from Python; DALI's reads of the one batch
+are not counted. Figures are appended to ``--output`` under ``--label``.
+"""
+
+import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+
+import argparse
+import glob
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmark_data_check import write_tree
+
+from paddle_resnet.core.bootstrap import available_cores
+from paddle_resnet.core.errors import exit_status
+
+SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmark_support")
+FLAGS = (
+    "--model-arch-name resnet18 --crop-size 32 --resize-short 32 "
+    "--batch-size 16 --epochs 1 --warmup-epochs 0 --dali-num-threads 1 "
+    "--benchmark --benchmark-steps 1 --benchmark-warmup-steps 0"
+).split()
+
+
+def start(code, tree, out, ranks, counts):
+    """One start of the job: (wall seconds, image files opened by all its processes)."""
+    classes = len(os.listdir(os.path.join(tree, "train")))
+    command = [sys.executable, "-u", "train.py", *FLAGS, "--num-of-class", str(classes)]
+    command += ["--image-root", tree]
+    command += ["--output-dir", out]
+    if ranks > 1:
+        launcher = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node"]
+        command = [*launcher, str(ranks), "--log_dir", os.path.join(out, "logs"), *command[2:]]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([SUPPORT, code]),
+        OPEN_COUNT_DIR=counts,
+        OPEN_COUNT_PREFIX=os.path.abspath(tree),
+    )
+    began = time.perf_counter()
+    result = subprocess.run(command, cwd=code, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - began
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(command)}: exit {result.returncode}: {result.stderr[-2000:]}"
+        )
+    opened = sum(int(open(path).read() or 0) for path in glob.glob(os.path.join(counts, "*")))
+    for path in glob.glob(os.path.join(counts, "*")):
+        os.remove(path)
+    return seconds, opened
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", required=True, help="the ImageNet-sized tree (written if absent)")
+    parser.add_argument("--code", default=os.getcwd(), help="the checkout whose train.py runs")
+    parser.add_argument("--label", required=True, help="the name of this code's figures")
+    parser.add_argument("--ranks", default="1,2,4")
+    parser.add_argument("--starts", type=int, default=2)
+    parser.add_argument("--output", default="benchmarks/job_start.json")
+    args = parser.parse_args()
+
+    def measure():
+        if not os.path.isdir(os.path.join(args.tree, "train")):
+            write_tree(args.tree, leaks=0)
+        rows = []
+        for ranks in map(int, args.ranks.split(",")):
+            out = tempfile.mkdtemp(prefix=f"job_start_{ranks}_")
+            counts = tempfile.mkdtemp(prefix="opens_")
+            try:
+                for number in range(1, args.starts + 1):
+                    seconds, opened = start(args.code, args.tree, out, ranks, counts)
+                    row = {"ranks": ranks, "start": number, "seconds": round(seconds, 1)}
+                    row["image_files_opened"] = opened
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+            finally:
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.rmtree(counts, ignore_errors=True)
+        results = {}
+        if os.path.exists(args.output):
+            with open(args.output) as handle:
+                results = json.load(handle)
+        results[args.label] = {
+            "code": args.code,
+            "rows": rows,
+            "machine": f"{platform.processor() or platform.machine()}, {available_cores()} cores",
+            "load_before": os.getloadavg()[0],
+            "date": time.strftime("%Y-%m-%d"),
+        }
+        with open(args.output, "w") as handle:
+            json.dump(results, handle, indent=1)
+
+    return exit_status(measure)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
