@@ -16,7 +16,7 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import FAST_TRAIN, PADDLE3, once, run_command, small_config
+from conftest import FAST_TRAIN, PADDLE3, launch, once, run_command, small_config
 from paddle_resnet.commands import train
 from paddle_resnet.core import bootstrap, errors
 from paddle_resnet.core.config import build_config
@@ -231,3 +231,26 @@ def test_a_step_that_dynamic_loss_scaling_skips_is_no_divergence():
     assert np.isnan(skipped["loss"]) and skipped[divergence.AMP_SKIPPED] == 1.0
     assert skipped["finite"] and not divergence.Watch.step_diverged(skipped)
     assert np.isnan(steps[False]["loss"]) and divergence.Watch.step_diverged(steps[False])
+
+
+@once
+def test_every_rank_of_a_diverging_job_stops_at_the_same_step(fmnist_root, tmp_path):
+    """Two ranks under the launcher: the ranks agree on the step (the per-step stop
+    all-reduce), each says so in its log, the job ends with 2, nothing is saved."""
+    out = tmp_path / "out"
+    result = launch(
+        ["train.py", *DIVERGING, "--epochs", "2", "--image-root", fmnist_root]
+        + ["--output-dir", str(out)]
+        + ["--ir", "legacy"],
+        tmp_path / "logs",
+    )
+    assert result.returncode == errors.USER_ERROR, (result.stdout[-2000:], result.stderr[-2000:])
+    where = set()
+    for rank in (0, 1):
+        log = (tmp_path / "logs" / f"workerlog.{rank}").read_text()
+        lines = [line for line in log.splitlines() if line.startswith("error: training diverged")]
+        assert len(lines) == 1 and "Traceback" not in log, log[-3000:]
+        assert " of 2 ranks) at learning rate " in lines[0]
+        where.add(lines[0].split(":")[1])
+    assert len(where) == 1, where  # " training diverged in epoch E at step S of 5"
+    nothing_saved(out)
