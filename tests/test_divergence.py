@@ -254,3 +254,25 @@ def test_every_rank_of_a_diverging_job_stops_at_the_same_step(fmnist_root, tmp_p
         where.add(lines[0].split(":")[1])
     assert len(where) == 1, where  # " training diverged in epoch E at step S of 5"
     nothing_saved(out)
+
+
+@pytest.mark.cuda_build
+@pytest.mark.parametrize("pure_fp16", [False, True], ids=["O1", "O2"])
+def test_the_gpu_programs_of_dynamic_loss_scaling_give_their_skip_flag(pure_fp16):
+    """Fleet's fp16 AMP built for a GPU (the GPU build, with or without one): the flag the
+    watch fetches is found in the train program (run only where a GPU is)."""
+    config = build_config(
+        {
+            "run.ir": "legacy",
+            "model.arch": "resnet18",
+            "model.num_classes": 10,
+            "data.crop_size": 32,
+            "amp.enabled": True,
+            "amp.use_dynamic_loss_scaling": True,
+            "amp.use_pure_fp16": pure_fp16,
+        }
+    )
+    with ir.selected(config), paddle.static.scope_guard(paddle.static.Scope()):
+        built = programs.build_programs(config, steps_per_epoch=10, global_batch=8, on_gpu=True)
+        flag = divergence.Watch(config, built.train).fetches[divergence.AMP_SKIPPED]
+        assert str(flag.dtype).lower().endswith("bool") and tuple(flag.shape) in ((1,), ())
