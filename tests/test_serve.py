@@ -9,6 +9,7 @@ InferenceService manifest, checked offline (it is not applied).
 
 No timing: speeds come from scripts/benchmark_serving.py."""
 
+import base64
 import fcntl
 import io
 import json
@@ -95,12 +96,12 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def http_status(port, path, body=None):
-    """(status, body) of a plain HTTP request to the server (for what tritonclient does not
-    send: a body that is no request)."""
+def http_status(port, path, body=None, content_type="application/json"):
+    """(status, body) of a plain HTTP request to the server (what tritonclient does not
+    send: a JSON body with images in base64 as curl sends it, a body that is no request)."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body)
     if body is not None:
-        request.add_header("content-type", "application/json")
+        request.add_header("content-type", content_type)
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
             return answer.status, answer.read()
@@ -306,6 +307,21 @@ def test_real_clients_get_what_inference_py_predicts(
                 assert top_classes[0] == top[0]["class"], image
                 compared += 1
     assert compared >= 0.8 * 2 * len(files)  # near ties are few
+    # the JSON form (curl -d, no content type): the image in base64, as README's example
+    with open(files[0], "rb") as handle:
+        image = base64.b64encode(handle.read()).decode()
+    request = {"inputs": [{"name": "images", "shape": [1], "datatype": "BYTES", "data": [image]}]}
+    request["parameters"] = {"top_k": 2}
+    status, body = http_status(
+        server.http_port,
+        f"/v2/models/{MODEL}/infer",
+        json.dumps(request).encode(),
+        "application/x-www-form-urlencoded",
+    )
+    outputs = {output["name"]: output["data"] for output in json.loads(body)["outputs"]}
+    assert (
+        status == 200 and outputs["top_classes"] == results[4]["answers"][0]["top_classes"][0][:2]
+    )
     classifier, _, _, _ = backends.build_classifier(export.inference, 16)
     expected = classifier(tensors)
     for call in results[6:]:
@@ -410,6 +426,14 @@ def test_a_bad_request_gets_one_line_and_the_server_goes_on(server, serving_pyth
     )
     status, body = http_status(server.http_port, f"/v2/models/{MODEL}/infer", b"{")
     assert status == 400 and json.loads(body)["error"].startswith("the body is not JSON (")
+    for content_type in ("application/json", "application/x-www-form-urlencoded"):  # curl -d
+        status, body = http_status(
+            server.http_port, f"/v2/models/{MODEL}/infer", b'{"inputs": 3}', content_type
+        )
+        message = json.loads(body)["error"]  # pydantic's words: a valid list, or array
+        assert status == 400 and re.fullmatch(
+            r"not a v2 inference request: inputs: Input should be a valid (list|array)", message
+        )
     assert http_status(server.http_port, "/v2/health/ready") == (200, b'{"ready":true}')
     log = server.output()
     assert "Traceback" not in log, log[log.find("Traceback") - 500 :][:3000]

@@ -79,14 +79,18 @@ def quiet_refusals(client_errors, not_ready):
 
 
 def describe_malformed(errors):
-    """One line for a REST body that is no v2 request (FastAPI's validation ``errors``)."""
+    """One line for a REST body that is no v2 request (the validation ``errors`` of
+    pydantic, as FastAPI gives them or not)."""
     first = errors[0] if errors else {}
-    if first.get("type") == "missing" and tuple(first.get("loc", ())) == ("body",):
+    where = tuple(first.get("loc", ()))
+    while where[:1] in (("body",), ("InferenceRequest",)):  # where FastAPI found it
+        where = where[1:]
+    if first.get("type") == "missing" and not where:
         return "the request has no body: send a v2 inference request (JSON)"
     if first.get("type") == "json_invalid":
         return f"the body is not JSON ({first.get('ctx', {}).get('error', first.get('msg'))})"
-    where = ".".join(str(part) for part in first.get("loc", ())[1:])
-    return f"not a v2 inference request: {where}: {first.get('msg', 'malformed')}"
+    field = ".".join(map(str, where))
+    return f"not a v2 inference request: {field}: {first.get('msg', 'malformed')}"
 
 
 def binary_request(kserve, body, json_length, model_name):
@@ -132,6 +136,7 @@ def model_server(kserve, served, batcher, settings, verbose):
     infer_type = require("kserve.protocol.infer_type", PURPOSE)
     server_module = require("kserve.model_server", PURPOSE)
     header_name = require("kserve.constants.constants", PURPOSE).INFERENCE_CONTENT_LENGTH_HEADER
+    v2_datamodels = require("kserve.protocol.rest.v2_datamodels", PURPOSE)
 
     class ExportModel(kserve.Model):
         def start(self):
@@ -182,9 +187,15 @@ def model_server(kserve, served, batcher, settings, verbose):
             return dict(metadata, platform=served.platform, parameters=served.parameters)
 
         def decode_inference_request(self, body, headers, model_name):
-            if not isinstance(body, bytes) or header_name not in headers:
+            if not isinstance(body, bytes):
                 return super().decode_inference_request(body, headers, model_name)
-            return binary_request(kserve, body, int(headers[header_name]), model_name)
+            if header_name in headers:
+                return binary_request(kserve, body, int(headers[header_name]), model_name)
+            try:  # JSON sent as another content type (curl -d): read as JSON
+                request = v2_datamodels.InferenceRequest.model_validate_json(body)
+            except ValueError as err:  # pydantic's ValidationError
+                raise errors.InvalidInput(describe_malformed(err.errors())) from None
+            return super().decode_inference_request(request, headers, model_name)
 
     fastapi_exceptions = require("fastapi.exceptions", PURPOSE)
     responses = require("fastapi.responses", PURPOSE)
