@@ -49,8 +49,12 @@ def class_contents(folder):
     sorted order: a class's images, sub-folders included, as torchvision's ImageFolder
     takes them (``train/<class>/<sub>/*.jpg`` is of <class>)."""
     images, others = [], []
+    seen = set()  # a link back to a folder above would walk for ever
     for parent, subfolders, _ in os.walk(folder, followlinks=True):
-        subfolders.sort()
+        seen.add(os.path.realpath(parent))
+        subfolders[:] = sorted(
+            name for name in subfolders if os.path.realpath(os.path.join(parent, name)) not in seen
+        )
         found, other = folder_contents(parent)
         images.extend(found)
         others.extend(other)
