@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mlflow import MlflowClient
+from mlflow.telemetry.client import get_telemetry_client
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from visualdl import LogReader
@@ -244,6 +245,14 @@ def test_a_tracker_that_fails_during_the_run_is_dropped_in_one_line(runs, tmp_pa
         lines.append(both.warnings.get())
     assert len(lines) == 1 and lines[0].startswith("warning: --tracker mlflow failed and stops: ")
     assert [e.step for e in tensorboard(tmp_path).Scalars("train/loss")] == [5, 10]
+
+
+def test_mlflow_reports_nothing_to_its_makers():
+    """MLflow 3 sends usage reports to its makers' servers unless told not to; a process of
+    the toolkit tells it (core/bootstrap.py), so this one, which imported mlflow after the
+    package, has no telemetry client (strace of a run: no connection but local ones)."""
+    assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "true"
+    assert get_telemetry_client() is None
 
 
 def test_tracker_flags():

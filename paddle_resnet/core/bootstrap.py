@@ -150,6 +150,9 @@ def prepare_environment(environ=os.environ, verbose=False):
     # 3.x builds PIR programs unless told otherwise (2.6 ignores the flag). A run on PIR
     # switches for its length (``paddle_internals.static_ir``).
     environ.setdefault("FLAGS_enable_pir_api", "1" if pir_only(environ) else "0")
+    # MLflow 3 (--tracker mlflow) reports its use to its makers' servers unless told not
+    # to: a training job contacts no one it was not pointed at (=false opts back in).
+    environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     # Paddle's static executor uses one math thread unless told otherwise. Under
     # paddle.distributed.launch every rank inherits OMP_NUM_THREADS=1, set by the
     # launcher's own import of Paddle when the user set none: that 1 is replaced too.
