@@ -11,7 +11,9 @@ step the toolkit's recipes take, where a tracker's cost shows most), each a
 every ``--print-interval`` steps as ``loop.train_one_epoch`` writes it (10, the default;
 the demo logs every 100); after each slice the trackers' writing thread finishes what was
 queued (``Trackers.wait``, outside the slice's time) so that no slice pays for the one
-before it. Beside the ratio, what the trackers' writing thread spends on
+before it. Beside the speeds, every thread's CPU time a step takes (``time.process_time``, the
+writing thread's included), whose ratio a neighbour's load moves less than the wall
+clock's. Beside the ratios, what the trackers' writing thread spends on
 one LOG record and on one validation (the confusion image drawn, each class's accuracy),
 called synchronously, and how long opening them took (MLflow's local store is created
 then). Writes a table and --output (JSON).
@@ -39,6 +41,7 @@ from paddle_resnet.core.report import Report
 from paddle_resnet.training import cpu_kernels, ir, prepare
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.loop import train_step
+from paddle_resnet.training.onednn import onednn_wanted
 
 ALL = trackers.TRACKERS
 STEPS_PER_EPOCH = 547  # the demo's: 35,000 images in batches of 64
@@ -102,9 +105,10 @@ def median_ms(action, times):
 
 
 def writing_costs(folder, values):
-    """Milliseconds each tracker takes, called directly (as its writing thread calls it),
-    for one LOG record's scalars and for one validation's (each class's accuracy and the
-    confusion image), and the drawing of that image."""
+    """Milliseconds each tracker takes, called directly as its writing thread calls it: a
+    LOG record's scalars (the mean over 100 records, the writes they cause at the close
+    included: MLflow batches them), a validation's (each class's accuracy and the confusion
+    image; the median of 5), and the drawing of that image."""
     labels = np.repeat(np.arange(len(CLASSES)), 100)
     predicted = np.where(np.arange(labels.size) % 7 == 0, (labels + 1) % len(CLASSES), labels)
     result = metrics.class_results(
@@ -119,17 +123,19 @@ def writing_costs(folder, values):
         opened = trackers.opened([name], os.path.join(folder, name), None, store, None, None, True)
         tracker = opened.trackers[name]
         steps = iter(range(1, 10**6))
-        costs[name] = {
-            "log_record_ms": median_ms(lambda: tracker.scalars(scalars, next(steps)), 30),
-            "validation_ms": median_ms(
-                lambda: (
-                    tracker.scalars(accuracy, next(steps)),
-                    tracker.image(trackers.CONFUSION_TAG, picture, next(steps)),
-                ),
-                5,
+        validation_ms = median_ms(
+            lambda: (
+                tracker.scalars(accuracy, next(steps)),
+                tracker.image(trackers.CONFUSION_TAG, picture, next(steps)),
             ),
-        }
+            5,
+        )
+        start = time.perf_counter()
+        for _ in range(100):
+            tracker.scalars(scalars, next(steps))
         opened.close()
+        log_record_ms = 1000 * (time.perf_counter() - start) / 100
+        costs[name] = {"log_record_ms": round(log_record_ms, 3), "validation_ms": validation_ms}
     return costs
 
 
@@ -161,21 +167,29 @@ def main():
             for name, report in (("report", plain), ("report+trackers", with_trackers))
         }
 
-        def slice_of(run):
+        cpu_per_step = {name: [] for name in contenders}
+
+        def slice_of(name):
+            run = contenders[name]
+
             def timed(seconds):
+                steps, cpu = run.done, time.process_time()
                 speed = interleave.run_slice(run, args.batch_size, seconds)
                 tracked.wait()  # its writing done before the other contender's slice
+                # every thread's CPU time (the writing thread's too), a step's share
+                cpu_per_step[name].append(1000 * (time.process_time() - cpu) / (run.done - steps))
                 return speed
 
             return timed
 
         speeds = interleave.alternate(
-            {name: slice_of(run) for name, run in contenders.items()},
+            {name: slice_of(name) for name in contenders},
             args.rounds,
             args.slice_seconds,
         )
         costs = writing_costs(folder, values)
     ratio = interleave.paired_ratio(speeds["report+trackers"], speeds["report"])
+    cpu_ratio = interleave.paired_ratio(cpu_per_step["report+trackers"], cpu_per_step["report"])
     record = {
         "command": " ".join(["python", *sys.argv]),
         "cpu": devices.cpu_model(),
@@ -185,6 +199,7 @@ def main():
             **{m: require(m, "the benchmark").__version__ for m in MODULES},
         },
         "ir": ir.chosen(config)[0],
+        "onednn": bool(onednn_wanted(config)),
         "allocator": bootstrap.allocator(),
         "setting": {
             "arch": "resnet18",
@@ -199,6 +214,11 @@ def main():
         "median_img_per_s": {name: interleave.median_speed(s) for name, s in speeds.items()},
         "ratio_trackers_to_report": ratio,
         "step_time_overhead_percent": round(100 * (1 / ratio["median"] - 1), 2),
+        "cpu_ms_per_step": {
+            name: [round(ms, 2) for ms in slices] for name, slices in cpu_per_step.items()
+        },
+        "cpu_per_step_ratio_trackers_to_report": cpu_ratio,
+        "cpu_per_step_overhead_percent": round(100 * (cpu_ratio["median"] - 1), 2),
         "open_seconds": round(open_seconds, 2),
         "writing_thread": costs,
     }
@@ -206,7 +226,9 @@ def main():
     print(f"report + trackers {record['median_img_per_s']['report+trackers']:8.1f} img/s")
     print(
         f"ratio {ratio['median']} (spread {ratio['min']}-{ratio['max']}): step time "
-        f"{record['step_time_overhead_percent']:+.2f} %; trackers opened in {open_seconds:.1f} s"
+        f"{record['step_time_overhead_percent']:+.2f} %; CPU time a step "
+        f"{record['cpu_per_step_overhead_percent']:+.2f} % (spread {cpu_ratio['min']}-"
+        f"{cpu_ratio['max']}); trackers opened in {open_seconds:.1f} s"
     )
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as out:

@@ -183,6 +183,7 @@ class MlflowRun:
         self.entities = mlflow.entities
         self.record = os.path.join(output_dir, MLFLOW_RUN_FILE)
         self._logged_parameters = None
+        self._pending, self._flushed = [], time.monotonic()  # metrics not yet written
         try:
             self.client = mlflow.MlflowClient(tracking_uri=tracking_uri)
             recorded = self._recorded(tracking_uri) if resume else None
@@ -226,19 +227,30 @@ class MlflowRun:
         return run_id
 
     def scalars(self, values, step):
+        """Written in one batch at most every FLUSH_SECONDS (and before anything else):
+        MLflow's store spends about as long on a batch of 60 metrics as on one of 12
+        (46 and 36 ms here, SQLite)."""
         now = int(time.time() * 1000)
-        metrics = [
+        self._pending += [
             self.entities.Metric(_UNSAFE_NAME.sub("_", tag), value, now, step)
             for tag, value in values.items()
         ]
-        self.client.log_batch(self.run_id, metrics=metrics)
+        if time.monotonic() - self._flushed >= FLUSH_SECONDS:
+            self._flush()
+
+    def _flush(self):
+        if self._pending:
+            self.client.log_batch(self.run_id, metrics=self._pending)
+        self._pending, self._flushed = [], time.monotonic()
 
     def image(self, tag, picture, step):
+        self._flush()
         self.client.log_image(self.run_id, picture, key=tag, step=step)
 
     def parameters(self, flat):
         """The first start's values as parameters (MLflow refuses to change one); on a
         resume, new keys as parameters and changed values as ``resume.<key>`` tags."""
+        self._flush()
         logged = self._logged_parameters or {}
         params = [self.entities.Param(k, v) for k, v in flat.items() if k not in logged]
         tags = [
@@ -249,6 +261,7 @@ class MlflowRun:
         self.client.log_batch(self.run_id, params=params, tags=tags)
 
     def checkpoint(self, directory, step):
+        self._flush()
         name = _UNSAFE_NAME.sub("_", os.path.basename(directory))
         tags = [
             self.entities.RunTag("checkpoint", directory),
@@ -257,6 +270,7 @@ class MlflowRun:
         self.client.log_batch(self.run_id, tags=tags)
 
     def close(self, status):
+        self._flush()
         self.client.set_terminated(self.run_id, status=status)
 
 
