@@ -201,46 +201,114 @@ def goals(slices):
     }
 
 
+class Served:
+    """A server of an export (paddle-resnet-serve with ``flags``) and its load generator;
+    ``stop()`` ends both: the server's exit status, its resident memory before, its own
+    lines (not KServe's)."""
+
+    def __init__(self, model_dir, precision, flags, log_path, jpegs):
+        name = f"resnet50_{precision}"
+        self.log_path = log_path
+        with open(log_path, "w") as log:
+            self.server, http_port, grpc_port = start_server(model_dir, precision, name, log, flags)
+        try:
+            self.load = Worker(
+                [SERVING_PYTHON, LOAD, "--grpc", f"127.0.0.1:{grpc_port}", "--http"]
+                + [f"127.0.0.1:{http_port}", "--model", name, "--shape", "3,224,224"]
+                + ["--jpegs", ",".join(jpegs)]
+            )
+        except RuntimeError:
+            self.server.kill()
+            raise
+
+    def stop(self):
+        memory = resident_mb(self.server.pid)
+        self.load.close()
+        self.server.send_signal(signal.SIGTERM)
+        status = self.server.wait(timeout=180)
+        with open(self.log_path) as log:
+            lines = [line for line in log.read().splitlines() if not line.startswith("20")]
+        return {"resident_mb": round(memory, 1), "exit_status": status, "lines": lines}
+
+
+def alternate(runs, rounds):
+    """{contender: its slices}: one untimed slice each (caches, connections, compiled
+    batches), then ``rounds`` rounds of turns; and the load average at each round."""
+    for run in runs.values():
+        run()
+    slices, loads = {name: [] for name in runs}, []
+    for _ in range(rounds):
+        loads.append(os.getloadavg()[0])
+        for contender, run in runs.items():
+            slices[contender].append(run())
+    return slices, loads
+
+
 def measure(model_dir, precision, args, workdir, jpegs):
-    name = f"resnet50_{precision}"
-    with open(os.path.join(workdir, f"server_{precision}.log"), "w") as log:
-        server, http_port, grpc_port = start_server(
-            model_dir, precision, name, log, args.serve_flags
-        )
-    offline = Worker(
-        [sys.executable, __file__, "--offline-worker", model_dir, "--precision", precision]
-    )
-    load = Worker(
-        [SERVING_PYTHON, LOAD, "--grpc", f"127.0.0.1:{grpc_port}", "--http"]
-        + [f"127.0.0.1:{http_port}", "--model", name, "--shape", "3,224,224"]
-        + ["--jpegs", ",".join(jpegs)]
+    """The served export against the offline classifier, and the goals."""
+    served = Served(
+        model_dir, precision, args.serve_flags, os.path.join(workdir, f"{precision}.log"), jpegs
     )
     try:
-        runs = contenders(offline, load, args.slice_seconds)
-        for run in runs.values():  # one untimed slice each: caches, connections, batches
-            run()
-        slices = {name: [] for name in runs}
-        loads = []
-        for _ in range(args.rounds):
-            loads.append(os.getloadavg()[0])
-            for contender, run in runs.items():
-                slices[contender].append(run())
-        memory = resident_mb(server.pid)
+        offline = Worker(
+            [sys.executable, __file__, "--offline-worker", model_dir, "--precision", precision]
+        )
+        try:
+            runs = contenders(offline, served.load, args.slice_seconds)
+            slices, loads = alternate(runs, args.rounds)
+        finally:
+            offline.close()
     finally:
-        offline.close()
-        load.close()
-        server.send_signal(signal.SIGTERM)
-        status = server.wait(timeout=180)
-    with open(os.path.join(workdir, f"server_{precision}.log")) as log:
-        lines = [line for line in log.read().splitlines() if not line.startswith("20")]
+        server = served.stop()
     return {
         "figures": {contender: median_figures(found) for contender, found in slices.items()},
         "goals": goals(slices),
         "slices": slices,
         "load_average_by_round": loads,
-        "server": {"resident_mb": round(memory, 1), "exit_status": status, "lines": lines},
+        "server": server,
         "offline_notes": offline.info["notes"],
         "inference_py": inference_py_table(model_dir, precision, workdir),
+    }
+
+
+def compare_variants(model_dir, precision, args, workdir, jpegs):
+    """Servers that differ by their flags (``--variants``: batching settings) under the same
+    load (gRPC tensors at each concurrency), in alternating slices; each against the first."""
+    servers = {}
+    try:
+        for index, variant in enumerate(args.variants):
+            log = os.path.join(workdir, f"{precision}_variant{index}.log")
+            servers[variant] = Served(model_dir, precision, variant.split(), log, jpegs)
+        runs = {
+            (variant, concurrency): (
+                lambda load=served.load, c=concurrency: load.ask(
+                    {"protocol": "grpc", "input": "tensor", "concurrency": c}
+                    | {"seconds": args.slice_seconds, "max_requests": MAX_REQUESTS}
+                )
+            )
+            for concurrency in CONCURRENCIES
+            for variant, served in servers.items()
+        }
+        slices, loads = alternate(runs, args.rounds)
+    finally:
+        stopped = {variant: served.stop() for variant, served in servers.items()}
+    first = args.variants[0]
+    return {
+        variant: {
+            f"c{c}": dict(
+                median_figures(slices[(variant, c)]),
+                ips_over_first=interleave.paired_ratio(
+                    [s["ips"] for s in slices[(variant, c)]], [s["ips"] for s in slices[(first, c)]]
+                ),
+                p99_over_first=interleave.paired_ratio(
+                    [s["latency_ms"]["p99"] for s in slices[(variant, c)]],
+                    [s["latency_ms"]["p99"] for s in slices[(first, c)]],
+                ),
+            )
+            for c in CONCURRENCIES
+        }
+        | {"server": stopped[variant], "load_average_by_round": loads}
+        for variant in args.variants
     }
 
 
@@ -264,6 +332,12 @@ def parse_args():
     parser.add_argument(
         "--exports",
         help="a folder for the exports (fp32/, int8/), reused when there; default: a temporary one",
+    )
+    parser.add_argument(
+        "--variants",
+        type=lambda text: text.split(";"),
+        help="instead: servers with these flags (';' between servers, e.g. "
+        "'--max-wait-ms 0;--max-wait-ms 2') under the same load, each against the first",
     )
     parser.add_argument("--output", default="benchmarks/serving_resnet50_cpu.json")
     parser.add_argument("--offline-worker", help=argparse.SUPPRESS)  # a contender process
@@ -295,8 +369,9 @@ def main():
         folders = {precision: os.path.join(exports, precision) for precision in ("fp32", "int8")}
         if not all(map(os.path.isdir, folders.values())):
             export_random_models(export_args, exports)
+        run = compare_variants if args.variants else measure
         for precision in args.precisions:
-            results[precision] = measure(folders[precision], precision, args, workdir, photos())
+            results[precision] = run(folders[precision], precision, args, workdir, photos())
     document = {
         "command": " ".join([os.path.relpath(sys.executable, REPOSITORY), *sys.argv]),
         "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -312,6 +387,7 @@ def main():
             "max_batch": ServeConfig().max_batch,
             "max_wait_ms": ServeConfig().max_wait_ms,
             "flags": args.serve_flags,
+            "variants": args.variants,
             "load": "tritonclient asyncio, one image per request, loopback, same cores",
         },
         "slice_seconds": args.slice_seconds,
@@ -322,9 +398,9 @@ def main():
         json.dump(document, handle, indent=1)
     for precision, result in results.items():
         print(f"{precision}:")
-        for contender, figures in result["figures"].items():
-            print(f"  {contender:28} {json.dumps(figures)}")
-        for goal, found in result["goals"].items():
+        for contender, figures in result.get("figures", result).items():
+            print(f"  {contender:28} {json.dumps(figures)[:300]}")
+        for goal, found in result.get("goals", {}).items():
             print(f"  goal {goal}: {found['median']} ({found['goal']}) met={found['met']}")
     print(f"wrote {args.output}")
 

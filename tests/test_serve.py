@@ -292,7 +292,7 @@ def test_real_clients_get_what_inference_py_predicts(
                 answer["probabilities"], answer["top_classes"], answer["top_probabilities"]
             )
         ]
-        assert len(served) == len(files)
+        assert len(served) == len(files) and len(call["answers"]) == len(sizes)
         for answer in call["answers"]:  # a request runs in one batch, with others or alone
             assert MAX_BATCH >= answer["batch_size"] >= len(answer["top_classes"])
         for image, (probabilities, top_classes, top_probabilities) in zip(files, served):
@@ -411,7 +411,9 @@ def test_a_bad_request_gets_one_line_and_the_server_goes_on(server, serving_pyth
     )
     good = {"op": "infer", "protocol": "grpc", "input": "images", "datatype": "BYTES"}
     results = server.ask(calls + [dict(good, images=[{"file": image}])], serving_python)
+    assert len(results) == 2 * len(BAD_REQUESTS) + 1
     for (request, statuses, message), calls in zip(BAD_REQUESTS, zip(*[iter(results)] * 2)):
+        assert len(statuses) == len(calls) == 2
         for status, call in zip(statuses, calls):
             (answer,) = call["answers"]
             assert answer["status"] == status, (request, answer)

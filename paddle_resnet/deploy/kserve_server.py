@@ -101,7 +101,7 @@ def binary_request(kserve, body, json_length, model_name):
     invalid = require("kserve.errors", PURPOSE).InvalidInput
     try:
         header = json.loads(body[:json_length])
-        inputs, offset = [], json_length
+        inputs, raw, offset = [], [], json_length
         for item in header["inputs"]:
             parameters = item.get("parameters") or {}
             tensor = kserve.InferInput(item["name"], item["shape"], item["datatype"], parameters)
@@ -109,10 +109,11 @@ def binary_request(kserve, body, json_length, model_name):
                 end = offset + parameters["binary_data_size"]
                 if end > len(body):
                     raise ValueError(f"input {item['name']!r} is cut short")
-                tensor._raw_data = body[offset:end]  # as KServe's own from_bytes sets it
+                raw.append(body[offset:end])
                 offset = end
             else:
                 tensor.data = item["data"]
+                raw.append(None)  # JSON values: no raw bytes
             inputs.append(tensor)
         outputs = [
             infer_type.RequestedOutput(output["name"], output.get("parameters"))
@@ -124,6 +125,7 @@ def binary_request(kserve, body, json_length, model_name):
         model_name,
         inputs,
         request_id=header.get("id"),
+        raw_inputs=raw if any(part is not None for part in raw) else None,
         parameters=header.get("parameters"),
         request_outputs=outputs or None,
     )
