@@ -104,15 +104,21 @@ def _validation_lost(session, start):
     once per epoch could end with no validation figure. Rank 0 reads its report; the
     ranks agree through one all-reduce (the validation is collective)."""
     epochs_done, steps_done = start
-    run_cfg = session.config.run
+    config = session.config
+    run_cfg = config.run
+    # a checkpoint of this output folder: one resumed from elsewhere was validated there
+    own = run_cfg.from_checkpoint and os.path.dirname(
+        os.path.abspath(run_cfg.from_checkpoint)
+    ) == os.path.abspath(os.path.join(run_cfg.output_dir, config.model.arch))
     due = (
-        steps_done == 0
+        own
+        and steps_done == 0
         and epochs_done > 0
         and (epochs_done % run_cfg.eval_interval == 0 or epochs_done == run_cfg.epochs)
     )
     if not due:  # the same on every rank
         return False
-    lost = session.rank == 0 and epochs_done not in _validated_epochs(session.config.report_file)
+    lost = session.rank == 0 and epochs_done not in _validated_epochs(config.report_file)
     if session.all_reduce:
         return bool(session.all_reduce(np.array([lost, 0.0, 0.0, 0.0]))[0])
     return lost
