@@ -10,7 +10,9 @@ import logging
 
 from paddle_resnet.core import bootstrap
 
-bootstrap.preload_allocator()  # a training command starts again with tcmalloc: first
+# The toolkit's training command (its train.py, console script or module; not another
+# script that imports the package) starts itself again with tcmalloc, before Paddle loads.
+bootstrap.preload_allocator()
 
 # Pillow before Paddle: Paddle's library exports zlib symbols that Pillow's PNG encoder
 # would otherwise bind to, and crash on (SIGSEGV in deflateReset, Pillow 13 / Paddle 2.6).

@@ -1,37 +1,44 @@
 """Training runs on tcmalloc where it is installed (``bootstrap.preload_allocator``): the
-command starts itself again with it preloaded, keeping its process id; other commands
+toolkit's own training command starts itself again with it preloaded, keeping its process
+id, and says so in its first lines; other commands, other projects' scripts named train.py
 and imports are left as they are; PADDLE_RESNET_ALLOCATOR=system opts out."""
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import once
+from conftest import FAST_TRAIN, ROOT, once
 from paddle_resnet.core import bootstrap
 
-# What the process reports: its allocator, its process id, and whether it was started again
+# What the process reports: its allocator, its process id and its arguments
 PROBE = (
     "import os, sys\n"
     "import paddle_resnet\n"
     "from paddle_resnet.core import bootstrap\n"
-    "print(bootstrap.allocator(), os.getpid())\n"
+    "print(bootstrap.allocator(), os.getpid(), ' '.join(sys.argv[1:]))\n"
 )
 
 
-def test_the_training_commands_are_recognised_on_any_command_line():
-    assert bootstrap.command_of(["python", "train.py", "--epochs", "1"]) == "train.py"
-    assert bootstrap.command_of(["python", "-u", "/work/x/train.py"]) == "train.py"
-    assert bootstrap.command_of(["python", "-X", "dev", "-m", "paddle_resnet.commands.train"]) == (
-        "paddle_resnet.commands.train"
-    )
-    assert bootstrap.command_of(["/venv/bin/python", "/venv/bin/paddle-resnet-train"]) == (
-        "paddle-resnet-train"
-    )
-    assert bootstrap.command_of(["python", "-c", "import train"]) == ""
-    assert bootstrap.command_of(["python"]) == ""
-    assert bootstrap.command_of(["python", "-m", "pytest", "tests"]) == "pytest"
+def test_only_the_toolkits_own_training_command_is_recognised(tmp_path):
+    train_py = os.path.join(ROOT, "train.py")
+    for argv in (
+        ["python", "-u", train_py, "--epochs", "1"],
+        ["python", os.path.relpath(train_py), "--epochs", "1"],
+        ["python", "-X", "dev", "-m", "paddle_resnet.commands.train"],
+        ["/venv/bin/python", "/venv/bin/paddle-resnet-train"],
+    ):
+        assert bootstrap.is_training_command(argv), argv
+    for argv in (
+        ["python", str(tmp_path / "train.py")],  # another project's script of that name
+        ["python", "-c", "import train"],
+        ["python"],
+        ["python", "-m", "pytest", "tests"],
+        ["python", os.path.join(ROOT, "export_model.py")],
+    ):
+        assert not bootstrap.is_training_command(argv), argv
 
 
 def test_the_training_environment_preloads_tcmalloc_once(tmp_path):
@@ -46,39 +53,61 @@ def test_the_training_environment_preloads_tcmalloc_once(tmp_path):
     assert bootstrap.training_environment({}, str(tmp_path / "missing.so")) == {}
 
 
-def run_probe(tmp_path, name, **environ):
-    script = tmp_path / name
+def test_a_script_named_train_py_of_another_project_is_left_as_it_is(tmp_path):
+    """Importing the package never replaces the process: another project's train.py keeps
+    its process id, its arguments and the C library's allocator."""
+    script = tmp_path / "train.py"
     script.write_text(PROBE)
     env = {key: value for key, value in os.environ.items() if key != "LD_PRELOAD"}
     process = subprocess.Popen(
-        [sys.executable, str(script)],
-        env={**env, **environ},
+        [sys.executable, str(script), "--epochs", "3"],
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err[-2000:]
-    used, pid = out.split()
-    return used, int(pid), process.pid
+    used, pid, args = out.split(maxsplit=2)
+    assert (used, int(pid), args.strip()) == ("system", process.pid, "--epochs 3")
 
 
 @once
 @pytest.mark.skipif(not os.path.exists(bootstrap.TCMALLOC), reason="no libtcmalloc-minimal4")
-def test_a_training_command_runs_on_tcmalloc_in_the_same_process(tmp_path):
-    used, pid, started = run_probe(tmp_path, "train.py")
-    assert (used, pid) == ("tcmalloc", started)  # started again in place: the same id
-    assert run_probe(tmp_path, "train.py", PADDLE_RESNET_ALLOCATOR="system")[0] == "system"
-    assert run_probe(tmp_path, "export_model.py")[0] == "system"
+def test_the_training_command_starts_again_on_tcmalloc_and_says_so(fmnist_root, tmp_path):
+    env = {key: value for key, value in os.environ.items() if key != "LD_PRELOAD"}
+    args = [*FAST_TRAIN, "--image-root", fmnist_root, "--output-dir", str(tmp_path)]
+    args += ["--benchmark", "--benchmark-steps", "1", "--benchmark-warmup-steps", "0"]
+    result = subprocess.run(
+        [sys.executable, "train.py", *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (
+        "allocator: tcmalloc, preloaded by the training command, which started itself again "
+        "with it (PADDLE_RESNET_ALLOCATOR=system: the C library's)"
+    ) in result.stdout.splitlines()
+    report = [json.loads(line) for line in open(tmp_path / "report.json")]
+    assert [r["data"]["allocator"] for r in report if r["type"] == "PARAMETER"] == ["tcmalloc"]
+
+
+def test_the_allocator_note_says_why_not_tcmalloc():
+    system = {bootstrap.ALLOCATOR_VARIABLE: "system"}
+    if bootstrap.allocator() == "system":
+        assert bootstrap.allocator_note(system) == (
+            "allocator: the C library's (PADDLE_RESNET_ALLOCATOR=system)"
+        )
 
 
 @once
-def test_an_unknown_allocator_is_one_line_and_status_2(tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(PROBE)
+def test_an_unknown_allocator_is_one_line_and_status_2():
     env = {**os.environ, bootstrap.ALLOCATOR_VARIABLE: "jemalloc"}
     result = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "train.py", "--help"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.strip() == (

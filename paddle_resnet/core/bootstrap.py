@@ -75,20 +75,31 @@ def pir_only(environ=os.environ):
     return environ.get(PIR_ONLY_VARIABLE) == "1"
 
 
-# A training process runs with Debian's tcmalloc (libtcmalloc-minimal4, installed by
-# scripts/setup.sh) preloaded, as Intel's CPU trainers run theirs: on the 2-core AMX Xeon,
-# Paddle 3.3.1, training 1.07x as fast at the demo's 32 px and 1.16x at 224 px (ResNet-50),
-# where jemalloc, OpenMP affinity and a larger oneDNN cache gained nothing or lost
-# (scripts/benchmark_cpu_training.py --process; docs/measurements.md). The allocator
-# must be in place before the process starts, so the command starts itself again with it.
+# The toolkit's training command runs with Debian's tcmalloc (libtcmalloc-minimal4,
+# installed by scripts/setup.sh) preloaded, as Intel's CPU trainers run theirs: on the
+# 2-core AMX Xeon, Paddle 3.3.1, training 1.07x as fast at the demo's 32 px and 1.16x at
+# 224 px (ResNet-50), where jemalloc, OpenMP affinity and a larger oneDNN cache gained
+# nothing or lost (scripts/benchmark_cpu_training.py --process; docs/measurements.md).
+# The allocator must be in place before the process starts, so the command starts itself
+# again with it (same process id), before Paddle loads: only the toolkit's own command (its
+# train.py beside the package, the console script, -m paddle_resnet.commands.train), never
+# another script that imports the package. Not on GPU machines (not measured there); the
+# images set LD_PRELOAD themselves.
 TCMALLOC = f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}/libtcmalloc_minimal.so.4"
 ALLOCATOR_VARIABLE = "PADDLE_RESNET_ALLOCATOR"  # "system": the C library's own
-TRAINING_COMMANDS = ("train.py", "paddle-resnet-train", "paddle_resnet.commands.train")
+# Set in the environment the command starts itself again with: how the allocator came,
+# and a guard against starting again twice (a loader that drops LD_PRELOAD).
+STARTED_VARIABLE = "PADDLE_RESNET_ALLOCATOR_STARTED"
+TRAINING_MODULE = "paddle_resnet.commands.train"
+TRAINING_CONSOLE_SCRIPT = "paddle-resnet-train"
+TOOLKIT_TRAIN_PY = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "train.py"
+)
 
 
 def command_of(orig_argv):
-    """The script or module (``-m``) a Python command line runs, by name; "" for ``-c``
-    and an interactive interpreter."""
+    """The script (its path as given) or module (``-m``) a Python command line runs; ""
+    for ``-c`` and an interactive interpreter."""
     args = iter(orig_argv[1:])
     for arg in args:
         if arg == "-m":
@@ -98,8 +109,23 @@ def command_of(orig_argv):
         if arg in ("-W", "-X"):
             next(args, None)
         elif not arg.startswith("-"):
-            return os.path.basename(arg)
+            return arg
     return ""
+
+
+def is_training_command(orig_argv):
+    """Whether the command line runs the toolkit's own training command: its train.py
+    (the file beside the package, however named on the command line), its console script,
+    or its module; not another project's script that happens to be named train.py."""
+    command = command_of(orig_argv)
+    if command == TRAINING_MODULE or os.path.basename(command) == TRAINING_CONSOLE_SCRIPT:
+        return True
+    return bool(command) and os.path.realpath(command) == os.path.realpath(TOOLKIT_TRAIN_PY)
+
+
+def gpu_machine():
+    """Whether this machine has an NVIDIA driver loaded (read without Paddle)."""
+    return os.path.exists("/dev/nvidiactl")
 
 
 def training_environment(environ=os.environ, library=TCMALLOC):
@@ -113,23 +139,34 @@ def training_environment(environ=os.environ, library=TCMALLOC):
         or not os.path.exists(library)
     ):
         return environ
-    return {**environ, "LD_PRELOAD": ":".join(filter(None, (library, preloaded)))}
+    return {
+        **environ,
+        "LD_PRELOAD": ":".join(filter(None, (library, preloaded))),
+        STARTED_VARIABLE: "1",
+    }
 
 
 def preload_allocator(environ=os.environ, orig_argv=sys.orig_argv):
-    """Start a training command again in its ``training_environment`` if it is not in it
-    yet: the same process id, arguments and open files. Other commands and imports are
-    left as they are."""
-    if command_of(orig_argv) not in TRAINING_COMMANDS or not sys.executable:
+    """The training command's first step: start again in its ``training_environment`` if
+    it is not in it yet (the same process id, arguments and open files). Other commands
+    and imports, GPU machines (unless PADDLE_RESNET_ALLOCATOR=tcmalloc) and a second
+    attempt are left as they are; ``allocator_note`` says which."""
+    if not is_training_command(orig_argv) or not sys.executable:
         return
-    chosen = environ.get(ALLOCATOR_VARIABLE, "tcmalloc")
-    if chosen not in ("tcmalloc", "system"):
+    chosen = environ.get(ALLOCATOR_VARIABLE)
+    if chosen not in (None, "tcmalloc", "system"):
         print(
             f"error: {ALLOCATOR_VARIABLE}={chosen}: not an allocator this toolkit sets; "
             "use tcmalloc (the default) or system",
             file=sys.stderr,
         )
         raise SystemExit(2)  # errors.USER_ERROR (core/errors imports this module)
+    if (
+        environ.get(STARTED_VARIABLE)
+        or allocator() == "tcmalloc"  # preloaded by the environment (the images)
+        or (gpu_machine() and chosen != "tcmalloc")
+    ):
+        return
     wanted = training_environment(environ)
     if wanted is not environ:
         os.execve(sys.executable, [sys.executable, *orig_argv[1:]], wanted)
@@ -143,6 +180,28 @@ def allocator():
             return "tcmalloc" if "libtcmalloc" in maps.read() else "system"
     except OSError:  # not Linux
         return "system"
+
+
+def allocator_note(environ=os.environ):
+    """The run's line about its allocator: which, and how it came (or why not tcmalloc)."""
+    if allocator() == "tcmalloc":
+        how = (
+            "preloaded by the training command, which started itself again with it"
+            if environ.get(STARTED_VARIABLE)
+            else "preloaded by the environment (LD_PRELOAD)"
+        )
+        return f"allocator: tcmalloc, {how} ({ALLOCATOR_VARIABLE}=system: the C library's)"
+    if environ.get(ALLOCATOR_VARIABLE) == "system":
+        why = f"{ALLOCATOR_VARIABLE}=system"
+    elif environ.get(STARTED_VARIABLE):
+        why = "LD_PRELOAD did not reach the process started again"
+    elif gpu_machine():
+        why = f"a GPU machine: tcmalloc is not measured on GPUs ({ALLOCATOR_VARIABLE}=tcmalloc)"
+    elif not os.path.exists(TCMALLOC):
+        why = "tcmalloc is not installed (apt-get install libtcmalloc-minimal4: 1.07-1.16x)"
+    else:
+        why = "not started as the toolkit's training command"
+    return f"allocator: the C library's ({why})"
 
 
 def prepare_environment(environ=os.environ, verbose=False):

@@ -171,6 +171,7 @@ def introduce(session, start_lines, screening, kernels):
     class weights and logit offsets, the model, its classes and this process's place, and
     what the data check found (``screening``, its counts and notes in the report only)."""
     report, config = session.report, session.config
+    report.print(bootstrap.allocator_note())
     for line in start_lines:
         report.print(line)
     # the IR chosen (``run.ir`` unset: ``ir.chosen``), the allocator and the kernels, beside
