@@ -13,10 +13,12 @@ the demo logs every 100); after each slice the trackers' writing thread finishes
 queued (``Trackers.wait``, outside the slice's time) so that no slice pays for the one
 before it. Beside the speeds, every thread's CPU time a step takes (``time.process_time``, the
 writing thread's included), whose ratio a neighbour's load moves less than the wall
-clock's. Beside the ratios, what the trackers' writing thread spends on
-one LOG record and on one validation (the confusion image drawn, each class's accuracy),
-called synchronously, and how long opening them took (MLflow's local store is created
-then). Writes a table and --output (JSON).
+clock's. And, less at the mercy of the load still, the trackers' CPU time from its parts:
+what each tracker spends on one LOG record and on one validation (the confusion image
+drawn, each class's accuracy), called as the writing thread calls it, and what the step's
+thread spends handing a record over, against the CPU time of a step
+(``trackers_cpu_share_of_steps_percent``); and how long opening them took (MLflow's local
+store is created then). Writes a table and --output (JSON).
 """
 
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
@@ -95,20 +97,22 @@ class LoggedSteps:
             self.report.log([epoch + 1, within], record, console=False)
 
 
-def median_ms(action, times):
-    spent = []
+def cpu_ms(action, times):
+    """CPU milliseconds of every thread of this process per call of ``action``, the mean
+    over ``times`` calls (Paddle's OpenMP threads asleep by then)."""
+    start = time.process_time()
     for _ in range(times):
-        start = time.perf_counter()
         action()
-        spent.append(time.perf_counter() - start)
-    return round(1000 * float(np.median(spent)), 3)
+    return 1000 * (time.process_time() - start) / times
 
 
 def writing_costs(folder, values):
-    """Milliseconds each tracker takes, called directly as its writing thread calls it: a
-    LOG record's scalars (the mean over 100 records, the writes they cause at the close
-    included: MLflow batches them), a validation's (each class's accuracy and the confusion
-    image; the median of 5), and the drawing of that image."""
+    """CPU milliseconds (every thread's) the trackers take, each called as its writing
+    thread calls it: a LOG record's scalars (over 100 records, the writes they cause at the
+    close included: MLflow batches them, tensorboardX writes on a thread of its own), a
+    validation's (each class's accuracy and the confusion image), the drawing of that
+    image; and what a step's own thread spends handing a LOG record over (``record``)."""
+    time.sleep(1)  # Paddle's OpenMP threads stop spinning
     labels = np.repeat(np.arange(len(CLASSES)), 100)
     predicted = np.where(np.arange(labels.size) % 7 == 0, (labels + 1) % len(CLASSES), labels)
     result = metrics.class_results(
@@ -116,26 +120,33 @@ def writing_costs(folder, values):
     )
     accuracy = {f"val_class/{name}": value for name, value in zip(CLASSES, result["accuracy"])}
     picture = confusion_picture(result, 1)
-    costs = {"draw_confusion_image_ms": median_ms(lambda: confusion_picture(result, 1), 5)}
+    costs = {"draw_confusion_image": round(cpu_ms(lambda: confusion_picture(result, 1), 5), 3)}
     scalars = {f"train/{name}": float(value) for name, value in values.items()}
     store = trackers.mlflow_tracking_uri(None, folder)  # the one the contender opened
+    steps = iter(range(1, 10**6))
     for name in ALL:
         opened = trackers.opened([name], os.path.join(folder, name), None, store, None, None, True)
         tracker = opened.trackers[name]
-        steps = iter(range(1, 10**6))
-        validation_ms = median_ms(
+        validation = cpu_ms(
             lambda: (
                 tracker.scalars(accuracy, next(steps)),
                 tracker.image(trackers.CONFUSION_TAG, picture, next(steps)),
             ),
             5,
         )
-        start = time.perf_counter()
+        start = time.process_time()
         for _ in range(100):
             tracker.scalars(scalars, next(steps))
         opened.close()
-        log_record_ms = 1000 * (time.perf_counter() - start) / 100
-        costs[name] = {"log_record_ms": round(log_record_ms, 3), "validation_ms": validation_ms}
+        log_record = 1000 * (time.process_time() - start) / 100
+        costs[name] = {"log_record": round(log_record, 3), "validation": round(validation, 3)}
+    handing_over = trackers.Trackers({})  # no tracker: the step's thread's part only
+    record = dict(values, progress=f"1/{STEPS_PER_EPOCH}")
+    records, start = 1000, time.thread_time()
+    for _ in range(records):
+        handing_over.record("LOG", [1, 1], record)
+    costs["record_on_the_step_thread"] = round(1000 * (time.thread_time() - start) / records, 4)
+    handing_over.close()
     return costs
 
 
@@ -190,6 +201,12 @@ def main():
         costs = writing_costs(folder, values)
     ratio = interleave.paired_ratio(speeds["report+trackers"], speeds["report"])
     cpu_ratio = interleave.paired_ratio(cpu_per_step["report+trackers"], cpu_per_step["report"])
+    # the trackers' CPU a step, from their measured parts, against a step's own CPU time
+    step_cpu_ms = float(np.median(cpu_per_step["report"]))
+    per_record = costs["record_on_the_step_thread"] + sum(costs[n]["log_record"] for n in ALL)
+    per_validation = costs["draw_confusion_image"] + sum(costs[n]["validation"] for n in ALL)
+    share = 100 * per_record / (args.print_interval * step_cpu_ms)
+    epoch_share = 100 * per_validation / (STEPS_PER_EPOCH * step_cpu_ms)
     record = {
         "command": " ".join(["python", *sys.argv]),
         "cpu": devices.cpu_model(),
@@ -220,10 +237,17 @@ def main():
         "cpu_per_step_ratio_trackers_to_report": cpu_ratio,
         "cpu_per_step_overhead_percent": round(100 * (cpu_ratio["median"] - 1), 2),
         "open_seconds": round(open_seconds, 2),
-        "writing_thread": costs,
+        "cpu_ms": costs,
+        "step_cpu_ms": round(step_cpu_ms, 2),
+        "trackers_cpu_share_of_steps_percent": round(share, 3),
+        "validation_cpu_share_of_an_epoch_percent": round(epoch_share, 3),
     }
     print(f"report alone      {record['median_img_per_s']['report']:8.1f} img/s")
     print(f"report + trackers {record['median_img_per_s']['report+trackers']:8.1f} img/s")
+    print(
+        f"the trackers' CPU: {share:.3f} % of the steps' (a LOG record every "
+        f"{args.print_interval} steps), {epoch_share:.3f} % of an epoch's for its validation"
+    )
     print(
         f"ratio {ratio['median']} (spread {ratio['min']}-{ratio['max']}): step time "
         f"{record['step_time_overhead_percent']:+.2f} %; CPU time a step "
