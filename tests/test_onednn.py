@@ -18,7 +18,7 @@ from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.models import model_entry
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import ir
+from paddle_resnet.training import ir, onednn
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.onednn import onednn_wanted
 
@@ -188,3 +188,13 @@ def test_validation_between_epochs_equals_a_fresh_evaluation(fmnist_root, tmp_pa
     after = train.run(fresh, report_stream=open(os.devnull, "w"))
     assert during["val.top1"] == after["val.top1"] and during["val.images"] == after["val.images"]
     assert abs(during["val.loss"] - after["val.loss"]) < 1e-5
+
+
+def test_bf16_on_a_cpu_without_amx_says_so_in_one_line(fmnist_root, tmp_path):
+    config = small_config(fmnist_root, tmp_path, **{"amp.enabled": True, "amp.dtype": "bfloat16"})
+    without_amx = {"avx512f", "avx512_bf16"}
+    assert onednn.bf16_note(config, without_amx).startswith(
+        "warning: --amp-dtype bfloat16 on a CPU without AMX: bf16 trains no faster here"
+    )
+    assert onednn.bf16_note(config, without_amx | {"amx_bf16"}) is None
+    assert onednn.bf16_note(small_config(fmnist_root, tmp_path), without_amx) is None

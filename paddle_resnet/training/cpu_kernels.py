@@ -26,11 +26,21 @@ import sys
 import numpy as np
 import paddle
 
-from paddle_resnet.core import atomic, devices, feeds, interleave, paddle_internals
+from paddle_resnet.core import (
+    atomic,
+    bootstrap,
+    devices,
+    feeds,
+    interleave,
+    paddle_internals,
+    provenance,
+)
+from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import build_config
-from paddle_resnet.training import ir
+from paddle_resnet.models import model_entry
+from paddle_resnet.training import ir, prepare
 from paddle_resnet.training.onednn import onednn_wanted
-from paddle_resnet.training.programs import build_programs, input_shape
+from paddle_resnet.training.programs import input_shape
 
 PIN_VARIABLE = "PADDLE_RESNET_CPU_KERNELS"
 PIN_VALUES = {"onednn": True, "plain": False}
@@ -44,6 +54,9 @@ UNMEASURED = {
 # Slices of the measurement: each kernel path this often, for about this many seconds
 # each (at least one step), after one warm-up step each.
 ROUNDS, SLICE_SECONDS = 3, 1.0
+# A measurement taken while the 1-minute load average exceeded this share of the cores
+# this process may use is used for the run but not kept: another job shared the cores.
+LOADED = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +67,7 @@ class Choice:
     how: str  # "measured", "cached", or a key of UNMEASURED
     plain_ips: float = None
     onednn_ips: float = None
+    kept: str = None  # a measurement's fate: "kept in <cache>", or "not kept: <why>"
 
     @property
     def name(self):
@@ -61,7 +75,11 @@ class Choice:
 
     def line(self):
         if self.how in ("measured", "cached"):
-            when = "measured now" if self.how == "measured" else "measured before"
+            when = (
+                f"measured now ({self.kept})"
+                if self.how == "measured"
+                else f"measured before ({cache_path()})"
+            )
             return (
                 f"CPU kernels: {self.name}, {when}: oneDNN {self.onednn_ips:.1f} img/s, plain "
                 f"{self.plain_ips:.1f} (--cpu-onednn / --no-cpu-onednn to choose)"
@@ -89,12 +107,19 @@ def resolved(config, world_size):
 
 
 def cache_key(config):
+    """What a measurement holds for: the CPU and its instruction set, the code (Paddle, the
+    toolkit's version and commit, the IR), the allocator, the model with the ops its family
+    marks for oneDNN, the input, the batch and the threads."""
     model, data = config.model, config.data
     shape = "x".join(map(str, input_shape(config)))
+    code = provenance.code()
+    onednn_ops = ",".join(model_entry(model.arch).family.onednn_training_ops)
     return (
-        f"{devices.cpu_model()} {_isa()} | Paddle {paddle.__version__} | {ir.chosen(config)[0]} | "
-        f"{model.arch} {model.num_classes} classes | {shape} {model.data_layout} | "
-        f"batch {data.batch_size} | {os.environ.get('OMP_NUM_THREADS', '?')} threads"
+        f"{devices.cpu_model()} {_isa()} | Paddle {paddle.__version__} | paddle-resnet "
+        f"{code['toolkit']} {code.get('commit', '')[:12]} | {ir.chosen(config)[0]} | "
+        f"{bootstrap.allocator()} | {model.arch} {model.num_classes} classes, oneDNN ops "
+        f"{onednn_ops} | {shape} {model.data_layout} | batch {data.batch_size} | "
+        f"{os.environ.get('OMP_NUM_THREADS', '?')} threads"
     )
 
 
@@ -126,16 +151,31 @@ def _cached_or_measured(config):
     known = _read_cache(path).get(key)
     if known:
         return Choice(known["onednn_ips"] > known["plain_ips"], "cached", **_speeds(known))
+    loaded = os.getloadavg()[0] > LOADED * available_cores()
     speeds = measure(config)
     if speeds is None:
         return Choice(False, "failed")
+    onednn = speeds["onednn_ips"] > speeds["plain_ips"]
+    if loaded or _apart(speeds) is False:
+        why = "the machine was busy" if loaded else "the two speeds are within their spread"
+        return Choice(onednn, "measured", **_speeds(speeds), kept=f"not kept: {why}")
     entries = dict(_read_cache(path), **{key: speeds})
     try:
         with atomic.atomic_files(path) as (handle,):
             handle.write(json.dumps(entries, indent=1, sort_keys=True).encode())
-    except OSError:  # a read-only home: measured again next time
-        pass
-    return Choice(speeds["onednn_ips"] > speeds["plain_ips"], "measured", **_speeds(speeds))
+    except OSError as err:  # a read-only home: measured again next time
+        return Choice(onednn, "measured", **_speeds(speeds), kept=f"not kept: {err.strerror}")
+    return Choice(onednn, "measured", **_speeds(speeds), kept=f"kept in {path}")
+
+
+def _apart(speeds):
+    """Whether one path was faster in every round (the ratio of its slice to the other's,
+    taken in turn, on the same side of 1 each time: what a round's load shares, the ratio
+    cancels); None where the slices were not recorded."""
+    if "plain_slices" not in speeds:
+        return None
+    ratios = interleave.paired_ratio(speeds["onednn_slices"], speeds["plain_slices"])
+    return ratios["min"] > 1 or ratios["max"] < 1
 
 
 def _speeds(entry):
@@ -159,14 +199,15 @@ def measure(config):
 
 def _slice(config, onednn):
     """A slice function (``interleave.alternate``) stepping ``config``'s train program on
-    the kernels asked for, in a scope of its own, after one warm-up step."""
+    the kernels asked for, prepared as a run prepares it (``prepare.ready_for_weights``),
+    in a scope of its own, after one warm-up step."""
     config = dataclasses.replace(config, run=dataclasses.replace(config.run, cpu_onednn=onednn))
     scope = paddle.static.Scope()
     batch = config.data.batch_size
     with paddle.static.scope_guard(scope):
-        programs = build_programs(config, steps_per_epoch=1000, global_batch=batch)
-        exe = paddle.static.Executor(paddle_internals.current_place())
-        exe.run(programs.startup)
+        programs, exe = prepare.ready_for_weights(
+            config, True, 1, 1000, paddle_internals.current_place()
+        )
     rng = np.random.default_rng(0)
     feed = {
         feeds.IMAGE: rng.standard_normal([batch, *input_shape(config)]).astype("float32"),
@@ -194,7 +235,9 @@ def main():
     with ir.selected(config):
         slices = {"plain": _slice(config, False), "onednn": _slice(config, True)}
         speeds = interleave.alternate(slices, ROUNDS, SLICE_SECONDS)
-    print(json.dumps({f"{name}_ips": interleave.median_speed(s) for name, s in speeds.items()}))
+    figures = {f"{name}_ips": interleave.median_speed(s) for name, s in speeds.items()}
+    figures.update({f"{name}_slices": s for name, s in speeds.items()})
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

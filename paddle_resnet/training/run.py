@@ -21,6 +21,7 @@ from paddle_resnet.training import (
     cpu_kernels,
     distributed,
     ir,
+    onednn,
     prepare,
     run_folder,
     start_weights,
@@ -193,9 +194,9 @@ def introduce(session, start_lines, screening, kernels):
                 report.log(step, record, kind="PARAMETER", console=False)
         for line in balance.describe(config.loss, session.classes):
             report.print(line)
-    note = ir.legacy_note(config)
-    if note:
-        report.print(note)
+    for note in (ir.legacy_note(config), onednn.bf16_note(config)):
+        if note:
+            report.print(note)
     report.print(
         f"{config.model.arch}: {len(session.classes)} classes, "
         f"rank {session.rank}/{session.world_size}, {devices.describe(session.device_id)}, "
