@@ -119,14 +119,14 @@ def test_onednn_learns_like_the_plain_kernels(fmnist_root, tmp_path):
     LR 0.2). What must hold is the learning: both fall by more than 0.5, and the last
     epoch's losses agree within 0.15 (measured: 1.971 plain, 1.963 oneDNN)."""
     finals = []
-    for onednn in (False, True):
+    for on_onednn in (False, True):
         config = small_config(
             fmnist_root,
-            tmp_path / str(onednn),
+            tmp_path / str(on_onednn),
             **{
                 "run.epochs": 4,
                 "lr.base": 0.2,
-                "run.cpu_onednn": onednn,
+                "run.cpu_onednn": on_onednn,
                 "run.run_scope": "train_only",
             },
         )
@@ -134,7 +134,7 @@ def test_onednn_learns_like_the_plain_kernels(fmnist_root, tmp_path):
         epochs = [
             r["data"]["train.loss"] for r in read_report(config.report_file) if r["type"] == "EPOCH"
         ]
-        assert epochs[-1] < epochs[0] - 0.5, (onednn, epochs)
+        assert epochs[-1] < epochs[0] - 0.5, (on_onednn, epochs)
         finals.append(epochs[-1])
     assert abs(finals[1] - finals[0]) < 0.15, finals
 
