@@ -247,6 +247,34 @@ def test_every_import_runs_down_the_floors_of_the_house():
     assert not wrong, wrong
 
 
+def unnamed_modules(table, modules):
+    """The modules (and sub-folders) of the package that the floors table ``table`` (its
+    rows' text) does not name: a module ``x`` of folder ``f/`` is named as `x` in f's row, a
+    sub-folder ``f/s/`` as `s/`."""
+    rows = dict(re.findall(r"^\| \d+\. `(\w+)/` \|(.*)$", table, re.M))
+    missing = []
+    for module, path in modules.items():
+        parts = module.split(".")
+        if len(parts) < 3:  # the package, a folder's __init__
+            continue
+        folder, name = parts[1], parts[2]
+        sub_folder = len(parts) > 3 or path.endswith("__init__.py")
+        if (f"`{name}/`" if sub_folder else f"`{name}`") not in rows.get(folder, ""):
+            missing.append(f"{folder}/{name}")
+    return sorted(set(missing))
+
+
+def test_the_floors_table_names_every_module():
+    """docs/architecture.md's table of floors names each module (and sub-folder) in its
+    folder's row; the check fails when one is left out."""
+    with open(os.path.join(ROOT, "docs", "architecture.md")) as handle:
+        table = handle.read()
+    modules = package_modules()
+    assert unnamed_modules(table, modules) == []
+    left_out = table.replace("`rendezvous`", "the start's meetings")
+    assert unnamed_modules(left_out, modules) == ["training/rendezvous"]
+
+
 def class_names(path):
     with open(path) as handle:
         tree = ast.parse(handle.read())
