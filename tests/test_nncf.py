@@ -70,7 +70,7 @@ def test_without_nncf_one_line_names_its_set_up(tmp_path):
 def test_a_failure_inside_nncf_is_one_line(tmp_path):
     missing = str(tmp_path / "missing.onnx")
     with pytest.raises(
-        UserError, match=r"^NNCF \(.*\) failed for the performance int8 of .*missing.onnx: .+$"
+        UserError, match=r"^NNCF \(.*\) failed for the performance int8 of .*missing.onnx \(.+\)$"
     ):
         nncf_int8.quantize(
             nncf_int8.DEFAULT_SITE,

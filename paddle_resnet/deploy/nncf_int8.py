@@ -12,13 +12,11 @@ runs with that folder on its PYTHONPATH and hands back an OpenVINO IR file, as
 """
 
 import os
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 
-from paddle_resnet.core.errors import UserError
+from paddle_resnet.core import child_process
 from paddle_resnet.core.optional import not_installed
 
 # where scripts/setup_nncf.sh installs NNCF, beside the repository's venv
@@ -38,16 +36,11 @@ def _run_child(site, purpose, *args):
         raise not_installed("nncf", purpose)
     paths = [site] + [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
     # -P: the child's own folder (the toolkit's deploy/) stays off its path
-    done = subprocess.run(
-        [sys.executable, "-P", CHILD, *args],
+    return child_process.run(
+        ["-P", CHILD, *args],
+        f"NNCF ({site}) failed for {purpose}",
         env=dict(os.environ, PYTHONPATH=os.pathsep.join(paths)),
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
-        raise UserError(f"NNCF ({site}) failed for {purpose}: {lines[-1]}")
-    return done.stdout.strip()
+    ).strip()
 
 
 def version(site, purpose):

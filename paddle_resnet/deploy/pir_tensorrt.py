@@ -18,10 +18,9 @@ checked as data (tests/test_pir.py).
 import importlib
 import json
 import os
-import subprocess
 import sys
 
-from paddle_resnet.core import feeds, paddle_internals
+from paddle_resnet.core import child_process, feeds, paddle_internals
 from paddle_resnet.core.atomic import staged_directory
 from paddle_resnet.core.errors import ConfigError, UserError, exit_status
 from paddle_resnet.deploy import exported
@@ -75,11 +74,10 @@ def converted_model(model_dir, inference_config, input_shape, max_batch, quantiz
     except (OSError, ValueError):
         pass  # not converted yet, or unreadable: convert
     with staged_directory(folder) as staging:
-        command = [sys.executable, "-m", __name__, model_dir, json.dumps(settings), staging]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
-            raise UserError(f"{model_dir}: the TensorRT conversion failed ({lines[-1]})")
+        child_process.run(
+            ["-m", __name__, model_dir, json.dumps(settings), staging],
+            f"{model_dir}: the TensorRT conversion failed",
+        )
         with open(os.path.join(staging, exported.TENSORRT_SETTINGS_FILE), "w") as handle:
             json.dump(settings, handle)
     return folder

@@ -20,7 +20,6 @@ jobs do not measure (their ranks would have to agree): plain kernels unless
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -29,6 +28,7 @@ import paddle
 from paddle_resnet.core import (
     atomic,
     bootstrap,
+    child_process,
     devices,
     feeds,
     interleave,
@@ -37,6 +37,7 @@ from paddle_resnet.core import (
 )
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import UserError
 from paddle_resnet.models import model_entry
 from paddle_resnet.training import ir, prepare
 from paddle_resnet.training.onednn import onednn_wanted
@@ -185,16 +186,14 @@ def _speeds(entry):
 def measure(config):
     """{"plain_ips", "onednn_ips"} of ``config``'s train program, timed in a fresh
     process (``main``); None if that process failed (its error is not the run's)."""
-    result = subprocess.run(
-        [sys.executable, "-m", __name__],
-        input=json.dumps(config.flat()),
-        capture_output=True,
-        text=True,
-    )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if result.returncode != 0 or not lines:
+    try:
+        out = child_process.run(
+            ["-m", __name__], "the kernel measurement failed", stdin=json.dumps(config.flat())
+        )
+    except UserError:
         return None
-    return json.loads(lines[-1])
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
 
 
 def _slice(config, onednn):
