@@ -1,9 +1,11 @@
-"""paddle-resnet-check-data (``paddle_resnet/data/check.py``): each planted problem of an
+"""paddle-resnet-check-data (``paddle_resnet/data/check/``): each planted problem of an
 image tree or its record files is one line, a clean tree exits 0, a missing root one
-error line; a training run starts with the same check."""
+error line; the check and the loaders read one walk of a tree; a training run starts with
+the same check and hands the broken files it screened to its loaders on the splits."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +17,9 @@ from PIL import Image
 from conftest import ROOT, once, small_config
 from paddle_resnet.core.errors import DataError
 from paddle_resnet.data import records, screening
+from paddle_resnet.data.check.sources import TreeSplit
+from paddle_resnet.data.dali import DataSplit, make_loader
+from paddle_resnet.data.folder import scan_split
 from paddle_resnet.training import run as training_run
 
 # Pillow, DALI and files: no Paddle API; run once, on 2.6.2.
@@ -133,10 +138,31 @@ def test_a_root_that_is_not_there_is_one_line(tmp_path):
     ]
 
 
+def test_the_loaders_and_the_check_read_one_walk_of_the_tree(tmp_path):
+    """One walk (``folder.walk_split``) for both: the class folder the check reports empty
+    is the one the loaders refuse, the files it reports skipped are the walk's, and the
+    images the loaders train on are the ones it surveys, with the same labels."""
+    root = planted_tree(tmp_path / "data")
+    (root / "train" / "notes.txt").write_text("outside a class folder")
+    (root / "train" / "a" / "labels.csv").write_text("not named as an image")
+    checked = TreeSplit.scan(str(root), "train")
+    assert [os.path.relpath(p, root) for p in checked.empty] == ["train/empty"]
+    assert [os.path.relpath(p, root) for p in checked.ignored] == [
+        "train/notes.txt",
+        "train/a/labels.csv",
+    ]
+    with pytest.raises(DataError, match=r"/train/empty: class folder holds no images \("):
+        scan_split(str(root), "train")
+    shutil.rmtree(root / "train" / "empty")
+    loaded, checked = scan_split(str(root), "train"), TreeSplit.scan(str(root), "train")
+    assert loaded.classes == checked.classes == ("a", "b", "c") and len(loaded) == 20
+    assert (loaded.files, loaded.labels) == (tuple(checked.files), tuple(checked.labels))
+
+
 def checked_at_start(config):
     """What a training run's start does with its data: open it, then check it (one rank)."""
     splits = training_run.open_data(config, True, True)[:2]
-    return screening.screened(config, *splits, rank=0, share=lambda name, value: value)
+    return screening.screened(config, *splits, rank=0, share=lambda name, value: value)[0]
 
 
 def test_a_run_starts_with_the_check_and_refuses_broken_images(tmp_path):
@@ -158,3 +184,29 @@ def test_a_run_starts_with_the_check_and_refuses_broken_images(tmp_path):
     (root / "val" / "b" / "1.jpg").write_bytes(b"\xff\xd8 not a JPEG")
     with pytest.raises(DataError, match=r"^\S+/val/b/1.jpg: cannot be decoded as an image$"):
         checked_at_start(config)
+
+
+def test_the_loaders_take_the_screened_broken_files_from_their_split(tmp_path):
+    """The start's screening hands each split's broken files to its loaders
+    (``DataSplit.broken``): with --no-data-check they are refused by the loader, from the
+    hand-off (a file it names is refused, whatever it holds); a split nobody screened is
+    screened by its loader."""
+    root = planted_tree(tmp_path / "data", problems=False)
+    shutil.rmtree(root / "train" / "c")
+    broken = root / "val" / "b" / "1.jpg"
+    broken.write_bytes(b"\xff\xd8 not a JPEG")
+    values = {"model.num_classes": 2, "check.at_start": False, "data.batch_size": 2}
+    config = small_config(str(root), tmp_path / "out", **values)
+    splits = training_run.open_data(config, True, True)[:2]
+    found, train, val = screening.screened(config, *splits, rank=0, share=lambda name, v: v)
+    assert found.broken == {"train": [], "val": [4]}
+    assert (train.broken, val.broken) == ((), (str(broken),))
+
+    def refused(split, path):
+        with pytest.raises(DataError, match=f"^{re.escape(str(path))}: cannot be decoded as"):
+            make_loader(split, config.data, "NCHW", training=False)
+
+    refused(val, broken)
+    named = val.image_list.files[0]  # a good image
+    refused(val.with_broken([named]), named)
+    refused(DataSplit.of_images("val", val.image_list), broken)

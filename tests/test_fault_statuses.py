@@ -23,7 +23,7 @@ from paddle_resnet.core.errors import RestartableError, UserError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.data import check
 from paddle_resnet.data.dali import DataSplit, make_loader
-from paddle_resnet.data.folder import read_header, remember_broken, scan_split
+from paddle_resnet.data.folder import read_header, scan_split
 
 DEVICE_FAULT = "tests/ranks/device_fault.py"
 FAILING_READ = "/proc/self/mem"
@@ -63,9 +63,9 @@ def test_an_image_the_volume_fails_to_read_is_restartable(tmp_path):
     with pytest.raises(RestartableError, match="3.jpg: Input/output error"):
         list(make_loader(DataSplit.of_images("val", images), config, "NCHW", False))
     # as if screened clean before the volume failed: DALI's read fails, the line says why
-    remember_broken(images.files, ())
+    screened_clean = DataSplit.of_images("val", images).with_broken(())
     with pytest.raises(RestartableError) as fault:
-        list(make_loader(DataSplit.of_images("val", images), config, "NCHW", False))
+        list(make_loader(screened_clean, config, "NCHW", False))
     assert str(fault.value) == read_error_line(failing)
     # the user's own errors stay a broken image: a file gone
     (root / "val" / "b" / "gone.jpg").symlink_to(root / "nowhere")

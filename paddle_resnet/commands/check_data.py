@@ -5,8 +5,8 @@
     paddle-resnet-check-data --image-root /data/records --data-format tfrecord
 
 Per split the classes and images per class; then one line per finding with a count and
-up to three examples (``paddle_resnet/data/check.py`` lists them), notes on what the
-pipeline does with the images, and the pass's rate. Sizes are judged against the crop
+up to three examples (``paddle_resnet/data/check/findings.py`` lists them), notes on
+what the pipeline does with the images, and the pass's rate. Sizes are judged against the crop
 (--crop-size, or the recipe's with --config). Exit status 0: no findings; 1: findings;
 2: the data cannot be read (a missing root, an unreadable record file).
 """

@@ -16,7 +16,7 @@ training records written in a fixed shuffled order (see records.py).
 import itertools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 import numpy as np
@@ -97,6 +97,9 @@ class DataSplit:
     classes: Tuple[str, ...]
     num_images: int
     image_list: Optional[ImageList] = None  # folder format only
+    # the files of ``image_list`` no decoder can read, as a screening of the split found
+    # them (``with_broken``); None: not screened, its loaders screen it themselves
+    broken: Optional[Tuple[str, ...]] = None
 
     def __len__(self):
         return self.num_images
@@ -120,6 +123,11 @@ class DataSplit:
     @classmethod
     def of_images(cls, split, image_list):
         return cls(split, image_list.classes, len(image_list), image_list)
+
+    def with_broken(self, broken):
+        """This split carrying ``broken``, the files of its image list that a screening
+        found no decoder can read (``screening.screened``): its loaders screen nothing."""
+        return replace(self, broken=tuple(broken))
 
 
 def open_split(data_config, split):
@@ -233,7 +241,7 @@ class DaliLoader:
         while True:
             # A failure of DALI (a decode error, a read error) is described here, on either
             # device: raised as it came, DALI's RuntimeError read as a lost peer in a
-            # multi-rank run (distributed.peers_watched), status 75 instead of this line.
+            # multi-rank run (lifecycle.peers_watched), status 75 instead of this line.
             try:
                 batch = next(batches)
             except StopIteration:
@@ -260,9 +268,10 @@ class DaliLoader:
             yield batch[0]
 
 
-def _folder_source(image_list, batch, training, rank, world_size, seed, epoch, sampling):
+def _folder_source(image_list, broken, batch, training, rank, world_size, seed, epoch, sampling):
     """(read_encoded, describe_failure, number of images) for this rank's share of an image
-    tree; ``sampling``: --sampling (training)."""
+    tree; ``broken``: its files no decoder can read as screened (None: screened here);
+    ``sampling``: --sampling (training)."""
     balanced_by = image_list.labels if sampling == "class-balanced" else None
     indices = (
         train_indices(len(image_list), batch, rank, world_size, seed, epoch, balanced_by)
@@ -271,9 +280,11 @@ def _folder_source(image_list, batch, training, rank, world_size, seed, epoch, s
     )
     files = [image_list.files[i] for i in indices]
     _refuse_names_not_utf8(files)
-    # The whole split, once per process (its file tuple is the cache key); this rank's
-    # files of this epoch must be clean.
-    refuse_broken(sorted(set(structurally_broken(image_list.files)) & set(files)))
+    # The whole split's screening (a run's, once per job; else here); this rank's files of
+    # this epoch must be clean.
+    if broken is None:
+        broken = structurally_broken(image_list.files)
+    refuse_broken(sorted(set(broken) & set(files)))
     # Whole batches, filled by wrapping around to the first images (cut again by the
     # loader). DALI's own padding repeats the last image, and its CPU decoder
     # crashes when dozens of samples of a batch fail, were that image broken.
@@ -354,6 +365,7 @@ def make_loader(
     if data_split.image_list is not None:
         read_encoded, describe_failure, num_images = _folder_source(
             data_split.image_list,
+            data_split.broken,
             data_config.batch_size,
             training,
             rank,

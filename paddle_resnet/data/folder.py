@@ -88,25 +88,57 @@ def class_folders(split_dir):
     return sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
 
 
-def scan_split(image_root, split) -> ImageList:
-    """List <image_root>/<split>/<class>/* in a fixed (sorted) order, the images in a
-    class's sub-folders included (``images_under``)."""
+@dataclass(frozen=True)
+class SplitTree:
+    """One walk of <image_root>/<split> (``walk_split``): what the loaders train on and
+    what the data check reports, from the same listing, so the two cannot disagree."""
+
+    folder: str  # <image_root>/<split>
+    classes: Tuple[str, ...]  # every class folder, empty ones too; their order is the labels'
+    files: Tuple[str, ...]  # the images, class by class (a class's sub-folders included)
+    labels: Tuple[int, ...]
+    empty: Tuple[str, ...]  # class folders without images
+    ignored: Tuple[str, ...]  # files the loaders skip: outside a class folder, or not images
+
+    def image_list(self) -> ImageList:
+        """The images the loaders train on; a DataError for a split they refuse: one
+        without class folders, or with a class folder without images (the first named)."""
+        if not self.classes:
+            raise DataError(f"{self.folder}: no class folders")
+        if self.empty:
+            raise DataError(
+                f"{self.empty[0]}: class folder holds no images ({', '.join(IMAGE_EXTENSIONS)})"
+            )
+        return ImageList(self.files, self.labels, self.classes)
+
+
+def walk_split(image_root, split) -> SplitTree:
+    """The one walk of <image_root>/<split>/<class>/*, in a fixed (sorted) order: every
+    class folder with its images (``class_contents``: sub-folders included) and the files
+    the loaders skip; a DataError when the split's folder is missing."""
     split_dir = split_folder(image_root, split)
     classes = class_folders(split_dir)
-    if not classes:
-        raise DataError(f"{split_dir}: no class folders")
+    ignored = sum(folder_contents(split_dir), [])  # outside a class folder
     files: List[str] = []
     labels: List[int] = []
+    empty: List[str] = []
     for label, name in enumerate(classes):
         class_dir = os.path.join(split_dir, name)
-        images = images_under(class_dir)
+        images, others = class_contents(class_dir)
         if not images:
-            raise DataError(
-                f"{class_dir}: class folder holds no images ({', '.join(IMAGE_EXTENSIONS)})"
-            )
+            empty.append(class_dir)
         files.extend(images)
         labels.extend([label] * len(images))
-    return ImageList(tuple(files), tuple(labels), tuple(classes))
+        ignored.extend(others)
+    return SplitTree(
+        split_dir, tuple(classes), tuple(files), tuple(labels), tuple(empty), tuple(ignored)
+    )
+
+
+def scan_split(image_root, split) -> ImageList:
+    """The images of <image_root>/<split> the loaders train on (``walk_split``), or a
+    DataError for a split they refuse (``SplitTree.image_list``)."""
+    return walk_split(image_root, split).image_list()
 
 
 def check_same_classes(train: ImageList, val: ImageList):
@@ -154,7 +186,7 @@ JPEG_END = b"\xff\xd9"
 JPEG_TAIL = 64 * 1024
 TAIL_BYTES = 4096
 # The first bytes of a file, hashed with its size: files of equal keys are the only
-# candidates for being the same image (``data/check.py`` hashes those whole).
+# candidates for being the same image (``data/check/duplicates.py`` hashes those whole).
 HEAD_BYTES = 4096
 
 
@@ -264,30 +296,15 @@ def read_headers(files):
             yield from headers
 
 
-# file tuple -> its broken files: each list is screened once per process
-_BROKEN = {}
-_REMEMBERED_LISTS = 8
-
-
 def structurally_broken(files):
-    """The files of the tuple ``files`` that no decoder can read: not an image, or a
-    truncated JPEG. DALI 2.4's CPU decoder can crash the process (SIGSEGV in a worker
-    thread) when a sample of a batch fails, more often the larger the batch, and prints
-    its own error line before ours: the loaders screen their images first. About 0.1 ms
-    a file (35,000 in 3.4 s on 2 cores); remembered per file list, so every epoch after
-    the first screens nothing (nor the first, after the data check at a run's start)."""
-    if files not in _BROKEN:
-        headers = read_headers(files)
-        remember_broken(files, tuple(p for p, h in zip(files, headers) if h.problem))
-    return _BROKEN[files]
-
-
-def remember_broken(files, broken):
-    """Record that ``broken`` are the broken files of the tuple ``files`` (screened by
-    whoever read their headers)."""
-    _BROKEN[files] = tuple(broken)
-    while len(_BROKEN) > _REMEMBERED_LISTS:
-        del _BROKEN[next(iter(_BROKEN))]
+    """The files of ``files`` that no decoder can read: not an image, or a truncated JPEG.
+    DALI 2.4's CPU decoder can crash the process (SIGSEGV in a worker thread) when a
+    sample of a batch fails, more often the larger the batch, and prints its own error
+    line before ours: the loaders screen their images first. About 0.1 ms a file (35,000
+    in 3.4 s on 2 cores). A training run screens its splits once per job
+    (``screening.py``) and hands the result to its loaders on the splits
+    (``DataSplit.broken``); a loader screens a split only when nobody did."""
+    return tuple(path for path, header in zip(files, read_headers(files)) if header.problem)
 
 
 def refuse_broken(broken):

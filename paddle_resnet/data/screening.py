@@ -1,6 +1,7 @@
 """One screening of a training run's image tree per job start: which files no decoder can
-read (DALI's CPU decoder can crash the process on them, ``folder.structurally_broken``)
-and, with the data check (``check.at_start`` config key), what the check finds.
+read (DALI's CPU decoder can crash the process on them, ``folder.structurally_broken``),
+handed to the loaders on the run's splits (``DataSplit.broken``), and, with the data check
+(``check.at_start`` config key), what the check finds.
 
 Rank 0 reads every image's header once, or takes the result it cached beside the run
 (``<output-dir>/data_check.json``) when the tree is unchanged: the same class folders
@@ -21,14 +22,9 @@ from typing import Dict, List, Optional
 
 from paddle_resnet.core import provenance
 from paddle_resnet.core.atomic import atomic_files
-from paddle_resnet.data.check import TreeSplit, fast_pass
-from paddle_resnet.data.folder import (
-    CHUNK,
-    file_reading_pool,
-    read_headers,
-    refuse_broken,
-    remember_broken,
-)
+from paddle_resnet.data.check import fast_pass
+from paddle_resnet.data.check.sources import TreeSplit
+from paddle_resnet.data.folder import CHUNK, file_reading_pool, read_headers, refuse_broken
 
 CACHE_FILE = "data_check.json"
 
@@ -121,21 +117,22 @@ def _read_cache(path, key):
 
 
 def screened(config, train_split, val_split, rank, share):
-    """The run's ``Screening`` of its image tree (None for record files), the same on every
-    rank: rank 0 screens, ``share(name, value)`` gives its result to all. The broken files
-    are remembered for the loaders; with the data check they are refused here, as the
-    loaders would refuse them."""
+    """(the run's ``Screening`` of its image tree, None for record files; the train and val
+    splits carrying their broken files for the loaders, ``DataSplit.with_broken``), the
+    same on every rank: rank 0 screens, ``share(name, value)`` gives its result to all.
+    With the data check the broken files are refused here, as the loaders would refuse
+    them."""
     splits = [s for s in (train_split, val_split) if s is not None and s.image_list is not None]
     if not splits:
-        return None
+        return None, train_split, val_split
     shared = share("screening", dataclasses.asdict(screen(config, splits)) if rank == 0 else None)
     screening = Screening(**shared)
-    broken = []
-    for split in splits:
-        files = split.image_list.files
-        named = [files[position] for position in screening.broken[split.split]]
-        remember_broken(files, named)
-        broken.extend(named)
+    handed = {
+        split.split: split.with_broken(
+            split.image_list.files[position] for position in screening.broken[split.split]
+        )
+        for split in splits
+    }
     if config.check.at_start:
-        refuse_broken(broken)
-    return screening
+        refuse_broken([path for split in handed.values() for path in split.broken])
+    return screening, handed.get("train", train_split), handed.get("val", val_split)

@@ -65,7 +65,10 @@ def run(config, report_stream=None, after_training=None):
             guard.phase("start weights")
             start = start_weights.choose(config, classes, training, rank, meeting.share)
             guard.phase("data check")  # after the quick refusals: ImageNet has 1.3 M headers
-            screening = screened(start.config, train_split, val_split, rank, meeting.share)
+            # the splits carry the screened broken files to their loaders
+            screening, train_split, val_split = screened(
+                start.config, train_split, val_split, rank, meeting.share
+            )
             guard.phase("CPU kernels")
             # --from-checkpoint auto resolved, and the CPU kernels where unset (measured)
             config, kernels = (
