@@ -33,6 +33,7 @@ import time
 
 import paddle
 
+from paddle_resnet.core import provenance
 from paddle_resnet.core.errors import UserError, exit_status
 from paddle_resnet.core.report import read_report, validations
 from paddle_resnet.data.fashion_mnist import write_tree
@@ -217,7 +218,8 @@ def main():
         with open(args.output) as handle:
             document = json.load(handle)
     document.update(
-        command=shlex.join(["python", *sys.argv]),
+        command=shlex.join(["python", os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
+        code=provenance.code(),
         paddle=paddle.__version__,
         recipe="resnet18_demo",
         methods={
