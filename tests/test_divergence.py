@@ -22,7 +22,7 @@ from paddle_resnet.core import bootstrap, errors
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.report import Report, read_report
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import divergence, epochs, ir, prepare, programs, stopping
+from paddle_resnet.training import divergence, epochs, ir, lifecycle, prepare, programs, run_folder
 from paddle_resnet.training.loop import train_step
 from paddle_resnet.training.session import Session
 
@@ -118,6 +118,7 @@ def session(fmnist_root, tmp_path):
                 all_reduce=None,
                 classes=tuple(str(i) for i in range(10)),
                 steps_per_epoch=10,
+                checkpoints=run_folder.Checkpoints(os.path.join(config.run.output_dir, "resnet18")),
             )
 
 
@@ -135,9 +136,9 @@ def test_a_stop_by_signal_never_saves_weights_that_are_not_finite(session):
     train_program = session.programs.train
     weight = ir.parameters(train_program)[0].name
     watch = divergence.Watch(session.config, train_program)
-    stop = stopping.StopRequests()
+    stop = lifecycle.StopRequests()
     stop.signal_number = signal.SIGTERM
-    with pytest.raises(stopping.Stopped):  # finite: saved, then the stop
+    with pytest.raises(lifecycle.Stopped):  # finite: saved, then the stop
         epochs._save_stopped(session, 1, 3, stop, (0, 0), watch)
     saved = os.path.join(session.config.run.output_dir, "resnet18", "1-step3")
     assert os.path.isdir(saved) and watch.last_finite == saved

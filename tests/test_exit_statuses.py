@@ -66,7 +66,7 @@ STOPPED_OUTSIDE_THE_STEPS = (
     "from paddle_resnet.core.errors import exit_status\n"
     "from paddle_resnet.training import distributed\n"
     "def start_up():\n"
-    "    with distributed.stops_reported():\n"
+    "    with lifecycle.stops_reported():\n"
     "        os.kill(os.getpid(), signal.SIGTERM)\n"
     "        time.sleep(30)\n"
     "raise SystemExit(exit_status(start_up))\n"

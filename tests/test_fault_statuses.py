@@ -150,7 +150,7 @@ def test_out_of_memory_in_a_validation_is_75_and_the_resume_validates_first(fmni
     resumed = run_command([sys.executable, "train.py", *args])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (
-        f"validating epoch 1 first: {report} holds no validation of it (the start that "
+        f"validating epoch 1 now: {report} holds no validation of it (the start that "
         "saved its checkpoint ended before or during it, e.g. out of memory)"
     ) in resumed.stdout
     assert [r["step"] for r in read_report(report) if r["type"] == "VAL"] == [[1]]

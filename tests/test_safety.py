@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import termios
+import time
 
 import numpy as np
 import paddle
@@ -24,7 +25,7 @@ from paddle_resnet.core import devices, paddle_internals, provenance
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import CheckpointError, ConfigError, DataError
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import epochs, ir
+from paddle_resnet.training import epochs, ir, run_folder
 from paddle_resnet.training import run as training_run
 
 
@@ -196,9 +197,9 @@ def test_auto_skips_a_damaged_newest_checkpoint_with_a_warning(trained, tmp_path
     with open(folder / "3" / "model.pdparams", "r+b") as handle:
         handle.truncate(100)
     lines = []
-    assert ckpt.newest_verified(str(folder), lines.append) == str(folder / "2")
+    assert run_folder.Checkpoints(str(folder)).newest_verified(lines.append) == str(folder / "2")
     assert len(lines) == 1 and lines[0].startswith(f"warning: {folder}/3/model.pdparams: trunc")
-    assert ckpt.newest_verified(str(tmp_path / "empty"), lines.append) is None
+    assert run_folder.Checkpoints(str(tmp_path / "empty")).newest_verified(lines.append) is None
 
 
 def copy_of_trained(trained, tmp_path, damaged=(), **values):
@@ -240,7 +241,7 @@ def test_a_rewind_moves_the_newer_checkpoints_aside_and_auto_follows_the_new_bra
     assert len(rewound) == 1 and re.fullmatch(
         rf"rewound to {folder}/1: the newer checkpoints 2, 3 moved aside as 2{REWOUND}, "
         rf"3{REWOUND} \(--from-checkpoint auto and --keep-checkpoints leave them alone; "
-        r"remove them once unneeded\)",
+        r"removed after 30 days\)",
         rewound[0],
     ), rewound
     now = provenance.code()
@@ -252,7 +253,7 @@ def test_a_rewind_moves_the_newer_checkpoints_aside_and_auto_follows_the_new_bra
     ) in console.getvalue()
     names = sorted(os.listdir(folder))
     assert names[:2] == ["1", "2"] and len(names) == 4, names  # 1: resumed from, kept
-    assert ckpt.newest_verified(str(folder), print) == str(folder / "2")
+    assert run_folder.Checkpoints(str(folder)).newest_verified(print) == str(folder / "2")
     assert ckpt.read_checkpoint(str(folder / "2"))[0]["code"] == dict(now, ir=ir.chosen(config)[0])
 
 
@@ -279,8 +280,24 @@ def test_damaged_newer_checkpoints_never_cost_a_good_one(trained, tmp_path):
     shutil.copytree(folder / "2", folder / "3")
     with open(folder / "2" / "model.pdparams", "r+b") as handle:
         handle.truncate(100)
-    assert ckpt.remove_superseded(str(folder / "3"), 2, (0, 0)) == []  # 1 is the second
-    assert ckpt.remove_superseded(str(folder / "3"), 1, (0, 0)) == ["2", "1"]  # 3 alone
+    assert (
+        run_folder.Checkpoints(str(folder)).remove_superseded(str(folder / "3"), 2, (0, 0)) == []
+    )  # 1 is the second
+    assert run_folder.Checkpoints(str(folder)).remove_superseded(str(folder / "3"), 1, (0, 0)) == [
+        "2",
+        "1",
+    ]  # 3 alone
+
+
+def test_copies_a_rewind_set_aside_go_after_their_days(tmp_path):
+    """A rewind's set-aside copies are kept run_folder.SET_ASIDE_DAYS days, then pruned at
+    the next rewind or retention (by the time in their name)."""
+    folder = tmp_path / "resnet18"
+    recent = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for name in ("4", "5.rewound-20200101T000000Z", f"6.rewound-{recent}", "7.rewound-x"):
+        (folder / name).mkdir(parents=True)
+    assert run_folder.Checkpoints(str(folder)).prune_set_aside() == ["5.rewound-20200101T000000Z"]
+    assert sorted(os.listdir(folder)) == ["4", f"6.rewound-{recent}", "7.rewound-x"]
 
 
 def test_auto_says_so_when_every_checkpoint_is_damaged(trained, tmp_path):
@@ -417,10 +434,12 @@ def test_the_console_shows_no_paddle_chatter_unless_verbose(fmnist_root, tmp_pat
     assert not [word for word in CHATTER if word in console], console
     assert quiet_run.stderr == ""
     device = devices.describe(0 if devices.gpu_available() else None)
-    # the model line, first: the demo's size is on PIR on Paddle 3 (CPU), the legacy IR on 2.6
+    # the allocator's line, then the model line: the demo's size is on PIR on Paddle 3
+    # (CPU), the legacy IR on 2.6
     ir_label = "PIR" if paddle_internals.PADDLE3 and not devices.gpu_available() else "legacy IR"
     model_line = f"resnet18: 10 classes, rank 0/1, {device}, {ir_label}"
-    assert quiet_run.stdout.splitlines()[0] == model_line, quiet_run.stdout
+    first, second = quiet_run.stdout.splitlines()[:2]
+    assert first.startswith("allocator: ") and second == model_line, quiet_run.stdout
     assert "summary" in quiet_run.stdout and "checkpoints" in quiet_run.stdout
     loud = subprocess.run(
         command + ["--output-dir", str(tmp_path / "loud"), "--verbose"],

@@ -31,7 +31,7 @@ from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import eval_predictor, stopping
+from paddle_resnet.training import eval_predictor, lifecycle
 
 # Signals and locks do not depend on the Paddle version: run once, on 2.6.2.
 pytestmark = once
@@ -177,12 +177,12 @@ def test_the_first_signal_asks_to_stop_sigterms_never_end_it_a_second_ctrl_c_doe
     the default action and without a traceback. A real process signals itself."""
     code = (
         "import os, signal, time\n"
-        "from paddle_resnet.training import stopping\n"
-        "with stopping.StopRequests() as stop:\n"
+        "from paddle_resnet.training import lifecycle\n"
+        "with lifecycle.StopRequests() as stop:\n"
         "    os.kill(os.getpid(), signal.SIGINT); time.sleep(0.2)\n"
         "    os.kill(os.getpid(), signal.SIGTERM); time.sleep(0.2)\n"
         "    print(stop.received, stop.should_stop(), stop.signal_number, flush=True)\n"
-        "    time.sleep(stopping.REPEATS_SECONDS)\n"
+        "    time.sleep(lifecycle.REPEATS_SECONDS)\n"
         "    os.kill(os.getpid(), signal.SIGTERM); time.sleep(0.2)\n"
         "    print('still running', flush=True)\n"
         "    os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
@@ -201,17 +201,17 @@ def test_the_first_signal_asks_to_stop_sigterms_never_end_it_a_second_ctrl_c_doe
 
 def test_the_resume_command_of_a_launched_rank_starts_the_launcher():
     argv = ["train.py", "--epochs", "2", "--from-checkpoint", "old"]
-    assert stopping.resume_command("out/resnet18/1-step3", argv, {}) == (
+    assert lifecycle.resume_command("out/resnet18/1-step3", argv, {}) == (
         "python train.py --epochs 2 --from-checkpoint out/resnet18/1-step3"
     )
     auto = ["train.py", "--epochs", "2", "--from-checkpoint", "auto"]
     assert (
-        stopping.resume_command("d", auto, {})
+        lifecycle.resume_command("d", auto, {})
         == "python train.py --epochs 2 --from-checkpoint auto"
     )
     launched = {"PADDLE_TRAINERS_NUM": "8", "PADDLE_LOCAL_SIZE": "4", "PADDLE_NNODES": "2"}
     launched["PADDLE_MASTER"] = "10.0.0.1:8090"
-    assert stopping.resume_command("d", argv, launched) == (
+    assert lifecycle.resume_command("d", argv, launched) == (
         "python -m paddle.distributed.launch --nnodes 2 --master 10.0.0.1:8090 "
         "--nproc_per_node 4 train.py --epochs 2 --from-checkpoint d"
     )

@@ -12,7 +12,7 @@ import sys
 
 from paddle_resnet.core.cli import parse
 from paddle_resnet.core.errors import CheckpointError, exit_status
-from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import run_folder
 
 
 def main(argv=None):
@@ -20,7 +20,7 @@ def main(argv=None):
         config = parse("train", sys.argv[1:] if argv is None else argv)
         folder = os.path.join(config.run.output_dir, config.model.arch)
         try:
-            newest = ckpt.newest_verified(folder, lambda line: None)
+            newest = run_folder.Checkpoints(folder).newest_verified(lambda line: None)
         except CheckpointError:  # every checkpoint damaged: none verifies
             newest = None
         print(f"{folder}\t{os.path.basename(newest) if newest else '-'}")

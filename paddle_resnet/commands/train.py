@@ -14,7 +14,7 @@ from paddle_resnet.core.cli import main_with
 from paddle_resnet.deploy import export
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import run as training_run
-from paddle_resnet.training.stopping import Stopped
+from paddle_resnet.training.lifecycle import Stopped
 
 
 def export_final_model(config, report):

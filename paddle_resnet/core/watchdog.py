@@ -2,7 +2,7 @@
 ``--collective-timeout`` seconds ends the job with one line.
 
 A rank that dies is noticed at once (its peers' next collective fails, or the launcher
-stops them: ``distributed.peers_watched``). A rank that is alive but stuck (stopped with
+stops them: ``lifecycle.peers_watched``). A rank that is alive but stuck (stopped with
 SIGSTOP, hung in a driver, swapping) is not: its peers wait in their next collective,
 and gloo's own timeout is hard-coded to about 115 days (NCCL has none by default in
 static mode). Each training step and evaluation batch calls ``beat``; a thread checks

@@ -104,9 +104,9 @@ class Batcher:
         while True:
             await self._gather()
             taken = self._take()
-            images = np.concatenate([images for images, _, _ in taken])
-            self.batches[len(images)] += 1
             try:
+                images = np.concatenate([images for images, _, _ in taken])
+                self.batches[len(images)] += 1
                 probabilities = await loop.run_in_executor(self.engine, self.run, images)
             except Exception as err:  # the requests of this batch fail; the server goes on
                 for _, future, _ in taken:

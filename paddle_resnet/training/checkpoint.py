@@ -14,13 +14,12 @@ import hashlib
 import json
 import os
 import re
-import time
 
 import numpy as np
 import paddle
 
 from paddle_resnet.core import safe_pickle
-from paddle_resnet.core.atomic import recover_staged, remove_directory, staged_directory
+from paddle_resnet.core.atomic import recover_staged, staged_directory
 from paddle_resnet.core.errors import (
     CheckpointError,
     RestartableError,
@@ -102,112 +101,6 @@ def saved_checkpoints(folder):
         if progress and os.path.exists(os.path.join(folder, name, META)):
             found.append((progress, os.path.join(folder, name)))
     return sorted(found)
-
-
-def newest_verified(folder, warn):
-    """The newest checkpoint in ``folder`` whose files verify, or None; each newer one
-    that does not (damaged outside the toolkit's atomic writes) is passed to ``warn``
-    as one line and skipped, so a restarted job continues from the one before. When every
-    checkpoint is damaged, a CheckpointError says so and what to do (a fresh start would
-    be refused: the folder holds the run's checkpoints)."""
-    saved = saved_checkpoints(folder)
-    damage = []
-    for _, path in reversed(saved):
-        try:
-            _verified(path)
-            return path
-        except CheckpointError as err:
-            warn(f"warning: {err}; skipped by --from-checkpoint auto")
-            damage.append(str(err))
-    if damage:
-        raise CheckpointError(
-            f"--from-checkpoint auto: every checkpoint in {folder} is damaged "
-            f"({describe_saved(saved)}; the newest: {damage[0]}): restore one from a copy, "
-            f"or move the folder aside (mv {folder} {folder}.damaged) to start afresh"
-        )
-    return None
-
-
-# The checkpoint folders this process verified, each with the inode, size and mtime of its
-# files: retention reads a checkpoint's files once per run, not at every save, and again
-# once any file changed.
-_VERIFIED = set()
-
-
-def _verified(path):
-    """``verify_checkpoint(path)``, at most once per process for unchanged files."""
-    path = os.path.abspath(path)
-    files = []
-    for name in sorted(os.listdir(path)):
-        stat = os.stat(os.path.join(path, name))
-        files.append((name, stat.st_ino, stat.st_size, stat.st_mtime_ns))
-    key = (path, tuple(files))
-    if key not in _VERIFIED:
-        verify_checkpoint(path)
-        _VERIFIED.add(key)
-
-
-def _intact(path):
-    try:
-        _verified(path)
-    except CheckpointError:
-        return False
-    return True
-
-
-def remove_superseded(written, keep_epochs, resumed_from, drop_mid_epoch=False):
-    """Retention (--keep-checkpoints N) by verified progress, after ``written`` was saved:
-    counting from it, keep the newest N epoch checkpoints whose files verify and remove
-    the older ones and every mid-epoch checkpoint older than ``written``; with N = 0 (keep
-    all) and ``drop_mid_epoch`` (timed saves: one every few minutes), the older mid-epoch
-    checkpoints alone. Never removed:
-    ``written`` itself (read back first: a save that does not verify removes nothing),
-    the checkpoint at progress ``resumed_from`` (where this run started; a restart
-    before ``written`` is complete still has it), and anything newer than ``written``. A
-    damaged checkpoint is never counted among the N, so it never costs a good one.
-    Returns the names removed; each removal is crash-safe (``atomic.remove_directory``)."""
-    if not keep_epochs and not drop_mid_epoch:
-        return []
-    keep_epochs = keep_epochs or float("inf")
-    try:
-        _verified(written)
-    except CheckpointError as err:
-        raise RestartableError(
-            f"{err}: the checkpoint just saved does not read back as written (an I/O fault "
-            "of the file system?); no checkpoint was removed"
-        ) from None
-    progress = progress_of(os.path.basename(written))
-    kept = 0 if progress[1] else 1
-    removed = []
-    for (epochs, steps), path in reversed(saved_checkpoints(os.path.dirname(written))):
-        if (epochs, steps) >= progress or (epochs, steps) == tuple(resumed_from):
-            continue
-        if not steps and kept < keep_epochs:
-            kept += _intact(path)
-            continue
-        remove_directory(path)
-        removed.append(os.path.basename(path))
-    return removed
-
-
-def set_aside_newer(folder, progress):
-    """A rewind: move the checkpoints in ``folder`` newer than ``progress`` (those of
-    the branch a run abandons by resuming an older checkpoint) aside as
-    ``<name>.rewound-<UTC time>``, a name neither --from-checkpoint auto nor retention
-    takes; returns (old name, new name) pairs."""
-    if not os.path.isdir(folder):
-        return []
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    moved = []
-    named = sorted((progress_of(name), name) for name in os.listdir(folder) if progress_of(name))
-    for _, name in [found for found in named if found[0] > tuple(progress)]:
-        aside, count = f"{name}.rewound-{stamp}", 1
-        while os.path.exists(os.path.join(folder, aside)):
-            count += 1
-            aside = f"{name}.rewound-{stamp}-{count}"
-        os.rename(os.path.join(folder, name), os.path.join(folder, aside))
-        moved.append((name, aside))
-    return moved
 
 
 def describe_saved(saved):

@@ -14,23 +14,17 @@ rejects legacy static variables) is not switched on.
 
 import contextlib
 import os
-import signal
-import stat
-import sys
 
 import numpy as np
 import paddle
 from paddle.distributed import fleet
 
-from paddle_resnet.core import bootstrap, paddle_internals, watchdog
+from paddle_resnet.core import bootstrap, paddle_internals
 from paddle_resnet.core.bootstrap import paddle_chatter
 from paddle_resnet.core.devices import gpu_available
 from paddle_resnet.core.errors import (
-    RestartableError,
     UserError,
-    stopped_status,
 )
-from paddle_resnet.core.rank_guard import RankGuard
 from paddle_resnet.training import ir
 
 STREAM_SYNC_OPS = ("c_sync_comm_stream", "c_sync_calc_stream")
@@ -107,196 +101,6 @@ def collective_rewrite(main, startup):
         yield
     for program in (main, startup):
         paddle_internals.remove_ops(program, STREAM_SYNC_OPS)
-
-
-class StoppedBySignal(Exception):
-    """SIGTERM or SIGINT arrived outside the training steps (which stop at a step:
-    ``stopping.py``); ``number`` is the signal."""
-
-    def __init__(self, number):
-        super().__init__(number)
-        self.number = number
-
-
-def _stopped(signum, frame):
-    raise StoppedBySignal(signum)
-
-
-def _ranks_launched(environ):
-    return len([e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]) > 1
-
-
-class Stops:
-    """What ``stops_reported`` knows of the run: its start's ``rendezvous`` once the ranks
-    have met (where another rank's end of the start is read)."""
-
-    rendezvous = None
-
-
-@contextlib.contextmanager
-def stops_reported(environ=os.environ):
-    """For a whole run: SIGTERM or SIGINT outside the training steps (start-up, the
-    summary; the steps themselves stop at one, saved) end the run with one line, where
-    Python printed a KeyboardInterrupt traceback and Paddle's handler a C++ "Termination
-    signal" dump. A rank of a multi-rank job gets SIGTERM from its launcher when another
-    rank ended (e.g. failed, or refused the same bad input first): a crash the other's
-    log explains (``RestartableError``; the launcher's status is the first rank's that
-    ended non-zero). A single process was stopped, resumable: status 128 + the signal.
-    ``peers_watched`` says more once training runs. A rank stopped during the start because
-    another rank ended it (a refusal: the launcher stops the others) ends with that rank's
-    status and says why (``rendezvous.Rendezvous.ended_by_peer``)."""
-    launched = _ranks_launched(environ)
-    rank = environ.get("PADDLE_TRAINER_ID", "?")
-    numbers = (signal.SIGTERM, signal.SIGINT)
-    previous = {number: signal.signal(number, _stopped) for number in numbers}
-    ended = True  # by an exception: an error, or a stop (SystemExit)
-    stops = Stops()
-    try:
-        yield stops
-        ended = False
-    except StoppedBySignal as stop:
-        name = signal.Signals(stop.number).name
-        peer = stops.rendezvous.ended_by_peer() if stops.rendezvous else None
-        if peer:
-            raise peer from None
-        if launched:
-            raise RestartableError(
-                f"rank {rank}: stopped by the launcher ({name}) outside the training steps: "
-                "another rank ended first (its log in the launcher's --log_dir says why), "
-                "or the launcher was stopped"
-            ) from None
-        print(
-            f"stopped by {name} outside the training steps: nothing new to save; "
-            "the same command continues",
-            file=sys.stderr,
-            flush=True,
-        )
-        raise SystemExit(stopped_status(stop.number)) from None
-    finally:
-        # A launched rank that ends by an error or a stop keeps its status: the launcher's
-        # SIGTERM, sent once another rank ended, must not kill it during Paddle's teardown
-        # (the launcher then reported 241, a death by signal, instead of its 75 or 143).
-        if ended and bootstrap.launched(environ):
-            previous[signal.SIGTERM] = signal.SIG_IGN
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
-class _Unguarded:
-    """A process not started by the launcher: no watcher (Ctrl-C and the user decide)."""
-
-    def phase(self, name):
-        pass
-
-    def started(self):
-        pass
-
-
-@contextlib.contextmanager
-def guarded(start_timeout, environ=os.environ):
-    """For a process started by ``paddle.distributed.launch``, a watcher process
-    (``core/rank_guard.py``) that ends it when the launcher dies (the OOM killer's
-    SIGKILL: not to live on as an orphan holding the output folder's lock) or when its
-    start takes more than ``start_timeout`` seconds; yields the ``RankGuard`` to tell it
-    the start's phases. A process, not a thread: the rank's main thread can block in
-    Paddle's C++ holding the GIL. (PR_SET_PDEATHSIG would fire on the death of the
-    launcher's thread that started the rank, not of the launcher.)"""
-    if not bootstrap.launched(environ):
-        yield _Unguarded()
-        return
-    guard = RankGuard(
-        environ.get("PADDLE_TRAINER_ID", "?"), bootstrap.PARENT_AT_START, start_timeout
-    )
-    try:
-        yield guard
-    finally:
-        guard.close()
-
-
-def tell_launcher_console(line, environ=os.environ):
-    """Also write ``line`` on the console of ``paddle.distributed.launch``, where it would
-    not appear: the launcher echoes its first rank's log (--log_dir) while it watches
-    the job, but once it is stopping itself (a SIGTERM from Slurm or Kubernetes, Ctrl-C)
-    it closes that log first, and the console showed only "Terminating with signal 15".
-    Whether it still echoes is read from its open files (two handles on this rank's log
-    while it does: the rank's output and the reader; none once it stops the ranks).
-    Written where the launcher's output goes if that is a terminal, a pipe or a file
-    opened for appending (Slurm's --open-mode=append); a file the launcher writes at its
-    own offset (``> file``) would have its next line written over this one."""
-    if not bootstrap.launched(environ):
-        return
-    launcher = f"/proc/{os.getppid()}"
-    console = os.path.join(launcher, "fd", "1")
-    try:
-        ours = os.fstat(sys.stdout.fileno())
-        handles = sum(
-            _same_file(os.stat(os.path.join(launcher, "fd", fd)), ours)
-            for fd in os.listdir(os.path.join(launcher, "fd"))
-        )
-        target = os.stat(console)
-        if handles >= 2 or _same_file(target, ours):
-            return
-        with open(os.path.join(launcher, "fdinfo", "1")) as info:
-            fields = dict(entry.split(":", 1) for entry in info if ":" in entry)
-        flags = int(fields["flags"], 8)
-        if stat.S_ISREG(target.st_mode) and not flags & os.O_APPEND:
-            return
-        with open(console, "a") as out:
-            out.write(line + "\n")
-    except (OSError, ValueError, KeyError):  # another platform, or the launcher is gone
-        return
-
-
-def _same_file(a, b):
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
-@contextlib.contextmanager
-def peers_watched(rank, world_size, checkpoints, timeout):
-    """Turn another rank's death, or its being stuck for ``timeout`` seconds, into one
-    line naming it, however it reaches this rank.
-
-    When a rank dies (killed, out of memory, a data error), the survivors' next
-    all-reduce fails at once (gloo: the connection closes), and Paddle's own error says
-    only "std::exception". Or the launcher, seeing the dead rank first, sends SIGTERM,
-    which would otherwise end this rank without a word. A rank that is stuck but alive
-    (stopped, hung) makes the others wait inside a collective: ``watchdog`` ends them.
-    """
-    if world_size == 1:
-        yield
-        return
-    others = [r for r in range(world_size) if r != rank]
-    who = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {others}"
-    resume = (
-        f"The checkpoints in {checkpoints} are intact: resume with --from-checkpoint {checkpoints}"
-    )
-
-    def stuck(idle):
-        return (
-            f"rank {rank}: no progress for {idle:.0f} s (--collective-timeout {timeout}): "
-            f"{who} is stuck (stopped, or hung) and this rank waits for it in a "
-            f"collective operation. {resume}"
-        )
-
-    previous = signal.signal(signal.SIGTERM, _stopped)
-    try:
-        with watchdog.watching(timeout, stuck):
-            yield
-    except StoppedBySignal:
-        raise RestartableError(
-            f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
-            f"launcher's --log_dir), and the launcher ended this rank (SIGTERM). "
-            f"{resume}"
-        ) from None
-    except RuntimeError as err:
-        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise RestartableError(
-            f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
-            f"launcher's --log_dir); a collective operation failed ({reason}). "
-            f"{resume}"
-        ) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def parameter_checksum(program):

@@ -3,7 +3,7 @@ what to change, in one line (``errors.Diverged``: status 2, which no scheduler r
 a restart from the last checkpoint would diverge again).
 
 Where it is seen: the loss each step fetches anyway (every rank's, agreed through the
-per-step all-reduce of ``stopping.StopRequests``, so every rank stops at the same step),
+per-step all-reduce of ``lifecycle.StopRequests``, so every rank stops at the same step),
 and the weights before every save and at every epoch's end (every rank checks its own:
 the ranks hold the same weights, so they agree without a word). A step that AMP's dynamic
 loss scaling skips on purpose (its gradients overflowed; the update is skipped and the

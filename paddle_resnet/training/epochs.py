@@ -1,6 +1,6 @@
 """The epochs of a training run: train, check that the ranks agree, verify sparsity,
-save, validate; and the stop that Ctrl-C or SIGTERM asks for (``stopping.py``): the
-checkpoint at the step in flight, each rank's line, and ``stopping.Stopped`` raised for
+save, validate; and the stop that Ctrl-C or SIGTERM asks for (``lifecycle.py``): the
+checkpoint at the step in flight, each rank's line, and ``lifecycle.Stopped`` raised for
 the tool to exit with its status."""
 
 import contextlib
@@ -11,10 +11,11 @@ import numpy as np
 
 from paddle_resnet.core import provenance
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import distributed, divergence, ir, stopping
+from paddle_resnet.training import distributed, divergence, ir, lifecycle
 from paddle_resnet.training.loop import evaluate, settle_evaluation, train_one_epoch
 from paddle_resnet.training.profiling import step_profiler
 from paddle_resnet.training.sparsity import masks as sparse_masks
+from paddle_resnet.training.weights import into_program
 
 
 def train_epochs(session, train_split, val_split, start):
@@ -29,17 +30,9 @@ def train_epochs(session, train_split, val_split, start):
     start_epoch, skip = start
     if val_split is not None:
         settle_evaluation(session)
-        if _validation_lost(session, start):
-            report.print(
-                f"validating epoch {start_epoch} first: {config.report_file} holds no "
-                "validation of it (the start that saved its checkpoint ended before or "
-                "during it, e.g. out of memory)"
-            )
-            metrics = evaluate(session, val_split, start_epoch)
-            history.update({"val.best_top1": metrics["val.top1"], "val.best_epoch": start_epoch})
-            report.log([start_epoch], metrics, kind="EPOCH", console=False)
+    validated = False  # this start's first validation: a lost one of ``start`` comes first
     # closed however the epochs end: a window that outlasted the training, or a stop
-    stop_requests = stopping.StopRequests(
+    stop_requests = lifecycle.StopRequests(
         session.all_reduce, run_cfg.save_every_minutes * 60, session.rank
     )
     # the checkpoint this run resumed from was refused at load had it held nan or inf
@@ -87,13 +80,25 @@ def train_epochs(session, train_split, val_split, start):
                 _save(session, directory, epoch, 0, start, watch)
                 stop.saved()
             if val_split is not None and (epoch % run_cfg.eval_interval == 0 or last):
+                validated = validated or _revalidate(session, val_split, start, history)
                 metrics.update(evaluate(session, val_split, epoch))
                 if metrics["val.top1"] > history.get("val.best_top1", -1.0):
                     history.update({"val.best_top1": metrics["val.top1"], "val.best_epoch": epoch})
             report.log([epoch], metrics, kind="EPOCH", console=False)
             history["train.seconds"] += metrics["train.seconds"]
             history["train.images"] += metrics["train.images"]
+    if val_split is not None and not validated:  # no epoch left to train: nothing to disturb
+        _revalidate(session, val_split, start, history)
     return dict(metrics, **{f"run.{key}": value for key, value in history.items()})
+
+
+def _revalidate(session, val_split, start, history):
+    """At this start's first validation (or its end): the validation of ``start``'s epoch
+    that an earlier start lost, where it did (``_validation_lost``); True."""
+    if _validation_lost(session, start):
+        lost = _validate_lost(session, val_split, start[0])
+        history.update({"val.best_top1": lost["val.top1"], "val.best_epoch": start[0]})
+    return True
 
 
 def _validation_lost(session, start):
@@ -102,7 +107,8 @@ def _validation_lost(session, start):
     validated, so a start that ended in the validation (out of memory, a lost peer, a
     kill) left a checkpoint whose resume went on to the next epoch, and a job requeued
     once per epoch could end with no validation figure. Rank 0 reads its report; the
-    ranks agree through one all-reduce (the validation is collective)."""
+    ranks agree through one all-reduce (the validation is collective), at the first
+    validation point of this start, where they meet anyway."""
     epochs_done, steps_done = start
     config = session.config
     run_cfg = config.run
@@ -122,6 +128,27 @@ def _validation_lost(session, start):
     if session.all_reduce:
         return bool(session.all_reduce(np.array([lost, 0.0, 0.0, 0.0]))[0])
     return lost
+
+
+def _validate_lost(session, val_split, epoch):
+    """The validation of epoch ``epoch`` that an earlier start lost, run now, at this
+    start's first validation, on the weights of the checkpoint it resumed from (put in the
+    scope, then the current ones put back, exactly): not before the first step, where an
+    evaluation changed how the later steps round (2-rank resumes departed by 4e-9 from the
+    run never stopped). Its EPOCH record; its metrics."""
+    config, programs, report = session.config, session.programs, session.report
+    report.print(
+        f"validating epoch {epoch} now: {config.report_file} holds no validation of it "
+        "(the start that saved its checkpoint ended before or during it, e.g. out of memory)"
+    )
+    current = into_program.current_state(programs.train)
+    into_program.restore_state(programs.train, ckpt.read_checkpoint(config.run.from_checkpoint)[1])
+    try:
+        metrics = evaluate(session, val_split, epoch)
+    finally:
+        into_program.restore_state(programs.train, current)
+    report.log([epoch], metrics, kind="EPOCH", console=False)
+    return metrics
 
 
 def _validated_epochs(report_file):
@@ -169,7 +196,7 @@ def _save(session, directory, epochs_done, steps_done, start, watch):
     )
     session.report.saved(directory)
     watch.saved(directory)
-    removed = ckpt.remove_superseded(
+    removed = session.checkpoints.remove_superseded(
         directory,
         config.run.keep_checkpoints,
         start,
@@ -199,7 +226,7 @@ def _save_timed(session, epoch, steps_done, stop, start, watch):
 def _save_stopped(session, epoch, steps_done, stop, start, watch):
     """The checkpoint of a run stopped by a signal in ``epoch`` after ``steps_done``
     steps (``<arch>/<epoch>-step<k>``, by rank 0; the other ranks wait for it), each
-    rank's one line; raises ``stopping.Stopped``, which the tool turns into its exit."""
+    rank's one line; raises ``lifecycle.Stopped``, which the tool turns into its exit."""
     config, report, rank = session.config, session.report, session.rank
     steps_per_epoch = session.steps_per_epoch
     epochs_done, within = (epoch - 1, steps_done) if steps_done < steps_per_epoch else (epoch, 0)
@@ -211,7 +238,7 @@ def _save_stopped(session, epoch, steps_done, stop, start, watch):
     if session.all_reduce:  # no rank ends the job before the checkpoint is complete
         session.all_reduce(np.zeros(4))
     where = f"in epoch {epoch} after step {steps_done} of {steps_per_epoch}"
-    line, code = stopping.stopped(stop.signal_number, where, directory)
+    line, code = lifecycle.stopped(stop.signal_number, where, directory)
     report.log(
         [epoch, steps_done],
         {"signal": stop.signal_number, "checkpoint": directory},
@@ -220,7 +247,7 @@ def _save_stopped(session, epoch, steps_done, stop, start, watch):
     )
     if rank == 0:
         report.print(line)
-        distributed.tell_launcher_console(line)
+        lifecycle.tell_launcher_console(line)
     else:  # this rank's log (the launcher's --log_dir) says it too
         print(f"rank {rank}: {line}", flush=True)
-    raise stopping.Stopped(line, code)
+    raise lifecycle.Stopped(line, code)

@@ -72,7 +72,7 @@ def train_one_epoch(
     with ``train.steps`` done. ``profiler`` (profiling.step_profiler) wraps each step.
     The first ``skip`` batches are read but not trained on (a mid-epoch resume: the data
     and MixUp streams advance as they did); the pass ends early once
-    ``stop.should_stop()`` (``stopping.StopRequests``: every rank at the same step),
+    ``stop.should_stop()`` (``lifecycle.StopRequests``: every rank at the same step),
     after the step in flight; where ``stop.save_due`` there, ``save_within(epoch, steps
     done)`` saves a checkpoint within the epoch (--save-every-minutes). A step whose loss
     is not finite raises ``errors.Diverged`` on every rank, after the step's LOG record

@@ -1,13 +1,15 @@
-"""One run of train.py, told as one story: the output folder claimed (rank 0's lock),
-the data opened and checked, the start weights chosen (``start_weights``), the
-programs prepared (``prepare``), the report opened and the weights loaded; then
-evaluate, benchmark (``benchmark``) or train the epochs (``epochs``); last, the
-summary. ``run(config, report_stream, after_training)`` is what the train command
-calls."""
+"""One run of train.py, told as one story in numbered steps (``run``): the ranks meet,
+the output folder is claimed (rank 0's lock), the start is resolved into one final config
+(``resolve_start``: the data opened, the start weights chosen, the tree screened, the CPU
+kernels), the programs prepared and the weights loaded (``prepare_session``); then
+evaluate, benchmark (``benchmark``) or train the epochs (``epochs``); last, the summary.
+``run(config, report_stream, after_training)`` is what the train command calls."""
 
 import contextlib
+import dataclasses
 import os
 import sys
+from typing import Any, Optional, Sequence
 
 from paddle_resnet.core import affinity, bootstrap, devices, trackers
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
@@ -21,6 +23,7 @@ from paddle_resnet.training import (
     cpu_kernels,
     distributed,
     ir,
+    lifecycle,
     onednn,
     prepare,
     run_folder,
@@ -38,88 +41,132 @@ def run(config, report_stream=None, after_training=None):
     ``after_training(config, report)``: rank 0's last step of a training run (the export
     of train.py --inference-dir), its {metric: value} added to the summary.
 
-    The start (everything before the first step) runs in phases under the watcher's
-    deadline (``distributed.guarded``); the ranks agree through the job's store
-    (``rendezvous``), not collective ops, until their programs are run; a rank that ends
-    the start makes every rank end with its status."""
-    run_cfg = config.run
-    training = run_cfg.run_scope != "eval_only"
-    evaluating = run_cfg.run_scope != "train_only" and not run_cfg.benchmark
+    1. A watcher beside a launched rank (the start's deadline, its launcher:
+       ``lifecycle.guarded``), stops outside the steps reported in one line, the IR.
+    2. The ranks meet: Fleet and the job's store (``rendezvous``; one rank: ``Alone``).
+    3. The start, in named phases, an end of it published to every rank: the output
+       folder claimed, the start resolved into the one final config (``resolve_start``),
+       the programs prepared and the weights loaded (``prepare_session``); the ranks then
+       agree to take their first step.
+    4. The work (evaluate, benchmark or train the epochs), the peers watched.
+    5. The summary."""
     with contextlib.ExitStack() as steps:
-        guard = steps.enter_context(distributed.guarded(run_cfg.start_timeout))
-        stops = steps.enter_context(distributed.stops_reported())
+        guard = steps.enter_context(lifecycle.guarded(config.run.start_timeout))
+        stops = steps.enter_context(lifecycle.stops_reported())
         steps.enter_context(ir.selected(config))
-        if training:
+        if config.run.run_scope != "eval_only":
             devices.check_training_options(config)
         guard.phase("rendezvous of the ranks")
         rank, world_size = distributed.init_fleet()
         meeting = stops.rendezvous = Rendezvous.of_job(rank, world_size)
         with meeting.start():
             guard.phase("output folder lock")
-            # One run per output folder, from before its checks to its last line.
-            steps.enter_context(run_folder.claimed(run_cfg.output_dir, rank))
-            place, device_id, all_reduce = this_process(run_cfg, world_size)
-            guard.phase("data")
-            train_split, val_split, classes = open_data(config, training, evaluating)
-            balance = class_weights.for_run(config, train_split) if training else None
-            guard.phase("start weights")
-            start = start_weights.choose(config, classes, training, rank, meeting.share)
-            guard.phase("data check")  # after the quick refusals: ImageNet has 1.3 M headers
-            # the splits carry the screened broken files to their loaders
-            screening, train_split, val_split = screened(
-                start.config, train_split, val_split, rank, meeting.share
-            )
-            guard.phase("CPU kernels")
-            # --from-checkpoint auto resolved, and the CPU kernels where unset (measured)
-            config, kernels = (
-                cpu_kernels.resolved(start.config, world_size) if training else (start.config, None)
-            )
-            run_cfg = config.run
-            steps_per_epoch = (
-                train_steps(len(train_split), config.data.batch_size, world_size)
-                if training
-                else None
-            )
-            guard.phase("programs")  # on GPUs the startup program makes the rings (NCCL)
-            meeting.agree("programs")
-            programs, exe = prepare.ready_for_weights(
-                config, training, world_size, steps_per_epoch, place
-            )
-            guard.phase("weights")
-            report = steps.enter_context(open_report(config, rank, report_stream))
-            session = Session(
-                config=config,
-                exe=exe,
-                programs=programs,
-                report=report,
-                rank=rank,
-                world_size=world_size,
-                place=place,
-                device_id=device_id,
-                all_reduce=all_reduce,
-                classes=classes,
-                steps_per_epoch=steps_per_epoch,
-                class_balance=balance,
-            )
-            introduce(session, start.lines, screening, kernels)
-            progress = start_weights.load(session, start)
-            prepare.prune(session, progress)
-            if rank == 0:
-                write_class_index(os.path.join(run_cfg.output_dir, CLASSES_FILE), classes)
-            meeting.agree("steps")
+            # one run per output folder, from before its checks to its last line
+            steps.enter_context(run_folder.claimed(config.run.output_dir, rank))
+            resolved = resolve_start(config, rank, world_size, meeting.share, guard)
+            session = prepare_session(resolved, steps, guard, meeting, report_stream)
         guard.started()
-        with distributed.peers_watched(
-            rank,
-            world_size,
-            os.path.join(run_cfg.output_dir, config.model.arch),
-            run_cfg.collective_timeout,
+        config, report = session.config, session.report
+        with lifecycle.peers_watched(
+            rank, world_size, checkpoint_folder(config), config.run.collective_timeout
         ):
-            metrics = work(session, train_split, val_split, start, progress)
-        if training and not run_cfg.benchmark and rank == 0 and after_training:
+            metrics = work(session, resolved)
+        if session.training and not config.run.benchmark and rank == 0 and after_training:
             metrics.update(after_training(config, report))
         report.log("SUMMARY", metrics, kind="SUMMARY", console=False)
-        report.table("summary", summary_rows(config, metrics, world_size, device_id))
+        report.table("summary", summary_rows(config, metrics, world_size, session.device_id))
         return metrics
+
+
+@dataclasses.dataclass
+class Resolved:
+    """The start of a run, resolved: the one final ``config`` (``--from-checkpoint auto``'s
+    checkpoint, the CPU kernels), its start weights read and checked (``start``), the
+    data (splits, classes, the screening of its tree, the loss's per-class vectors), the
+    run folder's ``checkpoints``, this process's place and the sum over the ranks."""
+
+    config: Any
+    start: Any  # start_weights.Start
+    train_split: Any
+    val_split: Any
+    classes: Sequence[str]
+    screening: Any  # screening.Screening, or None (record files)
+    kernels: Any  # cpu_kernels.Choice, or None
+    class_balance: Any  # class_weights.ClassBalance, or None
+    checkpoints: Any  # run_folder.Checkpoints
+    steps_per_epoch: Optional[int]
+    place: Any
+    device_id: Optional[int]
+    all_reduce: Any
+
+
+def resolve_start(config, rank, world_size, share, guard):
+    """Once the run owns its folder: the data opened, the start weights chosen (rank 0's
+    choice for ``auto``, ``share``d) and checked, the tree screened once per job, the CPU
+    kernels decided: the ``Resolved`` start, whose ``config`` everything after reads."""
+    training = config.run.run_scope != "eval_only"
+    evaluating = config.run.run_scope != "train_only" and not config.run.benchmark
+    place, device_id, all_reduce = this_process(config.run, world_size)
+    guard.phase("data")
+    train_split, val_split, classes = open_data(config, training, evaluating)
+    balance = class_weights.for_run(config, train_split) if training else None
+    guard.phase("start weights")
+    checkpoints = run_folder.Checkpoints(checkpoint_folder(config))
+    start = start_weights.choose(config, classes, training, checkpoints, rank, share)
+    guard.phase("data check")  # after the quick refusals: ImageNet has 1.3 M headers
+    screening, train_split, val_split = screened(start.config, train_split, val_split, rank, share)
+    guard.phase("CPU kernels")
+    final, kernels = (
+        cpu_kernels.resolved(start.config, world_size) if training else (start.config, None)
+    )
+    steps_per_epoch = (
+        train_steps(len(train_split), final.data.batch_size, world_size) if training else None
+    )
+    return Resolved(
+        final, start, train_split, val_split, classes, screening, kernels, balance,
+        checkpoints, steps_per_epoch, place, device_id, all_reduce,
+    )  # fmt: skip
+
+
+def prepare_session(resolved, steps, guard, meeting, report_stream):
+    """The programs built and run (on GPUs the startup program makes NCCL's rings, so the
+    ranks meet first), the report opened (closed by ``steps``), the run's first lines, the
+    start weights loaded, 2:4 masks, classes.json; the ranks agree to take their first
+    step. The ``Session`` of the run."""
+    config, rank = resolved.config, meeting.rank
+    training = config.run.run_scope != "eval_only"
+    guard.phase("programs")
+    meeting.agree("programs")
+    programs, exe = prepare.ready_for_weights(
+        config, training, meeting.world_size, resolved.steps_per_epoch, resolved.place
+    )
+    guard.phase("weights")
+    session = Session(
+        config=config,
+        exe=exe,
+        programs=programs,
+        report=steps.enter_context(open_report(config, rank, report_stream)),
+        rank=rank,
+        world_size=meeting.world_size,
+        place=resolved.place,
+        device_id=resolved.device_id,
+        all_reduce=resolved.all_reduce,
+        classes=resolved.classes,
+        steps_per_epoch=resolved.steps_per_epoch,
+        class_balance=resolved.class_balance,
+        checkpoints=resolved.checkpoints,
+    )
+    introduce(session, resolved)
+    session.progress = start_weights.load(session, resolved.start)
+    prepare.prune(session, session.progress)
+    if rank == 0:
+        write_class_index(os.path.join(config.run.output_dir, CLASSES_FILE), resolved.classes)
+    meeting.agree("steps")
+    return session
+
+
+def checkpoint_folder(config):
+    return os.path.join(config.run.output_dir, config.model.arch)
 
 
 def this_process(run_cfg, world_size):
@@ -169,14 +216,15 @@ def open_report(config, rank, stream):
     )
 
 
-def introduce(session, start_lines, screening, kernels):
-    """The first lines of a run: where it starts, its parameters (in the report only),
-    the CPU kernels where they were chosen for it (``cpu_kernels.Choice`` or None), the
-    class weights and logit offsets, the model, its classes and this process's place, and
-    what the data check found (``screening``, its counts and notes in the report only)."""
+def introduce(session, resolved):
+    """The first lines of a run: its allocator, where it starts, its parameters (in the
+    report only), the CPU kernels where they were chosen for it, the class weights and
+    logit offsets, the model, its classes and this process's place, and what the data
+    check found (its counts and notes in the report only)."""
     report, config = session.report, session.config
+    kernels, screening = resolved.kernels, resolved.screening
     report.print(bootstrap.allocator_note())
-    for line in start_lines:
+    for line in resolved.start.lines:
         report.print(line)
     # the IR chosen (``run.ir`` unset: ``ir.chosen``), the allocator and the kernels, beside
     # the configuration
@@ -211,12 +259,15 @@ def introduce(session, start_lines, screening, kernels):
         report.log("DATA_CHECK", screening.record, kind="DATA_CHECK", console=False)
 
 
-def work(session, train_split, val_split, start, progress):
+def work(session, resolved):
     """What the run is for: evaluate the start weights, measure throughput, or train
-    the epochs from ``progress`` (epochs done, steps done in the next); its metrics."""
-    config, report = session.config, session.report
+    the epochs from ``session.progress`` (epochs done, steps done in the next); its
+    metrics."""
+    config, report, progress = session.config, session.report, session.progress
+    train_split, val_split = resolved.train_split, resolved.val_split
     if not session.training:
-        return evaluate(session, val_split, evaluated_epoch(config, start.meta, report))
+        epoch = evaluated_epoch(config, resolved.start.meta, report)
+        return evaluate(session, val_split, epoch)
     metrics = {}
     if config.asp.prune_model and val_split is not None:
         # pruning's immediate cost, before retraining recovers it

@@ -1,14 +1,25 @@
-"""Which run an output folder belongs to: one run at a time (rank 0's lock), a
-checkpoint resumed only by the run that wrote it, and no fresh run mixing its
-checkpoints with another's. ``checkpoint.py`` is the format these checks read."""
+"""A run's output folder and the policy over its checkpoints: which run it belongs to
+(one run at a time: rank 0's lock; a checkpoint resumed only by the run that wrote it; no
+fresh run mixing its checkpoints with another's), and ``Checkpoints``: the newest that
+verifies (``--from-checkpoint auto``'s choice), retention (``--keep-checkpoints``), a
+rewind's set-aside copies and their pruning. ``checkpoint.py`` is the format: names,
+the atomic save, verification, reading."""
 
 import contextlib
+import dataclasses
 import os
+import shutil
+import time
 
-from paddle_resnet.core.atomic import check_writable_folder, run_lock
+from paddle_resnet.core.atomic import check_writable_folder, remove_directory, run_lock
 from paddle_resnet.core.config import run_differences
-from paddle_resnet.core.errors import CheckpointError
+from paddle_resnet.core.errors import CheckpointError, RestartableError
 from paddle_resnet.training import checkpoint as ckpt
+
+# Copies a rewind set aside (``<name>.rewound-<UTC time>``) are removed this many days
+# after they were set aside, at the next rewind or retention.
+SET_ASIDE_DAYS = 30
+REWOUND = ".rewound-"
 
 
 @contextlib.contextmanager
@@ -64,3 +75,179 @@ def check_output_free(config, resuming_meta):
             continue  # damaged: --from-checkpoint auto skipped it with a warning
         check_same_run(meta, config, path)
         return
+
+
+def resolve_auto(config, checkpoints, rank, share=None):
+    """``config`` with --from-checkpoint auto replaced by the newest checkpoint of this
+    run in <output-dir>/<arch> (at an epoch's end or within one), or by none when the
+    folder holds none yet: what a scheduler restarting a job with the same command line
+    needs. Rank 0 chooses, after finishing any save a killed process left, and the
+    other ranks take its choice (``share``, the job's store: no collective op, whose ring
+    may not exist yet). Returns (config, the lines to print: which start, and any damaged
+    checkpoint skipped)."""
+    run_cfg = config.run
+    if run_cfg.from_checkpoint != ckpt.AUTO:
+        return config, []
+    folder = os.path.join(run_cfg.output_dir, config.model.arch)
+    lines, name = [], None
+    if rank == 0:
+        newest = checkpoints.newest_verified(lines.append)
+        name = os.path.basename(newest) if newest else None
+    if share is not None:
+        name = share("from-checkpoint auto", name)
+    if name:
+        chosen = os.path.join(folder, name)
+        lines.append(f"--from-checkpoint auto: {chosen}, the newest checkpoint of this run")
+    elif run_cfg.run_scope == "eval_only":
+        raise CheckpointError(f"--from-checkpoint auto: {folder} holds no checkpoint to evaluate")
+    else:
+        chosen = None
+        lines.append(f"--from-checkpoint auto: no checkpoint in {folder} yet: a fresh start")
+    run_cfg = dataclasses.replace(run_cfg, from_checkpoint=chosen)
+    return dataclasses.replace(config, run=run_cfg), lines
+
+
+def rewind(config, checkpoints, meta):
+    """A resume from a checkpoint older than others in <output-dir>/<arch> (named, or
+    the newest that verifies): the newer ones, a branch this run abandons, are moved
+    aside under names neither --from-checkpoint auto nor retention takes; one line."""
+    moved = checkpoints.set_aside_newer((meta["epoch"], meta.get("step_in_epoch", 0)))
+    if not moved:
+        return []
+    return [
+        f"rewound to {config.run.from_checkpoint}: the newer checkpoints "
+        f"{', '.join(old for old, _ in moved)} moved aside as "
+        f"{', '.join(new for _, new in moved)} (--from-checkpoint auto and "
+        f"--keep-checkpoints leave them alone; removed after {SET_ASIDE_DAYS} days)"
+    ]
+
+
+class Checkpoints:
+    """The checkpoints of one run's folder (<output-dir>/<arch>) and the policy over them.
+    Each checkpoint's files are verified (sizes, SHA-256) once per ``Checkpoints`` while
+    they are unchanged (its inode, size and mtime): retention reads a checkpoint once per
+    run, not at every save."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self._verified = set()
+
+    def verify(self, path):
+        """``checkpoint.verify_checkpoint(path)``, once for unchanged files."""
+        path = os.path.abspath(path)
+        files = []
+        for name in sorted(os.listdir(path)):
+            stat = os.stat(os.path.join(path, name))
+            files.append((name, stat.st_ino, stat.st_size, stat.st_mtime_ns))
+        key = (path, tuple(files))
+        if key not in self._verified:
+            ckpt.verify_checkpoint(path)
+            self._verified.add(key)
+
+    def intact(self, path):
+        try:
+            self.verify(path)
+        except CheckpointError:
+            return False
+        return True
+
+    def newest_verified(self, warn):
+        """The newest checkpoint whose files verify, or None; each newer one that does
+        not (damaged outside the toolkit's atomic writes) is passed to ``warn`` as one
+        line and skipped, so a restarted job continues from the one before. When every
+        checkpoint is damaged, a CheckpointError says so and what to do (a fresh start
+        would be refused: the folder holds the run's checkpoints)."""
+        saved = ckpt.saved_checkpoints(self.folder)
+        damage = []
+        for _, path in reversed(saved):
+            try:
+                self.verify(path)
+                return path
+            except CheckpointError as err:
+                warn(f"warning: {err}; skipped by --from-checkpoint auto")
+                damage.append(str(err))
+        if damage:
+            raise CheckpointError(
+                f"--from-checkpoint auto: every checkpoint in {self.folder} is damaged "
+                f"({ckpt.describe_saved(saved)}; the newest: {damage[0]}): restore one from "
+                f"a copy, or move the folder aside (mv {self.folder} {self.folder}.damaged) "
+                "to start afresh"
+            )
+        return None
+
+    def remove_superseded(self, written, keep_epochs, resumed_from, drop_mid_epoch=False):
+        """Retention (--keep-checkpoints N) by verified progress, after ``written`` was
+        saved: counting from it, keep the newest N epoch checkpoints whose files verify
+        and remove the older ones and every mid-epoch checkpoint older than ``written``;
+        with N = 0 (keep all) and ``drop_mid_epoch`` (timed saves: one every few minutes),
+        the older mid-epoch checkpoints alone. Never removed: ``written`` itself (read back
+        first: a save that does not verify removes nothing), the checkpoint at progress
+        ``resumed_from`` (where this run started; a restart before ``written`` is complete
+        still has it), and anything newer than ``written``. A damaged checkpoint is never
+        counted among the N, so it never costs a good one. Set-aside copies older than
+        ``SET_ASIDE_DAYS`` go too. Returns the names removed; each removal is crash-safe
+        (``atomic.remove_directory``)."""
+        if not keep_epochs and not drop_mid_epoch:
+            return []
+        keep_epochs = keep_epochs or float("inf")
+        try:
+            self.verify(written)
+        except CheckpointError as err:
+            raise RestartableError(
+                f"{err}: the checkpoint just saved does not read back as written (an I/O "
+                "fault of the file system?); no checkpoint was removed"
+            ) from None
+        progress = ckpt.progress_of(os.path.basename(written))
+        kept = 0 if progress[1] else 1
+        removed = []
+        for (epochs, steps), path in reversed(ckpt.saved_checkpoints(self.folder)):
+            if (epochs, steps) >= progress or (epochs, steps) == tuple(resumed_from):
+                continue
+            if not steps and kept < keep_epochs:
+                kept += self.intact(path)
+                continue
+            remove_directory(path)
+            removed.append(os.path.basename(path))
+        return removed + self.prune_set_aside()
+
+    def set_aside_newer(self, progress):
+        """A rewind: move the checkpoints newer than ``progress`` (those of the branch a
+        run abandons by resuming an older checkpoint) aside as ``<name>.rewound-<UTC
+        time>``, a name neither --from-checkpoint auto nor retention takes (and pruned
+        after ``SET_ASIDE_DAYS``); returns (old name, new name) pairs."""
+        if not os.path.isdir(self.folder):
+            return []
+        self.prune_set_aside()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        moved = []
+        named = sorted(
+            (ckpt.progress_of(name), name)
+            for name in os.listdir(self.folder)
+            if ckpt.progress_of(name)
+        )
+        for _, name in [found for found in named if found[0] > tuple(progress)]:
+            aside, count = f"{name}{REWOUND}{stamp}", 1
+            while os.path.exists(os.path.join(self.folder, aside)):
+                count += 1
+                aside = f"{name}{REWOUND}{stamp}-{count}"
+            os.rename(os.path.join(self.folder, name), os.path.join(self.folder, aside))
+            moved.append((name, aside))
+        return moved
+
+    def prune_set_aside(self, now=None):
+        """Remove the copies a rewind set aside more than ``SET_ASIDE_DAYS`` ago (by the
+        time in their name); their names."""
+        now = time.time() if now is None else now
+        pruned = []
+        for name in sorted(os.listdir(self.folder)) if os.path.isdir(self.folder) else []:
+            if REWOUND not in name:
+                continue
+            stamp = name.split(REWOUND, 1)[1][:16]
+            try:
+                when = time.mktime(time.strptime(stamp, "%Y%m%dT%H%M%SZ")) - time.timezone
+            except ValueError:  # not a name a rewind gave
+                continue
+            if now - when > SET_ASIDE_DAYS * 86400:
+                shutil.rmtree(os.path.join(self.folder, name))
+                pruned.append(name)
+        return pruned

@@ -3,7 +3,7 @@ their executor, the report, the data's classes and steps per epoch, and this
 process's place among the ranks."""
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import make_loader
@@ -28,6 +28,10 @@ class Session:
     steps_per_epoch: Optional[int]  # None when the run does not train
     # the per-class vectors of the loss (class_weights.ClassBalance), None for the plain loss
     class_balance: Optional[Any] = None
+    # the run folder's checkpoints and their policy (run_folder.Checkpoints): retention
+    checkpoints: Optional[Any] = None
+    # where the work goes on: (epochs done, steps done in the next), once weights are in
+    progress: Tuple[int, int] = (0, 0)
 
     @property
     def training(self):

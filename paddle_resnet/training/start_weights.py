@@ -38,13 +38,14 @@ class Start:
     lines: List[str]
 
 
-def choose(config, classes, training, rank=0, share=None):
-    """The ``Start`` of this run, checked against its output folder and ``classes``;
-    ``share(name, value)`` gives rank 0's decisions to every rank (``rendezvous``)."""
-    config, lines = resolve_auto(config, rank, share)
+def choose(config, classes, training, checkpoints, rank=0, share=None):
+    """The ``Start`` of this run, checked against its output folder (``checkpoints``, its
+    ``run_folder.Checkpoints``) and ``classes``; ``share(name, value)`` gives rank 0's
+    decisions to every rank (``rendezvous``)."""
+    config, lines = run_folder.resolve_auto(config, checkpoints, rank, share)
     start = read(config, classes, training, lines)
     if start.resumes and rank == 0 and not config.run.benchmark:
-        start.lines += rewind(config, start.meta)
+        start.lines += run_folder.rewind(config, checkpoints, start.meta)
     return start
 
 
@@ -80,52 +81,6 @@ def class_names(start):
         or (read_class_index(index) if os.path.exists(index) else None)
         or [str(i) for i in range(config.model.num_classes)]
     )
-
-
-def resolve_auto(config, rank, share=None):
-    """``config`` with --from-checkpoint auto replaced by the newest checkpoint of this
-    run in <output-dir>/<arch> (at an epoch's end or within one), or by none when the
-    folder holds none yet: what a scheduler restarting a job with the same command line
-    needs. Rank 0 chooses, after finishing any save a killed process left, and the
-    other ranks take its choice (``share``, the job's store: no collective op, whose ring
-    may not exist yet). Returns (config, the lines to print: which start, and any damaged
-    checkpoint skipped)."""
-    run_cfg = config.run
-    if run_cfg.from_checkpoint != ckpt.AUTO:
-        return config, []
-    folder = os.path.join(run_cfg.output_dir, config.model.arch)
-    lines, name = [], None
-    if rank == 0:
-        newest = ckpt.newest_verified(folder, lines.append)
-        name = os.path.basename(newest) if newest else None
-    if share is not None:
-        name = share("from-checkpoint auto", name)
-    if name:
-        chosen = os.path.join(folder, name)
-        lines.append(f"--from-checkpoint auto: {chosen}, the newest checkpoint of this run")
-    elif run_cfg.run_scope == "eval_only":
-        raise CheckpointError(f"--from-checkpoint auto: {folder} holds no checkpoint to evaluate")
-    else:
-        chosen = None
-        lines.append(f"--from-checkpoint auto: no checkpoint in {folder} yet: a fresh start")
-    run_cfg = dataclasses.replace(run_cfg, from_checkpoint=chosen)
-    return dataclasses.replace(config, run=run_cfg), lines
-
-
-def rewind(config, meta):
-    """A resume from a checkpoint older than others in <output-dir>/<arch> (named, or
-    the newest that verifies): the newer ones, a branch this run abandons, are moved
-    aside under names neither --from-checkpoint auto nor retention takes; one line."""
-    folder = os.path.join(config.run.output_dir, config.model.arch)
-    moved = ckpt.set_aside_newer(folder, (meta["epoch"], meta.get("step_in_epoch", 0)))
-    if not moved:
-        return []
-    return [
-        f"rewound to {config.run.from_checkpoint}: the newer checkpoints "
-        f"{', '.join(old for old, _ in moved)} moved aside as "
-        f"{', '.join(new for _, new in moved)} (--from-checkpoint auto and "
-        "--keep-checkpoints leave them alone; remove them once unneeded)"
-    ]
 
 
 def check_start(config, meta, classes, training, resuming):

@@ -18,6 +18,16 @@ def persistable_variables(program):
     return [v for v in program.list_vars() if v.persistable and v.name not in ("feed", "fetch")]
 
 
+def current_state(program):
+    """{name: a copy of its array} of every persistable variable of ``program`` in the
+    global scope: what ``restore_state`` puts back exactly."""
+    scope = paddle.static.global_scope()
+    return {
+        v.name: np.array(scope.find_var(v.name).get_tensor())
+        for v in persistable_variables(program)
+    }
+
+
 def restore_state(program, state):
     """Put every persistable variable of ``program`` back from ``state`` (strict)."""
     variables = persistable_variables(program)

@@ -1,0 +1,368 @@
+"""A run's life as a process among processes: the signals that stop it and how each
+stop is reported, the watcher beside each launched rank, the launcher's console, and the
+peers watched during the steps.
+
+Ctrl-C and SIGTERM during training (what Slurm, Kubernetes and preemptible clouds send
+before SIGKILL): the step in flight finishes, a checkpoint is written at that step, one
+line says what was saved and how to resume, and the training raises ``Stopped``: the
+tool exits 130 (SIGINT) or 143 (SIGTERM). A second Ctrl-C ends the process at once (the
+default action: no traceback, no Paddle dump); the checkpoints already written are
+complete, as ever. Outside the steps (``stops_reported``) a stop ends the run in one line.
+
+With several ranks every rank stops after the same step: after each step the ranks sum
+who was asked (``StopRequests.should_stop``, one small all-reduce), so a signal that
+reached one rank, or reached them during different steps, stops them all at the next
+common step; rank 0 saves and the others wait for its checkpoint before they exit.
+
+Further SIGTERMs are the same request: ``paddle.distributed.launch`` passes a SIGINT or
+SIGTERM on to each rank as up to three SIGTERMs 0.2 s apart, Slurm signals every process
+of a job, and the sender follows with SIGKILL when its grace period is over. (Python
+runs a handler only when the main thread is back from Paddle's C++ code, up to a step
+later: the time a handler runs cannot tell a burst from a second request. Under load a
+1-second window did not: a rank 1.3 s into a step took the launcher's second SIGTERM for
+a new one and ended without saving.) A SIGINT more than ``REPEATS_SECONDS`` after the
+first is a person pressing Ctrl-C again.
+
+The grace period is one training step plus the checkpoint write (ResNet-50 on one
+A100: about 0.3 s and 0.5 s; on 2 CPU cores at 224 px about 5 s and 1 s): schedulers
+give 30 s (Kubernetes' default) or more, and the launcher itself waits 30 s before it
+kills the ranks.
+
+A rank whose launcher dies, or whose start passes its deadline, is ended by a watcher
+process beside it (``guarded``, ``core/rank_guard.py``); a peer that dies or is stuck
+during the steps ends the job in one line (``peers_watched``, ``core/watchdog.py``).
+"""
+
+import contextlib
+import os
+import shlex
+import signal
+import stat
+import sys
+import time
+
+import numpy as np
+
+from paddle_resnet.core import bootstrap, watchdog
+from paddle_resnet.core.errors import RestartableError, stopped_status
+from paddle_resnet.core.rank_guard import RankGuard
+
+EXIT_CODES = {number: stopped_status(number) for number in (signal.SIGINT, signal.SIGTERM)}
+REPEATS_SECONDS = 1.0
+
+
+class Stopped(Exception):
+    """A run stopped by a signal, its checkpoint saved and its line printed: the library
+    raises it, the tool that started the run exits with ``exit_code``."""
+
+    def __init__(self, line, exit_code):
+        super().__init__(line)
+        self.exit_code = exit_code
+
+
+class StopRequests:
+    """While entered (main thread), SIGINT and SIGTERM ask the training to stop after its
+    current step. ``all_reduce`` (``distributed.all_reduce_sum``) with several ranks.
+    With ``save_every_seconds``, a save is due once that long has passed since the last
+    (``saved``) by rank 0's clock: ``save_due`` after the step where the ranks learn it."""
+
+    def __init__(self, all_reduce=None, save_every_seconds=0, rank=0):
+        self.all_reduce = all_reduce
+        self.received = None  # this process's first signal
+        self.first_sigint_at = None
+        self.signal_number = None  # the signal the run stops for, the same on every rank
+        self.save_every_seconds = save_every_seconds
+        self.rank = rank
+        self.last_save = time.monotonic()
+        self.save_due = False  # the same on every rank
+        self.diverged = 0  # how many ranks' last step diverged, the same on every rank
+        self._previous = {}
+
+    def saved(self):
+        """A checkpoint was written now: the next timed save is due a period later."""
+        self.last_save = time.monotonic()
+        self.save_due = False
+
+    def clock_says_save(self):
+        """Rank 0's view: a timed save is due."""
+        return (
+            self.rank == 0
+            and self.save_every_seconds > 0
+            and time.monotonic() - self.last_save >= self.save_every_seconds
+        )
+
+    def __enter__(self):
+        for number in EXIT_CODES:
+            self._previous[number] = signal.signal(number, self._request)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self.signal_number is None:  # stopping: a later signal still ends it at once
+            for number, handler in self._previous.items():
+                signal.signal(number, handler)
+
+    def _request(self, number, frame):
+        now = time.monotonic()
+        if self.received is None:
+            self.received = number
+        if number != signal.SIGINT:
+            return
+        if self.first_sigint_at is None:
+            self.first_sigint_at = now
+        elif now - self.first_sigint_at > REPEATS_SECONDS:
+            for other in EXIT_CODES:
+                signal.signal(other, signal.SIG_DFL)
+            os.kill(os.getpid(), number)
+
+    def should_stop(self, diverged=False):
+        """After each step, on every rank: whether the run stops here (some rank was
+        asked, or its step ``diverged``: ``divergence.py``); then ``signal_number`` is the
+        one most ranks received, and ``diverged`` how many ranks' step diverged. Also sets
+        ``save_due`` (rank 0's clock; in the same all-reduce)."""
+        if self.all_reduce is None:
+            self.signal_number = self.received
+            self.save_due = self.clock_says_save()
+            self.diverged = int(diverged)
+        else:
+            # [asked, sigint, sigterm, timed save, diverged]
+            asked = [self.received is not None]
+            asked += [self.received == number for number in EXIT_CODES]
+            asked += [self.clock_says_save(), diverged]
+            counts = self.all_reduce(np.array(asked, dtype=np.float64))
+            if counts[0]:
+                sigints, sigterms = counts[1:3]
+                self.signal_number = signal.SIGINT if sigints > sigterms else signal.SIGTERM
+            self.save_due = bool(counts[3])
+            self.diverged = int(counts[4])
+        return self.signal_number is not None or self.diverged > 0
+
+
+def launcher_command(environ=os.environ):
+    """The start of the command that launched this rank: ``python -m
+    paddle.distributed.launch`` with its node and process counts, or ``python``."""
+    local = environ.get("PADDLE_LOCAL_SIZE")
+    if not local or int(environ.get("PADDLE_TRAINERS_NUM", "1")) <= 1:
+        return ["python"]
+    command = ["python", "-m", "paddle.distributed.launch"]
+    nodes = environ.get("PADDLE_NNODES", "1")
+    if nodes != "1":
+        command += ["--nnodes", nodes]
+        if environ.get("PADDLE_MASTER"):
+            command += ["--master", environ["PADDLE_MASTER"]]
+    return command + ["--nproc_per_node", local]
+
+
+def resume_command(directory, argv=None, environ=os.environ):
+    """This run's command line with ``--from-checkpoint directory`` (replacing one given),
+    or the same command line where it says ``--from-checkpoint auto``."""
+    argv = list(sys.argv if argv is None else argv)
+    if "--from-checkpoint=auto" in argv or ("--from-checkpoint", "auto") in zip(argv, argv[1:]):
+        return shlex.join([*launcher_command(environ), *argv])
+    kept, skip = [], False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if arg == "--from-checkpoint":
+            skip = True
+            continue
+        if not arg.startswith("--from-checkpoint="):
+            kept.append(arg)
+    return shlex.join([*launcher_command(environ), argv[0], *kept, "--from-checkpoint", directory])
+
+
+def stopped(number, where, directory):
+    """The one line of a stopped run, and its exit code."""
+    name = signal.Signals(number).name
+    line = f"stopped by {name} {where}: saved {directory}; resume with: {resume_command(directory)}"
+    return line, EXIT_CODES[number]
+
+
+class StoppedBySignal(Exception):
+    """SIGTERM or SIGINT arrived outside the training steps (which stop at a step:
+    ``StopRequests``); ``number`` is the signal."""
+
+    def __init__(self, number):
+        super().__init__(number)
+        self.number = number
+
+
+def _stopped(signum, frame):
+    raise StoppedBySignal(signum)
+
+
+def _ranks_launched(environ):
+    return len([e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]) > 1
+
+
+class Stops:
+    """What ``stops_reported`` knows of the run: its start's ``rendezvous`` once the ranks
+    have met (where another rank's end of the start is read)."""
+
+    rendezvous = None
+
+
+@contextlib.contextmanager
+def stops_reported(environ=os.environ):
+    """For a whole run: SIGTERM or SIGINT outside the training steps (start-up, the
+    summary; the steps themselves stop at one, saved) end the run with one line, where
+    Python printed a KeyboardInterrupt traceback and Paddle's handler a C++ "Termination
+    signal" dump. A rank of a multi-rank job gets SIGTERM from its launcher when another
+    rank ended (e.g. failed, or refused the same bad input first): a crash the other's
+    log explains (``RestartableError``; the launcher's status is the first rank's that
+    ended non-zero). A single process was stopped, resumable: status 128 + the signal.
+    ``peers_watched`` says more once training runs. A rank stopped during the start because
+    another rank ended it (a refusal: the launcher stops the others) ends with that rank's
+    status and says why (``rendezvous.Rendezvous.ended_by_peer``)."""
+    launched = _ranks_launched(environ)
+    rank = environ.get("PADDLE_TRAINER_ID", "?")
+    numbers = (signal.SIGTERM, signal.SIGINT)
+    previous = {number: signal.signal(number, _stopped) for number in numbers}
+    ended = True  # by an exception: an error, or a stop (SystemExit)
+    stops = Stops()
+    try:
+        yield stops
+        ended = False
+    except StoppedBySignal as stop:
+        name = signal.Signals(stop.number).name
+        peer = stops.rendezvous.ended_by_peer() if stops.rendezvous else None
+        if peer:
+            raise peer from None
+        if launched:
+            raise RestartableError(
+                f"rank {rank}: stopped by the launcher ({name}) outside the training steps: "
+                "another rank ended first (its log in the launcher's --log_dir says why), "
+                "or the launcher was stopped"
+            ) from None
+        print(
+            f"stopped by {name} outside the training steps: nothing new to save; "
+            "the same command continues",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(stopped_status(stop.number)) from None
+    finally:
+        # A launched rank that ends by an error or a stop keeps its status: the launcher's
+        # SIGTERM, sent once another rank ended, must not kill it during Paddle's teardown
+        # (the launcher then reported 241, a death by signal, instead of its 75 or 143).
+        if ended and bootstrap.launched(environ):
+            previous[signal.SIGTERM] = signal.SIG_IGN
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+class _Unguarded:
+    """A process not started by the launcher: no watcher (Ctrl-C and the user decide)."""
+
+    def phase(self, name):
+        pass
+
+    def started(self):
+        pass
+
+
+@contextlib.contextmanager
+def guarded(start_timeout, environ=os.environ):
+    """For a process started by ``paddle.distributed.launch``, a watcher process
+    (``core/rank_guard.py``) that ends it when the launcher dies (the OOM killer's
+    SIGKILL: not to live on as an orphan holding the output folder's lock) or when its
+    start takes more than ``start_timeout`` seconds; yields the ``RankGuard`` to tell it
+    the start's phases. A process, not a thread: the rank's main thread can block in
+    Paddle's C++ holding the GIL. (PR_SET_PDEATHSIG would fire on the death of the
+    launcher's thread that started the rank, not of the launcher.)"""
+    if not bootstrap.launched(environ):
+        yield _Unguarded()
+        return
+    guard = RankGuard(
+        environ.get("PADDLE_TRAINER_ID", "?"), bootstrap.PARENT_AT_START, start_timeout
+    )
+    try:
+        yield guard
+    finally:
+        guard.close()
+
+
+def tell_launcher_console(line, environ=os.environ):
+    """Also write ``line`` on the console of ``paddle.distributed.launch``, where it would
+    not appear: the launcher echoes its first rank's log (--log_dir) while it watches
+    the job, but once it is stopping itself (a SIGTERM from Slurm or Kubernetes, Ctrl-C)
+    it closes that log first, and the console showed only "Terminating with signal 15".
+    Whether it still echoes is read from its open files (two handles on this rank's log
+    while it does: the rank's output and the reader; none once it stops the ranks).
+    Written where the launcher's output goes if that is a terminal, a pipe or a file
+    opened for appending (Slurm's --open-mode=append); a file the launcher writes at its
+    own offset (``> file``) would have its next line written over this one."""
+    if not bootstrap.launched(environ):
+        return
+    launcher = f"/proc/{os.getppid()}"
+    console = os.path.join(launcher, "fd", "1")
+    try:
+        ours = os.fstat(sys.stdout.fileno())
+        handles = sum(
+            _same_file(os.stat(os.path.join(launcher, "fd", fd)), ours)
+            for fd in os.listdir(os.path.join(launcher, "fd"))
+        )
+        target = os.stat(console)
+        if handles >= 2 or _same_file(target, ours):
+            return
+        with open(os.path.join(launcher, "fdinfo", "1")) as info:
+            fields = dict(entry.split(":", 1) for entry in info if ":" in entry)
+        flags = int(fields["flags"], 8)
+        if stat.S_ISREG(target.st_mode) and not flags & os.O_APPEND:
+            return
+        with open(console, "a") as out:
+            out.write(line + "\n")
+    except (OSError, ValueError, KeyError):  # another platform, or the launcher is gone
+        return
+
+
+def _same_file(a, b):
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+@contextlib.contextmanager
+def peers_watched(rank, world_size, checkpoints, timeout):
+    """Turn another rank's death, or its being stuck for ``timeout`` seconds, into one
+    line naming it, however it reaches this rank.
+
+    When a rank dies (killed, out of memory, a data error), the survivors' next
+    all-reduce fails at once (gloo: the connection closes), and Paddle's own error says
+    only "std::exception". Or the launcher, seeing the dead rank first, sends SIGTERM,
+    which would otherwise end this rank without a word. A rank that is stuck but alive
+    (stopped, hung) makes the others wait inside a collective: ``watchdog`` ends them.
+    """
+    if world_size == 1:
+        yield
+        return
+    others = [r for r in range(world_size) if r != rank]
+    who = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {others}"
+    resume = (
+        f"The checkpoints in {checkpoints} are intact: resume with --from-checkpoint {checkpoints}"
+    )
+
+    def stuck(idle):
+        return (
+            f"rank {rank}: no progress for {idle:.0f} s (--collective-timeout {timeout}): "
+            f"{who} is stuck (stopped, or hung) and this rank waits for it in a "
+            f"collective operation. {resume}"
+        )
+
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        with watchdog.watching(timeout, stuck):
+            yield
+    except StoppedBySignal:
+        raise RestartableError(
+            f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
+            f"launcher's --log_dir), and the launcher ended this rank (SIGTERM). "
+            f"{resume}"
+        ) from None
+    except RuntimeError as err:
+        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise RestartableError(
+            f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
+            f"launcher's --log_dir); a collective operation failed ({reason}). "
+            f"{resume}"
+        ) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
