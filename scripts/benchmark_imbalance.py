@@ -136,32 +136,32 @@ def spread(values):
 
 def summary(document):
     """Per cut (data set and ratio) and method over the seeds: balanced top-1, rare and
-    common accuracy, and the change against the plain loss of the same seed; overall per
-    method: the change over every (cut, seed) pair, and how many of them it won."""
+    common accuracy, and the change against the plain loss of the same seed; per method
+    over every cut and seed: the same figures, and how many (cut, seed) pairs it won
+    against the plain loss."""
     runs = document["runs"]
-    per_cut, changes = {}, {}
+    per_cut, overall = {}, {}
     for key, run in runs.items():
         cut_name, seed, method = key.rsplit("/", 2)
         plain = runs.get(f"{cut_name}/{seed}/plain")
-        entry = per_cut.setdefault(cut_name, {}).setdefault(method, {"runs": []})
-        entry["runs"].append(run)
-        if plain is not None and method != "plain":
-            change = run["balanced_top1"] - plain["balanced_top1"]
-            entry.setdefault("changes", []).append(change)
-            changes.setdefault(method, []).append(change)
-    for methods_of_cut in per_cut.values():
-        for method, entry in methods_of_cut.items():
-            runs_of = entry.pop("runs")
-            entry["seeds"] = len(runs_of)
-            for measure in ("balanced_top1", "rare_accuracy", "common_accuracy"):
-                entry[measure] = spread([run[measure] for run in runs_of])
-            if "changes" in entry:
-                entry["change"] = spread(entry.pop("changes"))
-    overall = {
-        method: dict(spread(values), pairs=len(values), won=sum(v > 0 for v in values))
-        for method, values in changes.items()
-    }
-    return {"per_cut": per_cut, "change_against_plain": overall}
+        change = None if plain is None else run["balanced_top1"] - plain["balanced_top1"]
+        for entry in (
+            per_cut.setdefault(cut_name, {}).setdefault(method, {"runs": [], "changes": []}),
+            overall.setdefault(method, {"runs": [], "changes": []}),
+        ):
+            entry["runs"].append(run)
+            if change is not None and method != "plain":
+                entry["changes"].append(change)
+    for entry in [e for by_method in per_cut.values() for e in by_method.values()] + list(
+        overall.values()
+    ):
+        runs_of, changes = entry.pop("runs"), entry.pop("changes")
+        entry["runs"] = len(runs_of)
+        for measure in ("balanced_top1", "rare_accuracy", "common_accuracy"):
+            entry[measure] = spread([run[measure] for run in runs_of])
+        if changes:
+            entry["change"] = dict(spread(changes), won=sum(c > 0 for c in changes))
+    return {"per_cut": per_cut, "overall": overall}
 
 
 def write(path, document):
@@ -176,21 +176,29 @@ def percent(value):
     return f"{100 * value:.1f}"
 
 
+def row(cut_name, method, entry):
+    top1 = entry["balanced_top1"]
+    won = f"{entry['change']['won']} of {entry['runs']}" if "change" in entry else ""
+    return (
+        f"| {cut_name} | {method} | {percent(top1['mean'])} % ({percent(top1['min'])}-"
+        f"{percent(top1['max'])}) | {percent(entry['rare_accuracy']['mean'])} % | "
+        f"{percent(entry['common_accuracy']['mean'])} % | {won} |"
+    )
+
+
 def table(document):
-    """The markdown table of docs/measurements.md: per cut and method, the balanced top-1
-    mean (lowest-highest over the seeds), rare- and common-class accuracy."""
+    """The markdown table of docs/measurements.md: per cut and method, then per method over
+    every cut: the balanced top-1 mean (lowest-highest over the seeds), rare- and
+    common-class accuracy, the seeds where it beat the plain loss."""
     lines = [
-        "| cut | method | balanced top-1 (lowest-highest) | rare classes | common classes |",
-        "|---|---|---|---|---|",
+        "| cut | method | balanced top-1 (lowest-highest) | rare classes | common classes "
+        "| beat plain |",
+        "|---|---|---|---|---|---|",
     ]
-    for cut_name, by_method in document["summary"]["per_cut"].items():
-        for method, entry in by_method.items():
-            top1 = entry["balanced_top1"]
-            lines.append(
-                f"| {cut_name} | {method} | {percent(top1['mean'])} % ({percent(top1['min'])}-"
-                f"{percent(top1['max'])}) | {percent(entry['rare_accuracy']['mean'])} % | "
-                f"{percent(entry['common_accuracy']['mean'])} % |"
-            )
+    summary_of = document["summary"]
+    for cut_name, by_method in summary_of["per_cut"].items():
+        lines += [row(cut_name, method, entry) for method, entry in by_method.items()]
+    lines += [row("all cuts", method, entry) for method, entry in summary_of["overall"].items()]
     return "\n".join(lines)
 
 
@@ -217,7 +225,8 @@ def main():
     if os.path.exists(args.output):
         with open(args.output) as handle:
             document = json.load(handle)
-    document.update(
+    # what the first start ran; each run records its own commit too
+    settings = dict(
         command=shlex.join(["python", os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
         code=provenance.code(),
         paddle=paddle.__version__,
@@ -229,6 +238,8 @@ def main():
         rule=f"--rare {RARE_CLASSES} --ratio R --seed S (scripts/data/imbalanced_tree.py); "
         "the training seeded by S too; deferred weights from the last quarter of the epochs",
     )
+    for field, value in settings.items():
+        document.setdefault(field, value)
     # seed by seed, so that a sweep stopped early holds every cut and method
     for seed in map(int, args.seeds.split(",")):
         for name in args.datasets.split(","):
@@ -246,6 +257,7 @@ def main():
                     val, per_class, *seconds = train(command)
                     record = run_record(val, per_class, rare, seconds, command)
                     record["train_images"] = sum(counts.values())
+                    record["commit"] = provenance.code().get("commit")
                     document["runs"][key] = record
                     write(args.output, document)
                     print(
