@@ -64,7 +64,7 @@ def test_an_external_error_of_the_executor_is_75_in_one_line(fmnist_root, tmp_pa
 STOPPED_OUTSIDE_THE_STEPS = (
     "import os, signal, time\n"
     "from paddle_resnet.core.errors import exit_status\n"
-    "from paddle_resnet.training import distributed\n"
+    "from paddle_resnet.training import lifecycle\n"
     "def start_up():\n"
     "    with lifecycle.stops_reported():\n"
     "        os.kill(os.getpid(), signal.SIGTERM)\n"

@@ -307,9 +307,8 @@ def test_last_epoch_and_model_prefix_find_nvidia_style_checkpoints(trained, tmp_
     )
     assert read_weights(config.run)[0]["epoch"] == 2  # not the newest (3)
     programs = program.build_programs(trained, training=False)
-    ckpt.save_checkpoint(
-        programs.eval, str(tmp_path / "5"), {"epoch": 5}, prefix="resnet_50_paddle"
-    )
+    meta = {"epoch": 5, "classes": [str(i) for i in range(10)], "config": trained.to_dict()}
+    ckpt.save_checkpoint(programs.eval, str(tmp_path / "5"), meta, prefix="resnet_50_paddle")
     assert os.path.exists(tmp_path / "5" / "resnet_50_paddle.pdparams")
     assert ckpt.read_checkpoint(str(tmp_path / "5"))[0]["epoch"] == 5
     pretrained = build_config(
