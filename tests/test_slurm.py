@@ -224,6 +224,9 @@ def test_the_warning_before_the_time_limit_stops_the_launchers_and_requeues(
     port = 20000 + int(job) % 10000
     for line in ("nnodes: 1", "rank: 0", rf"master: [\d.]+:{port}", "nproc_per_node: 1"):
         assert re.search(rf"LAUNCH INFO .* {line}$", output, re.M), line
+    # the launcher's dumps of each rank's environment lie in a folder of the owner's alone
+    assert list((ranks / "node0").glob("backup_env.*.json"))
+    assert os.stat(ranks).st_mode & 0o777 == 0o700
     rank0 = read(ranks / "node0" / "workerlog.0")  # a folder per node
     stop = re.search(
         r"^stopped by SIGTERM in epoch (\d) after step (\d+) of 10: saved (\S+);", rank0, re.M

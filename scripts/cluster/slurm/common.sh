@@ -110,6 +110,10 @@ run_job() {
   before=${found#*$'\t'}
   crashes_file=$(dirname "$checkpoints")/.slurm-crashes-${SLURM_JOB_ID:-local}
   mkdir -p "$(dirname "$crashes_file")" "$LAUNCH_LOG_DIR"
+  # Paddle's launcher writes each rank's whole environment (tokens, keys) into its log
+  # folder (backup_env.<rank>.json, envlog.<rank>, mode 0644): the folder is the job
+  # owner's alone, whatever the files' modes on the shared volume.
+  chmod 700 "$LAUNCH_LOG_DIR"
   find "$(dirname "$checkpoints")" -maxdepth 1 -name '.slurm-crashes-*' -mtime +"$LOG_DAYS" -delete 2> /dev/null
   find "$(dirname "$LAUNCH_LOG_DIR")" -mindepth 1 -maxdepth 1 -type d -name 'slurm-*' \
     -mtime +"$LOG_DAYS" -exec rm -rf {} + 2> /dev/null
