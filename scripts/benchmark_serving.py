@@ -28,6 +28,7 @@ machine's load average is recorded before and after (run it on a quiet machine).
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import argparse
+import shlex
 import importlib.util
 import json
 import os
@@ -373,7 +374,7 @@ def main():
         for precision in args.precisions:
             results[precision] = run(folders[precision], precision, args, workdir, photos())
     document = {
-        "command": " ".join([os.path.relpath(sys.executable, REPOSITORY), *sys.argv]),
+        "command": shlex.join([os.path.relpath(sys.executable, REPOSITORY), *sys.argv]),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": {
             "cpu": cpu_model(),
