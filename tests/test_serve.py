@@ -439,6 +439,18 @@ def test_a_bad_request_gets_one_line_and_the_server_goes_on(server, serving_pyth
     assert http_status(server.http_port, "/v2/health/ready") == (200, b'{"ready":true}')
     log = server.output()
     assert "Traceback" not in log, log[log.find("Traceback") - 500 :][:3000]
+    # a second server on a port the first holds: one line, before anything loads
+    taken = subprocess.run(
+        [serving_python, "-m", "paddle_resnet.deploy.serve", "--http-port", str(server.http_port)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (taken.returncode, taken.stderr) == (
+        2,
+        f"error: --http-port {server.http_port}: Address already in use: choose another port\n",
+    )
     assert log.count("WARNING") >= 2 * len(BAD_REQUESTS) and "refused: images[0] is empty" in log
 
 

@@ -144,6 +144,11 @@ def model_server(kserve, served, batcher, settings, verbose):
         def start(self):
             """Ready only after the warm-up (KServe's would say ready now)."""
 
+        def load(self):
+            """Ready only after the warm-up (KServe's data plane loads a model that is not
+            ready when a gRPC request asks for it)."""
+            return self.ready
+
         def stop(self):
             # unloaded at a stop: the requests in flight still finish (the batcher runs on)
             self.ready = False
@@ -180,6 +185,13 @@ def model_server(kserve, served, batcher, settings, verbose):
             )
 
     class ExportDataPlane(dataplane.DataPlane):
+        async def get_model(self, name):
+            """The model of a request, refused (503, UNAVAILABLE) before the warm-up."""
+            model = self.get_model_from_registry(name)
+            if not await model.healthy():
+                raise errors.ModelNotReady(name)
+            return model
+
         async def ready(self):
             models = list(self.model_registry.get_models().values())
             return bool(models) and all([await model.healthy() for model in models])

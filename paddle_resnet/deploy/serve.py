@@ -16,6 +16,7 @@ protobuf 4. ``inference.py --mode serve`` starts it there (``hand_over``)."""
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -23,7 +24,7 @@ import time
 from paddle_resnet.core import bootstrap, optional
 from paddle_resnet.core.cli import main_with
 from paddle_resnet.core.config import REPOSITORY
-from paddle_resnet.core.errors import describe
+from paddle_resnet.core.errors import UserError, describe
 from paddle_resnet.deploy import backends, kserve_server
 from paddle_resnet.deploy.batching import Batcher
 from paddle_resnet.deploy.open_inference import ServedExport
@@ -40,12 +41,14 @@ def _precision(backend, inference_config, info):
     return backends.precision_of(backend, inference_config)
 
 
-def _warm_up(batcher, served, model, failures):
+def _warm_up(batcher, served, model, failures, stopped):
     """The first inference of each batch size, then ready; a failure stops the server."""
     start = time.perf_counter()
     try:
         batcher.warm_up(served.input_shape)
     except Exception as err:  # the server cannot run its model: stop it, then exit with it
+        if stopped.is_set():  # the server stopped first (a signal): nothing to report
+            return
         failures.append(err)
         print(describe(err)[1], file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -58,10 +61,22 @@ def _warm_up(batcher, served, model, failures):
     model.ready = True  # after the line: a client that finds it ready finds the line too
 
 
+def check_ports(settings):
+    """UserError, before anything loads, for a port another process listens on."""
+    for flag, port in (("--http-port", settings.http_port), ("--grpc-port", settings.grpc_port)):
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("", port))
+            except OSError as err:
+                raise UserError(f"{flag} {port}: {err.strerror}: choose another port") from None
+
+
 def run(config):
     """Serve the export of ``config`` until SIGTERM or SIGINT; 0 once drained."""
     kserve = optional.require("kserve", kserve_server.PURPOSE)
     inference_config, settings = config.inference, config.serve
+    check_ports(settings)
     classifier, info, backend, notes = backends.build_classifier(
         inference_config, settings.max_batch
     )
@@ -86,9 +101,11 @@ def run(config):
         f"{settings.max_wait_ms:g} ms wait",
         flush=True,
     )
-    failures = []
-    threading.Thread(target=_warm_up, args=(batcher, served, model, failures), daemon=True).start()
+    failures, stopped = [], threading.Event()
+    warm_up = (batcher, served, model, failures, stopped)
+    threading.Thread(target=_warm_up, args=warm_up, daemon=True).start()
     server.start([])  # returns once a SIGTERM or SIGINT has drained the requests in flight
+    stopped.set()
     if failures:
         raise failures[0]
     batches = sum(batcher.batches.values())
