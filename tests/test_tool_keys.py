@@ -1,5 +1,5 @@
 """Each tool reads every config key whose flag it accepts (the tools are declared on the
-keys in core/config.py): the tool's real command runs with the reads of the Config
+keys in core/config/): the tool's real command runs with the reads of the Config
 recorded, and a key it accepts but never reads fails the test, naming the key."""
 
 import dataclasses

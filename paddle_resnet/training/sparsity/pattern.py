@@ -245,7 +245,7 @@ def mask_2d_best(rows, pattern):
     return _unblocks(patterns[best].reshape(len(blocks), -1), shape, rows, pattern.group)
 
 
-# --mask-algo's choices are declared in core/config.py (the config checks the flag); each
+# --mask-algo's choices are declared in core/config/keys.py (the config checks the flag); each
 # names its function here.
 MASK_ALGOS = {name: globals()[name] for name in config.MASK_ALGOS}
 
