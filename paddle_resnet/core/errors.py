@@ -60,8 +60,9 @@ EXIT_STATUSES = (
         "quota, no permission, a read-only or lock-less file system: a person must act "
         "first (free space, change the mount), and a restart would fail the same way, a "
         "full disk only after repeating the epoch it could not save",
-        "Slurm: FAILED, not requeued; Indexed Job: fails at once (FailJob); PaddleJob: "
-        "retried until its backoffLimit (OnFailure cannot tell statuses apart)",
+        "Slurm: FAILED, not requeued; Indexed Job: fails at once (FailJob); TrainJob "
+        "(Trainer v2): the JobSet fails at once (FailJobSet); PaddleJob: retried until "
+        "its backoffLimit (OnFailure cannot tell statuses apart)",
     ),
     ExitStatus(
         str(RESTARTABLE),
@@ -73,7 +74,8 @@ EXIT_STATUSES = (
         "volume), a rank whose launcher died",
         "Slurm: requeued, FAILED once 3 starts in a row crashed without writing a "
         "checkpoint (MAX_CRASHES_WITHOUT_PROGRESS); Indexed Job and PaddleJob: the pod "
-        "restarts, counted against backoffLimit",
+        "restarts, counted against backoffLimit; TrainJob: the JobSet restarts, counted "
+        "against its maxRestarts",
     ),
     ExitStatus(
         f"{UNEXPECTED}, others",
@@ -88,7 +90,8 @@ EXIT_STATUSES = (
         "in the training steps: saved at the step in flight, one line names the checkpoint "
         "and the command that continues; before or after them: nothing new to save",
         "Slurm: requeued by Slurm (preemption, scontrol requeue) or, after the time "
-        "limit's warning, by the script; Indexed Job: not counted (Ignore)",
+        "limit's warning, by the script; Indexed Job: not counted (Ignore); TrainJob: the "
+        "JobSet restarts, not counted",
     ),
     ExitStatus(
         str(LAUNCHER_STOPPED),

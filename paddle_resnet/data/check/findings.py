@@ -95,8 +95,8 @@ CATALOGUE = (
     Kind(
         "imbalance",
         "split",
-        "with classes {imbalance}:1 or more apart (--class-weights balanced weighs them "
-        "evenly in the loss)",
+        "with classes {imbalance}:1 or more apart (--sampling class-balanced draws every "
+        "class equally often: the best of the methods measured on unbalanced cuts)",
     ),
     Kind(
         "cmyk",
