@@ -16,7 +16,10 @@ start, then one step of ResNet-18 at 32 px), one process or ``--ranks`` ranks of
 ``paddle.distributed.launch``. The image files each start opens are counted in every
 process by an audit hook (scripts/benchmark_support/sitecustomize.py, put on the ranks'
 PYTHONPATH): the header screening opens them from Python; DALI's reads of the one batch
-are not counted. Figures are appended to ``--output`` under ``--label``.
+are not counted. A first start of code that caches the screening records the header
+pass's own seconds (``pass_seconds``); ``--fingerprint-only`` times what a start of the
+unchanged tree spends on it instead (listing the tree and the stat of every file).
+Figures are appended to ``--output`` under ``--label``.
 """
 
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
@@ -31,11 +34,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from types import SimpleNamespace
 
 from benchmark_data_check import write_tree
 
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.errors import exit_status
+from paddle_resnet.data.folder import walk_split
+from paddle_resnet.data.screening import fingerprint
 
 SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmark_support")
 FLAGS = (
@@ -73,6 +79,33 @@ def start(code, tree, out, ranks, counts):
     return seconds, opened
 
 
+def screened_seconds(out, number):
+    """{"pass_seconds": the header pass's own seconds} from the cache a first start of the
+    toolkit's code writes (``data_check.json``); {} on later starts and for older code."""
+    try:
+        with open(os.path.join(out, "data_check.json")) as handle:
+            seconds = json.load(handle)["seconds"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {"pass_seconds": round(seconds, 1)} if number == 1 else {}
+
+
+def fingerprint_seconds(tree, rounds=3):
+    """The seconds (median of ``rounds``) of what a start of an unchanged tree spends on
+    it: listing the training split and the fingerprint that matches the cache (a stat per
+    file, no file opened), timed in this process."""
+    config = SimpleNamespace(
+        data=SimpleNamespace(crop_size=32), check=SimpleNamespace(at_start=True)
+    )
+    times = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        split = SimpleNamespace(image_list=walk_split(tree, "train").image_list())
+        fingerprint(config, [split])
+        times.append(time.perf_counter() - began)
+    return sorted(times)[rounds // 2]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", required=True, help="the ImageNet-sized tree (written if absent)")
@@ -81,13 +114,22 @@ def main():
     parser.add_argument("--ranks", default="1,2,4")
     parser.add_argument("--starts", type=int, default=2)
     parser.add_argument("--output", default="benchmarks/job_start.json")
+    parser.add_argument(
+        "--fingerprint-only",
+        action="store_true",
+        help="time only what a start of the unchanged tree spends on it (this checkout's code)",
+    )
     args = parser.parse_args()
 
     def measure():
         if not os.path.isdir(os.path.join(args.tree, "train")):
             write_tree(args.tree, leaks=0)
-        rows = []
-        for ranks in map(int, args.ranks.split(",")):
+        load_before, rows = os.getloadavg()[0], []
+        if args.fingerprint_only:
+            rows.append({"fingerprint_seconds": round(fingerprint_seconds(args.tree), 1)})
+            print(json.dumps(rows[-1]), flush=True)
+        measured = [] if args.fingerprint_only else [int(n) for n in args.ranks.split(",")]
+        for ranks in measured:
             out = tempfile.mkdtemp(prefix=f"job_start_{ranks}_")
             counts = tempfile.mkdtemp(prefix="opens_")
             try:
@@ -95,6 +137,7 @@ def main():
                     seconds, opened = start(args.code, args.tree, out, ranks, counts)
                     row = {"ranks": ranks, "start": number, "seconds": round(seconds, 1)}
                     row["image_files_opened"] = opened
+                    row.update(screened_seconds(out, number))
                     print(json.dumps(row), flush=True)
                     rows.append(row)
             finally:
@@ -104,11 +147,16 @@ def main():
         if os.path.exists(args.output):
             with open(args.output) as handle:
                 results = json.load(handle)
+        commit = subprocess.run(
+            ["git", "-C", args.code, "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
         results[args.label] = {
             "code": args.code,
+            "commit": commit,
             "rows": rows,
             "machine": f"{platform.processor() or platform.machine()}, {available_cores()} cores",
-            "load_before": os.getloadavg()[0],
+            "load_before": load_before,
+            "load_after": os.getloadavg()[0],
             "date": time.strftime("%Y-%m-%d"),
         }
         with open(args.output, "w") as handle:
