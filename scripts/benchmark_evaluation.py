@@ -25,7 +25,7 @@ from paddle_resnet.core.errors import exit_status
 from paddle_resnet.commands import train
 from paddle_resnet.core.config import build_config, read_recipe, resolve_config_path
 from paddle_resnet.data.folder import linked_subset
-from paddle_resnet.deploy import export, inference
+from paddle_resnet.deploy import export, inference_modes
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import eval_predictor
 
@@ -88,7 +88,7 @@ def main():
         for _ in range(args.repeats):
             for way in runs:
                 if way == "inference.py":
-                    result = inference.run(served, report_stream=quiet)
+                    result = inference_modes.run(served, report_stream=quiet)
                     seconds, top1, loss = result["seconds"], result["top1"], result["loss"]
                 else:
                     eval_predictor.usable = (

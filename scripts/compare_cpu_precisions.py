@@ -15,9 +15,9 @@ import sys
 import numpy as np
 
 from paddle_resnet.core.errors import exit_status
-from paddle_resnet.deploy import inference
+from paddle_resnet.deploy import inference_modes
 from paddle_resnet.core import feeds
-from paddle_resnet.deploy import model_input
+from paddle_resnet.deploy import dali_input
 from paddle_resnet.core.config import build_config
 from paddle_resnet.data.dali import open_split
 
@@ -38,12 +38,12 @@ def main():
                 "inference.backend": "cpu",
             }
         )
-        return inference.build_classifier(config, args.batch_size)
+        return inference_modes.build_classifier(config, args.batch_size)
 
     (fp32, info, _), (bf16, _, _) = classifier("fp32"), classifier("bf16")
     config = build_config({"data.image_root": args.image_root, "data.batch_size": args.batch_size})
     labels, top_fp32, top_bf16, gap = [], [], [], 0.0
-    for batch in model_input.validation_batches(open_split(config.data, "val"), config.data, info):
+    for batch in dali_input.validation_batches(open_split(config.data, "val"), config.data, info):
         p32, p16 = fp32(batch[feeds.IMAGE]), bf16(batch[feeds.IMAGE])
         labels.append(batch[feeds.LABEL].ravel())
         top_fp32.append(p32.argmax(1))

@@ -42,7 +42,7 @@ import paddle
 
 
 from paddle_resnet.core.errors import exit_status
-from paddle_resnet.deploy import inference
+from paddle_resnet.deploy import inference_modes
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.core import feeds
 from paddle_resnet.core.metrics import (
@@ -51,7 +51,7 @@ from paddle_resnet.core.metrics import (
     confusion_counts,
     describe_class_changes,
 )
-from paddle_resnet.deploy import model_input
+from paddle_resnet.deploy import dali_input
 from paddle_resnet.deploy import exported
 from paddle_resnet.core.config import IRS, PTQ_ALGOS, build_config
 from paddle_resnet.data.dali import open_split
@@ -90,7 +90,7 @@ def predictions(config, precision, batch_size):
                 },
             )
         )
-        classifier, _, _ = inference.build_classifier(backend_config, batch_size)
+        classifier, _, _ = inference_modes.build_classifier(backend_config, batch_size)
         start = time.perf_counter()
         tops[key] = np.concatenate([classifier(batch[feeds.IMAGE]).argmax(1) for batch in batches])
         if backend == "cpu":
@@ -100,7 +100,7 @@ def predictions(config, precision, batch_size):
 
 
 def validation_batches(config, info):
-    return list(model_input.validation_batches(open_split(config.data, "val"), config.data, info))
+    return list(dali_input.validation_batches(open_split(config.data, "val"), config.data, info))
 
 
 def scored(key, top, labels, reference):

@@ -20,8 +20,8 @@ from paddle_resnet.core import devices, feeds
 from paddle_resnet.core.config import InferenceConfig, build_config
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
 from paddle_resnet.data.folder import scan_split
+from paddle_resnet.deploy import dali_input, exported, predictor
 from paddle_resnet.deploy import export as exporting
-from paddle_resnet.deploy import exported, model_input, predictor
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.loop import train_step
 
@@ -104,7 +104,7 @@ def validation_images(trained, model_dir):
     info = exported.read_info(model_dir)
     split = open_split(trained.data, "val")
     return np.concatenate(
-        [b[feeds.IMAGE] for b in model_input.validation_batches(split, trained.data, info)]
+        [b[feeds.IMAGE] for b in dali_input.validation_batches(split, trained.data, info)]
     )
 
 

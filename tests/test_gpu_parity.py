@@ -20,7 +20,7 @@ from paddle_resnet.core.report import Report
 from paddle_resnet.data.dali import DataSplit, make_loader
 from paddle_resnet.data.folder import scan_split
 from paddle_resnet.deploy import export as exporting
-from paddle_resnet.deploy import exported, inference, predictor
+from paddle_resnet.deploy import exported, inference_modes, predictor
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import gpu_tuning, profiling
 from paddle_resnet.training import programs as program
@@ -160,7 +160,7 @@ def test_four_channels_train_export_at_the_end_and_predict(four_channel_run, fmn
     accuracy_config = build_config(
         dict(flat(config), **{"inference.backend": "cpu", "inference.mode": "accuracy"})
     )
-    measured = inference.accuracy(accuracy_config, Report(None, enabled=False))
+    measured = inference_modes.accuracy(accuracy_config, Report(None, enabled=False))
     assert measured["top1"] == result["val.top1"]
 
 

@@ -21,10 +21,9 @@ from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
 from paddle_resnet.data.folder import scan_split
+from paddle_resnet.deploy import dali_input, inference_modes, predictor
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported as exported_model
-from paddle_resnet.deploy import inference as inference_lib
-from paddle_resnet.deploy import model_input, predictor
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.weights import into_program
@@ -125,7 +124,7 @@ def test_predictor_agrees_with_eval_program(exported, fmnist_root):
 
 def build(config, **inference_values):
     values = dict(flat(config), **{f"inference.{k}": v for k, v in inference_values.items()})
-    return inference_lib.build_classifier(build_config(values), 16)[0]
+    return inference_modes.build_classifier(build_config(values), 16)[0]
 
 
 @pytest.mark.gpu_wheel
@@ -139,7 +138,7 @@ def test_accuracy_mode_matches_training_evaluation(exported, trained, tmp_path):
             "data.batch_size": 32,
         },
     )
-    result = inference_lib.run(build_config(values), quiet())
+    result = inference_modes.run(build_config(values), quiet())
     val = [r for r in read_report(trained.report_file) if r["type"] == "VAL"][-1]["data"]
     assert result["images"] == 130
     assert result["top1"] == pytest.approx(val["val.top1"])
@@ -169,7 +168,7 @@ def test_benchmark_mode_reports_latency_percentiles(exported, tmp_path):
         },
     )
     started = time.perf_counter()
-    rows = inference_lib.run(build_config(values), quiet())
+    rows = inference_modes.run(build_config(values), quiet())
     elapsed = time.perf_counter() - started
     assert [r["batch_size"] for r in rows] == [1, 4]
     for row in rows:
@@ -199,7 +198,7 @@ def test_predict_ranks_classes_and_agrees_with_accuracy_mode(exported, fmnist_ro
         },
     )
     console = io.StringIO()
-    predictions = inference_lib.run(build_config(values), console)
+    predictions = inference_modes.run(build_config(values), console)
     assert len(predictions) == 130
     for entry in predictions:
         probabilities = [p["probability"] for p in entry["top"]]
@@ -209,7 +208,7 @@ def test_predict_ranks_classes_and_agrees_with_accuracy_mode(exported, fmnist_ro
         entry["top"][0]["class"] == os.path.basename(os.path.dirname(entry["image"]))
         for entry in predictions
     ]
-    accuracy = inference_lib.run(
+    accuracy = inference_modes.run(
         build_config(dict(values, **{"inference.mode": "accuracy"})), quiet()
     )
     assert sum(hits) == round(accuracy["top1"] * 130)
@@ -433,9 +432,9 @@ def test_onnx_export_equals_the_paddle_model(exported, tmp_path):
     session = onnxruntime.InferenceSession(
         str(tmp_path / "model" / "model.onnx"), providers=["CPUExecutionProvider"]
     )
-    classifier, info, _ = inference_lib.build_classifier(onnx_config, 16)
+    classifier, info, _ = inference_modes.build_classifier(onnx_config, 16)
     batch = next(
-        iter(model_input.validation_batches(open_split(config.data, "val"), config.data, info))
+        iter(dali_input.validation_batches(open_split(config.data, "val"), config.data, info))
     )
     paddle_probs = classifier(batch[feeds.IMAGE])
     onnx_probs = session.run(None, {session.get_inputs()[0].name: batch[feeds.IMAGE]})[0]

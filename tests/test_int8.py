@@ -16,9 +16,9 @@ from paddle_resnet.core import devices, feeds, optional
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.data.dali import open_split
+from paddle_resnet.deploy import dali_input, inference_modes, onnx_int8
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported as exported_model
-from paddle_resnet.deploy import inference, model_input, onnx_int8
 
 needs_int8_cpu = pytest.mark.skipif(
     not devices.cpu_has_int8_dot_products(), reason="this CPU has no int8 dot products"
@@ -78,9 +78,9 @@ def probabilities(config, precision):
     config = build_config(
         dict(flat(config), **{"inference.cpu_precision": precision, "inference.backend": "cpu"})
     )
-    classifier, info, _ = inference.build_classifier(config, config.data.batch_size)
+    classifier, info, _ = inference_modes.build_classifier(config, config.data.batch_size)
     outputs, labels = [], []
-    for batch in model_input.validation_batches(open_split(config.data, "val"), config.data, info):
+    for batch in dali_input.validation_batches(open_split(config.data, "val"), config.data, info):
         outputs.append(classifier(batch[feeds.IMAGE]))
         labels.append(batch[feeds.LABEL].ravel())
     return np.concatenate(outputs), np.concatenate(labels)
@@ -192,7 +192,7 @@ def test_the_quantized_onnx_model_agrees_with_fp32(models):
     top = np.concatenate(
         [
             session.run(None, {session.get_inputs()[0].name: batch[feeds.IMAGE]})[0].argmax(1)
-            for batch in model_input.validation_batches(
+            for batch in dali_input.validation_batches(
                 open_split(int8.data, "val"), int8.data, info
             )
         ]

@@ -15,7 +15,7 @@ from paddle_resnet.core import devices, feeds
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import ConfigError, UserError
 from paddle_resnet.data.dali import open_split
-from paddle_resnet.deploy import backends, inference, model_input, predictor, verify
+from paddle_resnet.deploy import backends, dali_input, inference_modes, predictor, verify
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported as exported_model
 from paddle_resnet.training import programs as program
@@ -64,13 +64,13 @@ def probabilities(config, backend, precision):
     run = build_config(
         dict(flat(config), **{"inference.backend": backend, "inference.cpu_precision": precision})
     )
-    classifier, info, _ = inference.build_classifier(run, 16)
-    batches = list(model_input.validation_batches(open_split(run.data, "val"), run.data, info))
+    classifier, info, _ = inference_modes.build_classifier(run, 16)
+    batches = list(dali_input.validation_batches(open_split(run.data, "val"), run.data, info))
     return np.concatenate([classifier(batch[feeds.IMAGE]) for batch in batches]), classifier
 
 
 def validation_labels(config):
-    batches = model_input.validation_batches(
+    batches = dali_input.validation_batches(
         open_split(config.data, "val"),
         config.data,
         exported_model.read_info(config.inference.model_dir),
@@ -222,7 +222,7 @@ def test_int8_without_scales_is_one_line(fp32_model):
         dict(flat(config), **{"inference.backend": "openvino", "inference.cpu_precision": "int8"})
     )
     with pytest.raises(ConfigError, match="needs a model with quantization scales"):
-        inference.build_classifier(run, 8)
+        inference_modes.build_classifier(run, 8)
 
 
 def test_the_export_proves_its_formats_agree_and_refuses_when_they_do_not(trained, tmp_path):

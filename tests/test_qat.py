@@ -18,7 +18,7 @@ from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import CheckpointError, ConfigError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.deploy import export as exporting
-from paddle_resnet.deploy import exported, inference
+from paddle_resnet.deploy import exported, inference_modes
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
 from paddle_resnet.training import qat as quantization
@@ -145,7 +145,7 @@ def test_qat_export_runs_in_int8(qat_run, tmp_path):
         run = build_config(
             dict(flat(config), **{"inference.backend": "cpu", "inference.cpu_precision": "int8"})
         )
-        classifier, _, _ = inference.build_classifier(run, 16)
+        classifier, _, _ = inference_modes.build_classifier(run, 16)
         probs = classifier(np.zeros((2, 3, 32, 32), np.float32))
         np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-3)
     with pytest.raises(ConfigError, match="a --qat model has its scales"):

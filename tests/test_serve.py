@@ -35,9 +35,8 @@ from paddle_resnet.core.cli import parse
 from paddle_resnet.core.config import build_config
 from paddle_resnet.data.dali import DataSplit
 from paddle_resnet.data.folder import scan_split
-from paddle_resnet.deploy import backends, exported, model_input
+from paddle_resnet.deploy import backends, dali_input, exported, inference_modes
 from paddle_resnet.deploy import export as exporting
-from paddle_resnet.deploy import inference as inference_lib
 from paddle_resnet.deploy.encoded_input import ImagePreprocessing
 
 # A server process of its own environment, Paddle 3.3.1's, whatever this one is: run once,
@@ -193,7 +192,7 @@ def predicted(export, fmnist_root, tmp_path_factory):
             "inference.log_path": str(tmp_path_factory.mktemp("predict") / "predict.json"),
         },
     )
-    found = inference_lib.run(build_config(values), report_stream=io.StringIO())
+    found = inference_modes.run(build_config(values), report_stream=io.StringIO())
     return {entry["image"]: entry["top"] for entry in found}
 
 
@@ -202,7 +201,7 @@ def validation_tensors(root, data_config, info, count):
     model)."""
     images = scan_split(root, "val")
     split = DataSplit.of_images("val", images)
-    batch = next(iter(model_input.validation_batches(split, data_config, info)))
+    batch = next(iter(dali_input.validation_batches(split, data_config, info)))
     return images.files[:count], batch[feeds.IMAGE][:count]
 
 

@@ -16,14 +16,14 @@ import sys
 
 from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core.cli import main_with
-from paddle_resnet.deploy import inference
+from paddle_resnet.deploy import inference_modes
 
 
 def main(argv=None):
     return main_with(
         "inference",
         __doc__.splitlines()[0],
-        inference.run,
+        inference_modes.run,
         argv,
         choices=REGISTRY_CHOICES,
     )

@@ -16,8 +16,8 @@ from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.optional import require
 from paddle_resnet.data.dali import open_split
 from paddle_resnet.deploy import (
+    dali_input,
     exported,
-    model_input,
     onnx_export,
     openvino_conversion,
     pir_int8,
@@ -99,4 +99,4 @@ def calibration_batches(config, info):
     ``info`` describes takes them: feed batches through the validation pipeline, spread
     over the (class-sorted) training images, whose first ones are one class."""
     calibration = open_split(config.data, "train").spread(config.inference.calibration_images)
-    return model_input.validation_batches(calibration, config.data, info)
+    return dali_input.validation_batches(calibration, config.data, info)

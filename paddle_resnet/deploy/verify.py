@@ -16,7 +16,7 @@ from paddle_resnet.core import feeds
 from paddle_resnet.core.devices import cpu_has_int8_dot_products
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.data.dali import open_split
-from paddle_resnet.deploy import backends, exported, model_input, predictor
+from paddle_resnet.deploy import backends, dali_input, exported, predictor
 
 # Least top-1 agreement with the fp32 Paddle predictor, per precision: fp32 runtimes
 # compute the same function (differences of summation order), bf16 keeps 8 bits of
@@ -76,7 +76,7 @@ def verify(model_dir, data_config, inference_config, count):
     info = exported.read_info(model_dir)
     input_shape = info["input_shape"]
     split = open_split(data_config, "val").spread(count)
-    batches = list(model_input.validation_batches(split, data_config, info))
+    batches = list(dali_input.validation_batches(split, data_config, info))
     images = [batch[feeds.IMAGE] for batch in batches]
     labels = np.concatenate([batch[feeds.LABEL].ravel() for batch in batches])
     max_batch = max(len(batch) for batch in images)

@@ -34,7 +34,7 @@ from paddle_resnet.data.folder import (
     images_under,
     unreadable_images,
 )
-from paddle_resnet.deploy import backends, exported, model_input, serve
+from paddle_resnet.deploy import backends, dali_input, exported, serve
 
 
 def build_classifier(config, max_batch, report=None):
@@ -62,7 +62,7 @@ def accuracy(config, report):
     totals, confusion = np.zeros(4), np.zeros((len(classes), len(classes)))
     start = time.perf_counter()
     k = top_k(info["num_classes"])
-    for batch in model_input.validation_batches(val_split, config.data, info):
+    for batch in dali_input.validation_batches(val_split, config.data, info):
         probs = classifier(batch[feeds.IMAGE])
         top = np.argsort(-probs, axis=1)[:, :k]
         labels = batch[feeds.LABEL]
@@ -116,7 +116,7 @@ def _benchmark_images(config, info, count):
         rng = np.random.default_rng(0)
         return rng.standard_normal([count] + list(info["input_shape"])).astype(np.float32)
     arrays = []
-    for batch in model_input.validation_batches(open_split(config.data, "val"), config.data, info):
+    for batch in dali_input.validation_batches(open_split(config.data, "val"), config.data, info):
         arrays.append(batch[feeds.IMAGE])
         if sum(len(a) for a in arrays) >= count:
             break
@@ -177,7 +177,7 @@ def _predict(config, report, files):
     predictions = []
     confusion = np.zeros((len(classes), len(classes)))
     index = {name: i for i, name in enumerate(classes)}  # a folder named as a class: its label
-    for batch in model_input.validation_batches(images, config.data, info):
+    for batch in dali_input.validation_batches(images, config.data, info):
         for probs in classifier(batch[feeds.IMAGE]):
             image = files[len(predictions)]
             best = np.argsort(-probs)[:k]
