@@ -19,6 +19,7 @@ import paddle_resnet  # noqa: F401,I001  (first: sets the process environment be
 import json
 import os
 import sys
+import time
 
 import paddle
 
@@ -52,6 +53,22 @@ def write_record():
         json.dump(EVENTS, handle)
 
 
+def end_at_the_first_step():
+    """Record and end this rank. Rank 0 serves the job's key-value store, which a rank
+    still leaving the start's last agreement polls: it ends once every rank has recorded
+    (at most 2 minutes), as a training rank 0 would still be running then."""
+    write_record()
+    if RANK == 0:
+        records = [
+            os.path.join(os.environ["RECORD_DIR"], f"record.{rank}.json")
+            for rank in range(int(os.environ.get("PADDLE_TRAINERS_NUM", "1")))
+        ]
+        until = time.monotonic() + 120
+        while not all(map(os.path.exists, records)) and time.monotonic() < until:
+            time.sleep(0.1)
+    os._exit(0)
+
+
 def describe(program):
     """The program's ring makers and collectives in op order: [[kind, op type, ring]]."""
     ops = []
@@ -81,8 +98,7 @@ class RecordingExecutor:
         ops = describe(program)
         EVENTS.append({"program": len(EVENTS), "ops": ops, "step": is_training_step(program)})
         if is_training_step(program) and STAND_IN_GPU:
-            write_record()
-            os._exit(0)
+            end_at_the_first_step()
         if STAND_IN_GPU and any(kind == "uses" for kind, _, _ in ops):
             # a collective of the start: the sum over this one rank
             names = [getattr(f, "name", f) for f in fetch_list or []]
@@ -92,8 +108,7 @@ class RecordingExecutor:
             paddle_internals.remove_ops(program, RING_MAKERS)
         results = self.cpu.run(program, feed=feed, fetch_list=fetch_list, **kwargs)
         if is_training_step(program):
-            write_record()
-            os._exit(0)
+            end_at_the_first_step()
         return results
 
     def close(self):
