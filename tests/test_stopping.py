@@ -112,7 +112,11 @@ def test_the_same_command_continues_after_kills_and_stops_bit_identical(
     starts = re.findall(r"--from-checkpoint auto: \S+/(\S+), the newest", "\n".join(outputs))
     kept = set(os.listdir(out / "resnet18"))
     assert {"2", resumed} <= kept <= {"2", resumed, *starts[-1:]}, (seed, kept, starts)
-    assert_same_state(ckpt.read_checkpoint(str(out / "resnet18" / "2"))[1], uninterrupted)
+    try:
+        assert_same_state(ckpt.read_checkpoint(str(out / "resnet18" / "2"))[1], uninterrupted)
+    except AssertionError:  # which plan and starts, to replay (RANDOM_MOMENTS_SEED)
+        print(f"seed {seed}, plan {plan}, starts {starts}", *outputs, final.stdout, sep="\n")
+        raise
     runs = [r for r in read_report(str(out / "report.json")) if r["type"] == "RUN"]
     assert len(runs) == len(plan) + 1  # each run's lines begin with its RUN record
 
