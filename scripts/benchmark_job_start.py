@@ -82,12 +82,13 @@ def start(code, tree, out, ranks, counts):
 def screened_seconds(out, number):
     """{"pass_seconds": the header pass's own seconds} from the cache a first start of the
     toolkit's code writes (``data_check.json``); {} on later starts and for older code."""
+    if number > 1:
+        return {}
     try:
         with open(os.path.join(out, "data_check.json")) as handle:
-            seconds = json.load(handle)["seconds"]
+            return {"pass_seconds": round(json.load(handle)["seconds"], 1)}
     except (OSError, ValueError, KeyError):
         return {}
-    return {"pass_seconds": round(seconds, 1)} if number == 1 else {}
 
 
 def fingerprint_seconds(tree, rounds=3):
