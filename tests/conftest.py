@@ -316,8 +316,9 @@ def run_python(*argv):
 
 def train_in_fresh_process(config):
     """``train.run(config)`` in a new Python process: runs whose weights are compared bit for
-    bit must not share a process with earlier oneDNN inference, which can change the CPU
-    kernels later training picks (seen once on an AVX2-only EPYC)."""
+    bit must not share a process with an earlier Paddle Inference run, which leaves MKL and
+    OpenMP on one thread (``eval_predictor``: the toolkit's own predictor gives them back;
+    the tests' predictors do not)."""
     path = os.path.join(config.run.output_dir, "config.json")
     os.makedirs(config.run.output_dir, exist_ok=True)
     with open(path, "w") as handle:

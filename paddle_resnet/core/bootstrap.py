@@ -66,6 +66,13 @@ def threads_per_process(environ=os.environ):
     return max(1, available_cores() // max(1, ranks_here))
 
 
+def math_threads(environ=os.environ):
+    """The math library threads this process trains with: OMP_NUM_THREADS, as
+    ``prepare_environment`` leaves it, else ``threads_per_process``."""
+    value = environ.get("OMP_NUM_THREADS", "")
+    return max(1, int(value)) if value.isdigit() else threads_per_process(environ)
+
+
 # The rehearsal of a Paddle without the legacy IR: set to 1, every path that needs it
 # refuses in one line (``paddle_internals.static_ir``, ``training/ir.py``).
 PIR_ONLY_VARIABLE = "PADDLE_RESNET_PIR_ONLY"

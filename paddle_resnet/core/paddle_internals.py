@@ -40,6 +40,13 @@ def supports_bf16():
     return core.supports_bfloat16()
 
 
+def set_math_threads(count):
+    """The threads of the CPU math libraries (MKL, OpenMP) for this process's kernels:
+    Paddle's own ``platform::SetNumThreads``, the call its predictors make (core: no public
+    equivalent)."""
+    core.set_num_threads(count)
+
+
 def nccl_version():
     """NCCL's version as Paddle's build reports it (an int such as 21602), or None."""
     return core.nccl_version() if core.is_compiled_with_nccl() else None

@@ -10,8 +10,7 @@ slices (``core/interleave.py``); the faster is taken, with a line naming both sp
 The answer is kept per CPU model, Paddle version, IR, model, input shape, batch and
 threads in the user's cache (``$XDG_CACHE_HOME/paddle-resnet/cpu_kernels.json``), so
 the next run of that kind starts at once. A process of its own, so that the training
-process has run no step before its first (how a process's first oneDNN or predictor run
-changes later rounding: ``loop.settle_evaluation``). ``PADDLE_RESNET_CPU_KERNELS=onednn``
+process has run no step before its first. ``PADDLE_RESNET_CPU_KERNELS=onednn``
 or ``plain`` takes one without measuring (the test suite: deterministic). Multi-process
 jobs do not measure (their ranks would have to agree): plain kernels unless
 ``--cpu-onednn``.

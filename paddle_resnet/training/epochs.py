@@ -12,7 +12,7 @@ import numpy as np
 from paddle_resnet.core import provenance
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import distributed, divergence, ir, lifecycle
-from paddle_resnet.training.loop import evaluate, settle_evaluation, train_one_epoch
+from paddle_resnet.training.loop import evaluate, train_one_epoch
 from paddle_resnet.training.profiling import step_profiler
 from paddle_resnet.training.sparsity import masks as sparse_masks
 from paddle_resnet.training.weights import into_program
@@ -28,8 +28,6 @@ def train_epochs(session, train_split, val_split, start):
     run_cfg = config.run
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
     start_epoch, skip = start
-    if val_split is not None:
-        settle_evaluation(session)
     validated = False  # this start's first validation: a lost one of ``start`` comes first
     # closed however the epochs end: a window that outlasted the training, or a stop
     stop_requests = lifecycle.StopRequests(

@@ -8,6 +8,13 @@ evaluation the program and the current weights are serialized in memory
 predictor (``Config.set_model_buffer``): no files, the weights of that moment, under a
 second to build. On PIR, which has no in-memory serialization, the same through a
 temporary ``save_inference_model``. fp32 on the CPU; elsewhere the executor evaluates.
+
+The predictor runs on the training's math threads (``bootstrap.math_threads``), and
+gives them back after each run: Paddle Inference ends every run by setting the process's
+MKL and OpenMP to one thread ("recover the cpu_math_library_num_threads to 1",
+analysis_predictor.cc, 2.6 and 3.x), so the training after a validation ran on one core
+(measured: MKL and OpenMP at 2 threads before a run, 1 after) and rounded unlike a run
+resumed after that validation (PIR, oneDNN kernels: 0.05 apart after 4 steps).
 """
 
 import os
@@ -46,21 +53,22 @@ class EvalPredictor:
     """``predictor(feed) -> (top-k classes, per-image losses)`` of the eval program with
     the scope's current weights."""
 
-    def __init__(self, programs, exe, threads):
+    def __init__(self, programs, exe):
+        self.threads = bootstrap.math_threads()
         program = programs.eval
         inputs = [ir.feed_target(program, name) for name in (feeds.IMAGE, feeds.LABEL)]
         outputs = [programs.eval_fetches["topk"], programs.eval_fetches["loss"]]
         with tempfile.TemporaryDirectory() as folder:
             config = _config(program, inputs, outputs, exe, os.path.join(folder, "eval"))
-            self._create(config, threads)
+            self._create(config)
         self.inputs = [self.predictor.get_input_handle(n) for n in (feeds.IMAGE, feeds.LABEL)]
         self.outputs = [
             self.predictor.get_output_handle(n) for n in self.predictor.get_output_names()
         ]
 
-    def _create(self, config, threads):
+    def _create(self, config):
         config.disable_gpu()
-        config.set_cpu_math_library_num_threads(threads)
+        config.set_cpu_math_library_num_threads(self.threads)
         config.switch_ir_optim(True)
         config.enable_mkldnn()
         config.disable_glog_info()
@@ -73,4 +81,5 @@ class EvalPredictor:
             handle.reshape(list(value.shape))
             handle.copy_from_cpu(value)
         self.predictor.run()
+        paddle_internals.set_math_threads(self.threads)  # set to 1 by the run
         return [handle.copy_to_cpu() for handle in self.outputs]

@@ -6,7 +6,6 @@ import time
 import numpy as np
 
 from paddle_resnet.core import feeds, watchdog
-from paddle_resnet.core.bootstrap import threads_per_process
 from paddle_resnet.core.metrics import (
     Meter,
     accuracy_from_counts,
@@ -15,8 +14,7 @@ from paddle_resnet.core.metrics import (
     describe_class_results,
     eval_counts,
 )
-from paddle_resnet.training import divergence, eval_predictor, ir
-from paddle_resnet.training.onednn import onednn_wanted
+from paddle_resnet.training import divergence, eval_predictor
 from paddle_resnet.training.profiling import NoProfiler
 
 
@@ -141,28 +139,6 @@ def train_one_epoch(
     return summary
 
 
-def settle_evaluation(session):
-    """Run the evaluation's predictor once, on one blank image, before training. The
-    first predictor run in a process changes how later plain-kernel training steps round
-    (measured: 2.4e-7 after one step, on both IRs; later runs, of any images, change
-    nothing), so a run that evaluated between epochs departed from the same run resumed
-    after that evaluation. Settled at the start, both compute alike (resume
-    bit-identical). A blank image: the validation data are read when validation comes.
-    Not with oneDNN training kernels: those resumed bit-identical already, and a
-    predictor run before their first step made a resumed run depart (Paddle 2.6.2)."""
-    usable = eval_predictor.usable(session.config, session.device_id is not None)
-    if not usable or onednn_wanted(session.config):
-        return
-    programs = session.programs
-    image_shape = list(ir.feed_target(programs.eval, feeds.IMAGE).shape[1:])
-    dtype = np.float16 if session.config.data.output_fp16 else np.float32
-    blank = {
-        feeds.IMAGE: np.zeros([1, *image_shape], dtype),
-        feeds.LABEL: np.zeros([1, 1], np.int64),
-    }
-    eval_predictor.EvalPredictor(programs, session.exe, threads_per_process())(blank)
-
-
 def evaluate(session, split, epoch):
     """Exact top-1 / top-k / loss and per-class results (the report's CLASSES record)
     over every image of ``split`` at the weights of this moment, by a predictor built
@@ -175,7 +151,7 @@ def evaluate(session, split, epoch):
     exe, programs, report = session.exe, session.programs, session.report
     loader = session.loader(split, training=False)
     fast = eval_predictor.usable(session.config, session.device_id is not None)
-    predictor = eval_predictor.EvalPredictor(programs, exe, threads_per_process()) if fast else None
+    predictor = eval_predictor.EvalPredictor(programs, exe) if fast else None
     fetch_list = [programs.eval_fetches["topk"], programs.eval_fetches["loss"]]
     run = predictor or (
         lambda feed: exe.run(

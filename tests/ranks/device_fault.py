@@ -9,8 +9,7 @@ machines where no device can fail:
   exception mapping turns into an ``OSError`` without errno
   (paddle/fluid/pybind/exception.cc).
 - ``out-of-memory@N``: the N-th validation batch of this process (a run of the evaluation
-  predictor; the start's settling run on one blank image does not count) raises what
-  Paddle raises when the device's memory is exhausted: its ResourceExhaustedError, mapped
+  predictor) raises what Paddle raises when the device's memory is exhausted: its ResourceExhaustedError, mapped
   to ``MemoryError``.
 
 The hook is here, loaded by the tests that use it: the toolkit has none, so no run of
@@ -26,7 +25,7 @@ import sys
 
 from paddle_resnet.commands import train
 from paddle_resnet.core.errors import USER_ERROR
-from paddle_resnet.training import epochs, eval_predictor, loop
+from paddle_resnet.training import eval_predictor, loop
 
 VARIABLE = "PADDLE_RESNET_FAULT"
 DRIVER = os.path.relpath(__file__, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -62,31 +61,17 @@ KINDS = {
 }
 
 
-COUNTING = {"on": True}  # off during the start's settling run of the predictor
-
-
 def failing_at(call, function, error):
-    """``function`` whose ``call``-th counted call raises ``error(call)`` instead."""
+    """``function`` whose ``call``-th call raises ``error(call)`` instead."""
     calls = [0]
 
     def planted(*args, **kwargs):
-        calls[0] += COUNTING["on"]
-        if COUNTING["on"] and calls[0] == call:
+        calls[0] += 1
+        if calls[0] == call:
             raise error(call)
         return function(*args, **kwargs)
 
     return planted
-
-
-def uncounted(function):
-    def settling(*args, **kwargs):
-        COUNTING["on"] = False
-        try:
-            return function(*args, **kwargs)
-        finally:
-            COUNTING["on"] = True
-
-    return settling
 
 
 if __name__ == "__main__":
@@ -106,5 +91,4 @@ if __name__ == "__main__":
         flush=True,
     )
     setattr(owner, name, failing_at(int(call), getattr(owner, name), error))
-    epochs.settle_evaluation = uncounted(epochs.settle_evaluation)
     sys.exit(train.main(sys.argv[1:]))
