@@ -11,7 +11,8 @@ CPU, leaves MKL and OpenMP on one thread after each run; ``training/eval_predict
 Each round runs ``train.py --config resnet18_demo --epochs 2`` once with each checkout's
 code (``--before``, then this repository), for each kernel path (``--kernels``: Paddle's
 plain kernels, oneDNN's), fresh output folders, no data check; ``--rounds`` rounds, the
-two codes alternating so that a shared machine's load falls on both. Recorded: each
+two codes alternating (before first in odd rounds, after first in even ones) so that a
+shared machine's load and the order fall on both alike. Recorded: each
 epoch's ``train.ips`` from the report, per run, and the medians; the table compares each
 epoch's median after against before.
 """
@@ -26,6 +27,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+import paddle
 
 from paddle_resnet.core import devices
 from paddle_resnet.core.report import read_report
@@ -59,7 +62,9 @@ def main():
     runs = {k: {label: [] for label in codes} for k in args.kernels}
     for round_number in range(args.rounds):
         for kernels in args.kernels:
-            for label, code in codes.items():
+            # ABBA: each code goes first in every other round
+            order = list(codes.items())[:: -1 if round_number % 2 else 1]
+            for label, code in order:
                 speeds = epoch_speeds(code, kernels, args.image_root, args.epochs)
                 runs[kernels][label].append(speeds)
                 print(f"round {round_number + 1} {kernels} {label}: {speeds}", flush=True)
@@ -68,7 +73,7 @@ def main():
         "cpu": devices.cpu_model(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
-        "paddle": __import__("paddle").__version__,
+        "paddle": paddle.__version__,
         "runs": runs,
         "median_ips": {
             k: {label: [statistics.median(e) for e in zip(*r)] for label, r in by.items()}

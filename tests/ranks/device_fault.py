@@ -9,8 +9,8 @@ machines where no device can fail:
   exception mapping turns into an ``OSError`` without errno
   (paddle/fluid/pybind/exception.cc).
 - ``out-of-memory@N``: the N-th validation batch of this process (a run of the evaluation
-  predictor) raises what Paddle raises when the device's memory is exhausted: its ResourceExhaustedError, mapped
-  to ``MemoryError``.
+  predictor) raises what Paddle raises when the device's memory is exhausted: its
+  ResourceExhaustedError, mapped to ``MemoryError``.
 
 The hook is here, loaded by the tests that use it: the toolkit has none, so no run of
 train.py can be made to fail by a variable left in its environment. The run's first
