@@ -22,9 +22,7 @@ from paddle.distributed import fleet
 from paddle_resnet.core import bootstrap, paddle_internals
 from paddle_resnet.core.bootstrap import paddle_chatter
 from paddle_resnet.core.devices import gpu_available
-from paddle_resnet.core.errors import (
-    UserError,
-)
+from paddle_resnet.core.errors import RestartableError, UserError
 from paddle_resnet.training import ir
 
 STREAM_SYNC_OPS = ("c_sync_comm_stream", "c_sync_calc_stream")
@@ -116,16 +114,28 @@ def parameter_checksum(program):
     )
 
 
+class RanksDisagree(RestartableError):
+    """The ranks hold different parameters after the same steps: the gradients they
+    summed were not summed alike, which the program cannot do by itself (every rank
+    applies the same all-reduced gradients): silent data corruption, a bit flipped in a
+    device's memory or on the wire. A hardware fault, not the user's: the job restarts
+    from its last checkpoint, which was verified when the ranks still agreed."""
+
+
 def check_ranks_agree(program, all_reduce, where):
-    """UserError unless every rank holds the same parameters (compared by checksum):
-    data parallelism that lets ranks drift apart trains N different models."""
+    """``RanksDisagree`` (on every rank: the sums are everyone's) unless every rank holds
+    the same parameters, compared by checksum: data parallelism whose ranks drift apart
+    trains N different models."""
     checksum = parameter_checksum(program)
     total, squares, ranks, _ = all_reduce(np.array([checksum, checksum**2, 1.0, 0.0]))
     spread = squares / ranks - (total / ranks) ** 2
     if spread > 1e-12 * max(1.0, (total / ranks) ** 2):
-        raise UserError(
+        raise RanksDisagree(
             f"the {int(ranks)} ranks hold different parameters {where} (checksum "
-            f"spread {spread:.3g}): gradients were not reduced alike"
+            f"spread {spread:.3g}) although they applied the same summed gradients: a "
+            "hardware fault (a device's memory or the interconnect corrupted data); nothing "
+            "was saved, a restart continues from the last checkpoint (check the nodes' "
+            "health, e.g. nvidia-smi -q -d ECC, if it happens again)"
         )
     return checksum
 

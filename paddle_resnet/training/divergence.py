@@ -4,8 +4,14 @@ a restart from the last checkpoint would diverge again).
 
 Where it is seen: the loss each step fetches anyway (every rank's, agreed through the
 per-step all-reduce of ``lifecycle.StopRequests``, so every rank stops at the same step),
-and the weights before every save and at every epoch's end (every rank checks its own:
-the ranks hold the same weights, so they agree without a word). A step that AMP's dynamic
+and the weights before every save and at every epoch's end. That check is the job's
+decision, not one rank's: each rank holds batch-norm statistics of its own batches, so
+one rank alone may find a nan; it ended that rank with 2 while rank 0 saved and then
+waited in the next collective until it was killed. The ranks sum what each found in one
+all-reduce (``check_weights``), and every rank stops with the same line naming the rank
+and the tensor. Which of the two checks sees a divergence first is the numerics' choice
+(on an AMX Xeon a run at --lr 1e5 kept a finite loss while its BN statistics went nan):
+both end the run alike. A step that AMP's dynamic
 loss scaling skips on purpose (its gradients overflowed; the update is skipped and the
 scale lowered) may fetch an inf or nan loss: that is no divergence, and the run goes on.
 Without those, a diverged run saved the epoch's checkpoint with nan weights, then failed
@@ -29,9 +35,11 @@ class Watch:
     whose weights are finite (the one it started from, then each it saved), and the
     line that stops it."""
 
-    def __init__(self, config, program, resumed_from=None):
+    def __init__(self, config, program, resumed_from=None, all_reduce=None, rank=0, world_size=1):
         self.config = config
         self.program = program
+        # the sum over the job's ranks (None with one), which the weights check agrees through
+        self.all_reduce, self.rank, self.world_size = all_reduce, rank, world_size
         overflow = ir.loss_scaling_overflow(program)
         self.fetches = {} if overflow is None else {AMP_SKIPPED: overflow}
         self.last_finite = resumed_from
@@ -59,12 +67,32 @@ class Watch:
         return Diverged(self._line(where, f"{what} at learning rate {values['lr']:.6g}"))
 
     def check_weights(self, where):
-        """Diverged when a persistable of the train program (weights, batch-norm
-        statistics, optimiser state) holds nan or inf; before every save and at each
-        epoch's end (``where``: "after epoch 2", ...)."""
-        name = first_non_finite(self.program)
-        if name is not None:
-            raise Diverged(self._line(where, f"{name} holds nan or inf values"))
+        """Diverged on every rank when a persistable of the train program (weights,
+        batch-norm statistics, optimiser state; bf16 ones included) holds nan or inf on
+        any rank; before every save and at each epoch's end (``where``: "by the end of
+        epoch 2", ...). With several ranks (``all_reduce``: the sum over them) each rank
+        puts the position of its first non-finite persistable in its own slot of one
+        vector: the names are the same on every rank (one program), so every rank can
+        name the rank and the tensor."""
+        all_reduce, rank, world_size = self.all_reduce, self.rank, self.world_size
+        names = sorted(ir.persistable_names(self.program))
+        found = first_non_finite(self.program, names)
+        if all_reduce is None or world_size == 1:
+            if found is not None:
+                raise Diverged(self._line(where, f"{found} holds nan or inf values"))
+            return
+        slots = np.zeros(max(world_size, 2))  # 1-element vectors have no program of their own
+        slots[rank] = 0 if found is None else names.index(found) + 1
+        summed = all_reduce(slots)
+        ranks = [(r, int(summed[r]) - 1) for r in range(world_size) if summed[r] > 0]
+        if ranks:
+            first, index = ranks[0]
+            what = f"{names[index]} holds nan or inf values on rank {first}"
+            if len(ranks) > 1:
+                what += f" ({len(ranks)} of {world_size} ranks found one)"
+            else:
+                what += f" (of {world_size} ranks, the only one)"
+            raise Diverged(self._line(where, what))
 
     def _line(self, where, what):
         if self.last_finite:
@@ -97,18 +125,35 @@ class Watch:
         return lines
 
 
-def first_non_finite(program):
-    """The name of the first floating-point persistable of ``program`` whose value in the
-    global scope holds nan or inf, else None."""
+def first_non_finite(program, names=None):
+    """The name of the first floating-point persistable of ``program`` (of ``names``,
+    sorted, where given) whose value in the global scope holds nan or inf, else None."""
     scope = paddle.static.global_scope()
-    for name in sorted(ir.persistable_names(program)):
+    for name in names if names is not None else sorted(ir.persistable_names(program)):
         found = scope.find_var(name)
         if found is None:
             continue
         try:
-            value = np.asarray(found.get_tensor())
+            tensor = found.get_tensor()
+            value = np.asarray(tensor)
         except (RuntimeError, ValueError, TypeError):  # not a dense tensor (a reader, ...)
             continue
-        if value.dtype.kind == "f" and value.size and not np.isfinite(value).all():
+        if value.size and not all_finite(value, is_bfloat16(tensor)):
             return name
     return None
+
+
+def is_bfloat16(tensor):
+    """Whether a scope's tensor holds bfloat16 (NumPy sees its bits as uint16)."""
+    try:
+        return "bfloat16" in str(tensor._dtype()).lower()
+    except (AttributeError, RuntimeError, TypeError):
+        return False
+
+
+def all_finite(value, bfloat16=False):
+    """Whether every element of ``value`` is finite: floating-point arrays, and bfloat16
+    bits (uint16: nan and inf have all eight exponent bits set)."""
+    if bfloat16 and value.dtype == np.uint16:
+        return not ((value & 0x7F80) == 0x7F80).any()
+    return value.dtype.kind != "f" or bool(np.isfinite(value).all())

@@ -34,7 +34,14 @@ def train_epochs(session, train_split, val_split, start):
         session.all_reduce, run_cfg.save_every_minutes * 60, session.rank
     )
     # the checkpoint this run resumed from was refused at load had it held nan or inf
-    watch = divergence.Watch(config, programs.train, resumed_from=run_cfg.from_checkpoint)
+    watch = divergence.Watch(
+        config,
+        programs.train,
+        resumed_from=run_cfg.from_checkpoint,
+        all_reduce=session.all_reduce,
+        rank=session.rank,
+        world_size=session.world_size,
+    )
     with (
         contextlib.closing(step_profiler(run_cfg)) as profiler,
         stop_requests as stop,
@@ -54,7 +61,8 @@ def train_epochs(session, train_split, val_split, start):
             )
             if stop.signal_number is not None:
                 _save_stopped(session, epoch, metrics["train.steps"], stop, start, watch)
-            # every rank (they hold the same weights): before the save, and where none is due
+            # the job's decision (each rank's BN statistics are its own): before the save, and
+            # where none is due
             watch.check_weights(f"by the end of epoch {epoch}")
             last = epoch == run_cfg.epochs
             if session.all_reduce:
