@@ -2,6 +2,7 @@
 at the step in flight and an exact resume, eval_only that names what it evaluated,
 evaluation through the in-memory predictor. Real processes and real signals."""
 
+import contextlib
 import os
 import random
 import re
@@ -10,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -37,25 +37,34 @@ from paddle_resnet.training import eval_predictor, lifecycle
 pytestmark = once
 
 
-STEP_LINE = re.compile(r"\bepoch (\d+) step (\d+):")
+# the driver that holds a run at a step for its signal, and the line it prints there
+HELD_TRAIN = os.path.join("tests", "ranks", "held_train.py")
+HELD = "held at global step "
 STEPS_PER_EPOCH = 10  # train_command: 160 images, batch 16
 
 
-def interrupted(command, number, at_step, delay):
-    """Run ``command``; ``delay`` seconds after it logs global step ``at_step`` (or the
-    first later one), send it ``number``. (exit code, output)."""
+def interrupted(command, number, at_step):
+    """Run ``command`` (train.py's) through tests/ranks/held_train.py, held after the step
+    that reaches global step ``at_step``; send it ``number`` there, then release it (a
+    SIGTERM'd run saves at that step). (exit code, output)."""
+    held = [command[0], "-u", HELD_TRAIN, *command[command.index("train.py") + 1 :]]
     job = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        held,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, HOLD_AT_STEP=str(at_step)),
     )
-    lines, sent = [], False
+    lines = []
     for line in job.stdout:
         lines.append(line)
-        step = STEP_LINE.search(line)
-        if step and not sent:
-            if (int(step[1]) - 1) * STEPS_PER_EPOCH + int(step[2]) >= at_step:
-                time.sleep(delay)
-                job.send_signal(number)
-                sent = True
+        if line.startswith(HELD):
+            job.send_signal(number)
+            with contextlib.suppress(BrokenPipeError):  # SIGKILL: nobody reads it
+                job.stdin.write("go\n")
+                job.stdin.flush()
     return job.wait(timeout=300), "".join(lines)
 
 
@@ -72,21 +81,17 @@ def test_the_same_command_continues_after_kills_and_stops_bit_identical(
     seed = random_seed()
     rng = random.Random(seed)
     steps = sorted(rng.sample(range(1, 2 * STEPS_PER_EPOCH - 1), 3))  # each before the end
-    plan = [
-        (signal.SIGKILL, steps[0], rng.uniform(0, 0.5)),
-        (signal.SIGTERM, steps[1], rng.uniform(0, 0.5)),
-        (signal.SIGKILL, steps[2], rng.uniform(0, 0.5)),
-    ]
+    plan = [(signal.SIGKILL, steps[0]), (signal.SIGTERM, steps[1]), (signal.SIGKILL, steps[2])]
     out = tmp_path / "job"
     command = train_command(
         fmnist_root, out, "--from-checkpoint", "auto", "--keep-checkpoints", "1"
     )
     same_command = shlex.join(["python", *command[2:]])
     outputs = []
-    for attempt, (number, step, delay) in enumerate(plan):
+    for attempt, (number, step) in enumerate(plan):
         why = f"seed {seed}, plan {plan}, attempt {attempt}"
         saved = ckpt.saved_checkpoints(str(out / "resnet18"))
-        code, output = interrupted(command, number, step, delay)
+        code, output = interrupted(command, number, step)
         outputs.append(output)
         assert "Traceback" not in output and "FatalError" not in output, (why, output[-3000:])
         if saved:
@@ -173,9 +178,7 @@ def test_sigterm_saves_at_the_step_in_flight(fmnist_root, tmp_path):
     """SIGTERM in the middle of epoch 1 (a command without auto): the step in flight
     finishes, a checkpoint at that step, one line naming the resume command with that
     checkpoint, exit 143."""
-    code, output = interrupted(
-        train_command(fmnist_root, tmp_path / "stopped"), signal.SIGTERM, 3, 0
-    )
+    code, output = interrupted(train_command(fmnist_root, tmp_path / "stopped"), signal.SIGTERM, 3)
     assert code == 143, output[-2000:]
     last = output.strip().splitlines()[-1]
     assert last.startswith("stopped by SIGTERM in epoch 1 after step ")
