@@ -23,6 +23,8 @@ import copy
 import dataclasses
 import fnmatch
 import glob
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -136,6 +138,9 @@ TRAINER_ANCESTOR = ("trainer.kubeflow.org/trainjob-ancestor-step", "trainer")
 TRAINER_NODE = "node"
 # The label JobSet puts on its pods with its name (JobSet api/jobset/v1alpha2: JobSetNameKey).
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
+# the TrainJob node's entrypoint: restarts bounded by progress
+START_NODE = "scripts/cluster/kubernetes/start_node.py"
 
 
 def kubernetes_errors(doc, where, skip=0):
@@ -344,7 +349,7 @@ BROKEN = [
     ("paddle-runtime.yaml", "action: FailJobSet", "action: FailJobset", "'FailJobset'"),
     ("paddle-runtime.yaml", "[BackoffLimitExceeded]", "[BackoffLimit]", "'BackoffLimit' is not"),
     ("paddle-runtime.yaml", "restartStrategy: BlockingRecreate", "restartStrategy: Block", "Block"),
-    ("paddle-runtime.yaml", "maxRestarts: 3", "maxRestarts: '3'", "maxRestarts"),
+    ("paddle-runtime.yaml", "maxRestarts: 1000", "maxRestarts: '1000'", "maxRestarts"),
     (
         "paddle-runtime.yaml",
         "operator: In\n                      values: [2]",
@@ -452,7 +457,11 @@ def run_command(container, tmp_path, env=None):
 
 
 def launch(argv, monkeypatch):
-    """``python ARGV`` as paddle.distributed.launch reads it: (its args, train.py's args)."""
+    """``python ARGV`` as paddle.distributed.launch reads it: (its args, train.py's args);
+    through the TrainJob's entrypoint, the command it execs."""
+    if argv[0] == START_NODE:
+        assert argv[1:3] == ["--", "python"], argv
+        argv = argv[3:]
     assert argv[:2] == ["-m", "paddle.distributed.launch"], argv
     monkeypatch.setattr(sys, "argv", ["launch", *argv[2:]])
     monkeypatch.delenv("PADDLE_TRAINER_ID", raising=False)
@@ -486,7 +495,10 @@ def pod_env(workload, index=0):
     container = trainer(workload.template["spec"])
     name = workload.doc["metadata"]["name"]
     pod = {
-        "metadata": {"name": f"{name}-{index}-x7k2p", "labels": {JOBSET_NAME_LABEL: name}},
+        "metadata": {
+            "name": f"{name}-{index}-x7k2p",
+            "labels": {JOBSET_NAME_LABEL: name, JOBSET_UID_LABEL: "5b7c-uid"},
+        },
         "status": {"podIP": f"10.0.0.{5 + index}"},
     }
     env = {}
@@ -614,6 +626,118 @@ def test_restart_policy_restarts_the_training(workload):
         assert outcome(exit_code=status) == "RestartJobSet", status
     # the old pods gone before the new ones start: never two writers of one folder
     assert policy["restartStrategy"] == "BlockingRecreate"
+
+
+TRAINJOB = "trainjob.yaml"
+
+
+def trainjob_failure_outcome(exit_code=None, condition=None):
+    """What the TrainJob's JobSet does when a node pod fails so (its Job's podFailurePolicy,
+    backoffLimit 0, then the JobSet's failurePolicy)."""
+    workload = WORKLOADS[TRAINJOB]
+    runtime = runtimes()[workload.doc["spec"]["runtimeRef"]["name"]]
+    policy = runtime["spec"]["template"]["spec"]["failurePolicy"]
+    replicated, _ = trainjob_node_job(workload.doc, runtimes())
+    name = trainer(workload.template["spec"])["name"]
+    action, message = pod_failure(workload.job, name, exit_code, condition)
+    if action == "Count":
+        reason, message = "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+    else:
+        reason = "PodFailurePolicy"
+    return jobset_action(policy, replicated, reason, message)
+
+
+def test_trainjob_restarts_are_bounded_by_progress_not_by_a_lifetime_count():
+    """maxRestarts counts over the JobSet's life: high (a backstop); the node's entrypoint
+    bounds restarts by progress, and its refusal is fatal to the JobSet."""
+    workload = WORKLOADS[TRAINJOB]
+    runtime = runtimes()[workload.doc["spec"]["runtimeRef"]["name"]]
+    assert runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] >= 100
+    container = trainer(workload.template["spec"])
+    assert (
+        f"exec python {START_NODE} -- python -m paddle.distributed.launch"
+        in (container["command"][2])
+    )
+    env = pod_env(workload)
+    assert env["JOBSET_UID"] == "5b7c-uid"  # the label JobSet puts on its pods
+    assert int(env["MAX_STARTS_WITHOUT_PROGRESS"]) >= 1
+    assert trainjob_failure_outcome(exit_code=USER_ERROR) == "FailJobSet"
+
+
+def write_verified_checkpoint(folder):
+    """A checkpoint whose files verify as checkpoint.verify_checkpoint reads them."""
+    folder.mkdir(parents=True)
+    (folder / "model.pdparams").write_bytes(b"weights")
+    digest = hashlib.sha256(b"weights").hexdigest()
+    meta = {
+        "epoch": 1,
+        "prefix": "model",
+        "files": {"model.pdparams": {"bytes": 7, "sha256": digest}},
+    }
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+def test_start_node_refuses_after_starts_without_progress(tmp_path, monkeypatch):
+    """The real entrypoint with the manifest's train.py flags (the output folder moved to
+    tmp_path) and a stand-in launcher (true): each start counts from its beginning, so a
+    start that crashed, was stopped or was evicted counts alike; after
+    MAX_STARTS_WITHOUT_PROGRESS the next start exits 2 in one line, which fails the JobSet;
+    a new checkpoint that verifies sets the count back; another node never counts; a
+    JobSet submitted again (a new uid) has a count of its own."""
+    workload = WORKLOADS[TRAINJOB]
+    env = pod_env(workload)
+    _, flags = launch(run_command(trainer(workload.template["spec"]), tmp_path, env), monkeypatch)
+    flags = list(flags)
+    flags[flags.index("--output-dir") + 1] = str(tmp_path / "rn50")
+    limit = int(env["MAX_STARTS_WITHOUT_PROGRESS"])
+
+    def start(index=0, uid=env["JOBSET_UID"]):
+        pod = {**os.environ, **env, "JOB_COMPLETION_INDEX": str(index), "JOBSET_UID": uid}
+        return subprocess.run(
+            [sys.executable, START_NODE, "--", "true", "train.py", *flags],
+            cwd=ROOT,
+            env=pod,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    for _ in range(limit):
+        done = start()
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert start(index=1).returncode == 0  # the other nodes follow node 0
+    refused = start()
+    assert refused.returncode == USER_ERROR, refused.stdout + refused.stderr
+    (line,) = refused.stdout.splitlines()
+    assert line.startswith(f"start_node.py: {limit} start(s) in a row without a new checkpoint")
+    assert trainjob_failure_outcome(exit_code=refused.returncode) == "FailJobSet"
+    assert start(uid="a-new-submission").returncode == 0
+    write_verified_checkpoint(tmp_path / "rn50" / "resnet50" / "1")
+    for _ in range(limit):  # progress: the count starts again
+        done = start()
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert start().returncode == USER_ERROR
+
+
+def test_trainjob_guaranteed_qos():
+    """Limits equal requests for CPU, memory and GPUs in the one container: Guaranteed, the
+    last QoS class the kubelet evicts."""
+    spec = WORKLOADS[TRAINJOB].template["spec"]
+    resources = trainer(spec)["resources"]
+    assert {"cpu", "memory", "nvidia.com/gpu"} <= set(resources["requests"])
+    assert resources["limits"] == resources["requests"]
+    assert not spec.get("initContainers")
+
+
+def test_trainjob_image_by_digest():
+    """The runtime names its image by digest (a placeholder the docs say to replace): every
+    pod of every restart runs the same image."""
+    image = trainer(WORKLOADS[TRAINJOB].template["spec"])["image"]
+    tag = f"paddle-resnet:{package_version()}-cuda12"
+    assert re.fullmatch(rf"registry\.example\.com/{re.escape(tag)}@sha256:[0-9a-f]{{64}}", image)
+    with open(os.path.join(ROOT, "docs", "guide.md")) as handle:
+        guide = handle.read()
+    assert "@sha256:" in guide and "replace the placeholder" in guide.lower()
 
 
 def mounts_and_volumes(workload):
@@ -772,7 +896,10 @@ def test_the_manifests_run_what_the_image_provides(workload, tmp_path, monkeypat
     container = trainer(template["spec"])
     instructions, text = dockerfile("Dockerfile.gpu")
     tag = f"paddle-resnet:{package_version()}-cuda12"
-    assert container["image"] == f"registry.example.com/{tag}"
+    if doc["kind"] == "TrainJob":  # by digest (test_trainjob_image_by_digest)
+        assert container["image"].split("@")[0] == f"registry.example.com/{tag}"
+    else:
+        assert container["image"] == f"registry.example.com/{tag}"
     assert f"-t registry.example.com/{tag} ." in text
     with open(os.path.join(ROOT, "docs", "guide.md")) as handle:
         assert f"-t registry.example.com/{tag} ." in handle.read()
@@ -792,7 +919,8 @@ def test_the_manifests_run_what_the_image_provides(workload, tmp_path, monkeypat
     if doc["kind"] == "PaddleJob":
         assert container["command"][0] == "python"
     else:
-        assert container["command"][0] == "/bin/sh" and "exec python -m" in container["command"][2]
+        assert container["command"][0] == "/bin/sh"
+        assert re.search(rf"exec python (?:{START_NODE} -- python )?-m", container["command"][2])
     args, train_args = launch(argv, monkeypatch)
     ignored = docker_ignored()
     recipe = os.path.join("configs", f"{train_args[train_args.index('--config') + 1]}.yaml")
