@@ -187,6 +187,36 @@ def train_command(fmnist_root, output_dir, *extra):
     ]
 
 
+# the driver that holds a run at a step for its signal, and the line it prints there
+HELD_TRAIN = os.path.join("tests", "ranks", "held_train.py")
+HELD = "held at global step "
+
+
+def interrupted(command, number, at_step):
+    """Run ``command`` (train.py's) through tests/ranks/held_train.py, held after the step
+    that reaches global step ``at_step``; send it ``number`` there, then release it (a
+    SIGTERM'd run saves at that step). (exit code, output)."""
+    held = [command[0], "-u", HELD_TRAIN, *command[command.index("train.py") + 1 :]]
+    job = subprocess.Popen(
+        held,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, HOLD_AT_STEP=str(at_step)),
+    )
+    lines = []
+    for line in job.stdout:
+        lines.append(line)
+        if line.startswith(HELD):
+            job.send_signal(number)
+            with contextlib.suppress(BrokenPipeError):  # SIGKILL: nobody reads it
+                job.stdin.write("go\n")
+                job.stdin.flush()
+    return job.wait(timeout=300), "".join(lines)
+
+
 def train_args(image_root, output_dir, *extra):
     """train.py and its flags (no interpreter) for the runs the resume, oneDNN and
     data-parallel tests compare: ResNet-18 at 32 px, batch 16, LR 0.4 after half an epoch

@@ -2,7 +2,6 @@
 at the step in flight and an exact resume, eval_only that names what it evaluated,
 evaluation through the in-memory predictor. Real processes and real signals."""
 
-import contextlib
 import os
 import random
 import re
@@ -20,6 +19,7 @@ from conftest import (
     ROOT,
     assert_same_state,
     flat,
+    interrupted,
     once,
     pir_rehearsal,
     random_seed,
@@ -37,35 +37,7 @@ from paddle_resnet.training import eval_predictor, lifecycle
 pytestmark = once
 
 
-# the driver that holds a run at a step for its signal, and the line it prints there
-HELD_TRAIN = os.path.join("tests", "ranks", "held_train.py")
-HELD = "held at global step "
 STEPS_PER_EPOCH = 10  # train_command: 160 images, batch 16
-
-
-def interrupted(command, number, at_step):
-    """Run ``command`` (train.py's) through tests/ranks/held_train.py, held after the step
-    that reaches global step ``at_step``; send it ``number`` there, then release it (a
-    SIGTERM'd run saves at that step). (exit code, output)."""
-    held = [command[0], "-u", HELD_TRAIN, *command[command.index("train.py") + 1 :]]
-    job = subprocess.Popen(
-        held,
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=dict(os.environ, HOLD_AT_STEP=str(at_step)),
-    )
-    lines = []
-    for line in job.stdout:
-        lines.append(line)
-        if line.startswith(HELD):
-            job.send_signal(number)
-            with contextlib.suppress(BrokenPipeError):  # SIGKILL: nobody reads it
-                job.stdin.write("go\n")
-                job.stdin.flush()
-    return job.wait(timeout=300), "".join(lines)
 
 
 @pir_rehearsal

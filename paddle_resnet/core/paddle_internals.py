@@ -10,6 +10,7 @@ is an environment variable: ``bootstrap.py`` sets it before Paddle loads.)
 import contextlib
 import functools
 import gc
+import hashlib
 
 import paddle
 from paddle import _C_ops
@@ -326,6 +327,47 @@ def job_store():
     return core.create_or_get_global_tcp_store()
 
 
+def pir_active():
+    """Whether programs built now are PIR programs (``static_ir``'s switch)."""
+    return PADDLE3 and bool(paddle.base.framework.global_var._use_pir_api_)
+
+
+def make_ring0(rank, endpoints, place, device_id):
+    """Ring 0, which every collective op of this process's programs uses (the gradients'
+    sum, the evaluation's counts, AMP's found-inf flag, the parameters' broadcast), made
+    once, before any program, in every mode (training, eval_only, benchmark, a resume):
+    one function for CPUs and GPUs, the backend the only difference. A mode that never
+    reaches Fleet's ``minimize`` (eval_only) and PIR, whose static programs Fleet does not
+    transpile, had no ring on GPUs: only ``minimize`` wrote NCCL's set-up into a startup
+    program (``fleet_on_ring0`` now skips it). Returns how the ring was made.
+
+    - no GPU (``device_id`` None): gloo (Paddle 3 registers its context with the
+      communicator manager by ring id, over the job's store);
+    - GPUs, PIR (Paddle 3): NCCL's context registered by ring id over the job's store, as
+      Paddle's own ``paddle.distributed.collective._init_parallel_env("nccl")`` does
+      (``pd_op.all_reduce_`` looks ring "0" up in ``CommContextManager``);
+    - GPUs, legacy IR: Fleet's own ops, ``c_gen_nccl_id`` + ``c_comm_init`` and its sync
+      all-reduce (``CollectiveHelper._init_communicator``, as Fleet's
+      ``RawProgramOptimizer._init_process_group`` writes them), in a program of their own
+      run now."""
+    if device_id is None:
+        init_gloo_ring(rank, endpoints)
+        return "gloo"
+    if pir_active():
+        key = hashlib.md5(("".join(endpoints) + "ring_id:0").encode()).hexdigest()
+        core.CommContextManager.set_device_id(device_id)
+        core.CommContextManager.create_nccl_comm_context(
+            job_store(), "0", rank, len(endpoints), key
+        )
+        return "nccl"
+    program = paddle.static.Program()
+    CollectiveHelper(None, wait_port=False)._init_communicator(
+        program, endpoints[rank], endpoints, rank, 0, True, 0, True
+    )
+    paddle.static.Executor(place).run(program)
+    return "nccl-program"
+
+
 def init_gloo_ring(rank, endpoints):
     """Ring 0 over gloo, for the collective ops of every program of this process."""
     if PADDLE3:
@@ -348,8 +390,18 @@ def _replaced(owner, name, value):
         setattr(owner, name, original)
 
 
-def _ring_made_by_gloo(*args, **kwargs):
-    """Stands in for CollectiveHelper._init_communicator on CPUs: ring 0 already exists."""
+# Fleet's own, which the stand-in below calls for any ring but 0
+_FLEET_INIT_COMMUNICATOR = CollectiveHelper._init_communicator
+
+
+def _ring0_made_already(self, program, current_endpoint, endpoints, rank, ring_id, *args, **kwargs):
+    """Stands in for CollectiveHelper._init_communicator around Fleet's ``minimize``: ring
+    0 exists (``make_ring0``); any other ring is Fleet's to make."""
+    if current_endpoint is None or ring_id != 0:
+        return _FLEET_INIT_COMMUNICATOR(
+            self, program, current_endpoint, endpoints, rank, ring_id, *args, **kwargs
+        )
+    return None
 
 
 def _keep_single_check(*args, **kwargs):
@@ -358,14 +410,15 @@ def _keep_single_check(*args, **kwargs):
 
 
 @contextlib.contextmanager
-def fleet_over_gloo():
-    """Around Fleet's ``minimize`` on CPU ranks: Fleet's NCCL/BKCL communicator set-up is
-    skipped (gloo made ring 0), and on Paddle 3 AMP's per-parameter finite check for
-    distributed runs (a GPU overlap optimisation whose ``paddle.any`` rejects legacy
-    static variables) is not switched on."""
+def fleet_on_ring0(gloo):
+    """Around Fleet's ``minimize`` of a multi-rank job: Fleet's NCCL/BKCL set-up of ring 0
+    is skipped (``make_ring0`` made it before any program, on every backend); on CPU ranks
+    (``gloo``) of Paddle 3, AMP's per-parameter finite check for distributed runs (a GPU
+    overlap optimisation whose ``paddle.any`` rejects legacy static variables) is not
+    switched on."""
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_replaced(CollectiveHelper, "_init_communicator", _ring_made_by_gloo))
-        if PADDLE3:
+        stack.enter_context(_replaced(CollectiveHelper, "_init_communicator", _ring0_made_already))
+        if PADDLE3 and gloo:
             stack.enter_context(
                 _replaced(OptimizerWithMixedPrecision, "_set_distributed", _keep_single_check)
             )

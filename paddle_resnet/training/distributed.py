@@ -1,15 +1,13 @@
 """Processes and devices: Fleet's collective mode, this process's device, sums over ranks.
 
 One process per device, whether started by ``paddle.distributed.launch`` or plainly.
-On GPUs the ranks talk through NCCL, set up by Fleet itself. Where there is no GPU
-they talk through gloo, which needs adaptations of Fleet's collective path, all here
-and nowhere else: gloo creates the ring that Fleet's NCCL/BKCL communicator set-up
-would (``init_fleet``), and around ``minimize`` (``collective_rewrite``) that set-up
-is skipped and the stream-sync ops, which have no CPU kernel and mean nothing without
-streams, are removed. Paddle 3.x looks communicators up by ring id, so there gloo's
-ring 0 is registered with its communicator manager instead, and AMP's per-parameter
-finite check for distributed runs (a GPU overlap optimisation whose ``paddle.any``
-rejects legacy static variables) is not switched on.
+Ring 0, which every collective of the job uses, is made by one function before any
+program, in every mode (``init_fleet``, ``paddle_internals.make_ring0``): NCCL between
+GPUs, gloo between CPU ranks, the backend the only difference; around ``minimize``
+(``collective_rewrite``) Fleet's own set-up of it is skipped. Where there is no GPU the
+stream-sync ops, which have no CPU kernel and mean nothing without streams, are removed,
+and on Paddle 3 AMP's per-parameter finite check for distributed runs (a GPU overlap
+optimisation whose ``paddle.any`` rejects legacy static variables) is not switched on.
 """
 
 import contextlib
@@ -19,7 +17,7 @@ import numpy as np
 import paddle
 from paddle.distributed import fleet
 
-from paddle_resnet.core import bootstrap, paddle_internals
+from paddle_resnet.core import bootstrap, devices, paddle_internals
 from paddle_resnet.core.bootstrap import paddle_chatter
 from paddle_resnet.core.devices import gpu_available
 from paddle_resnet.core.errors import RestartableError, UserError
@@ -67,8 +65,9 @@ def uses_gloo():
 
 
 def init_fleet():
-    """Fleet in collective mode (once per process), with gloo between CPU ranks;
-    returns (rank, world size)."""
+    """Fleet in collective mode (once per process) and, for a job of several ranks, the
+    job's store and ring 0 (``paddle_internals.make_ring0``: gloo between CPU ranks, NCCL
+    between GPUs), before any program; returns (rank, world size)."""
     if paddle_internals.fleet_initialized():
         return fleet.worker_index(), fleet.worker_num()
     # Static mode first: in dynamic mode fleet.init starts a dygraph process group of
@@ -77,11 +76,11 @@ def init_fleet():
     rank, endpoints = launcher_ranks()
     if len(endpoints) > 1:
         # the job's key-value store, the start's channel (``rendezvous.py``): a rendezvous of
-        # every rank, before any ring (gloo's on Paddle 3 is made over it)
+        # every rank, before any ring (gloo's and NCCL's on Paddle 3 are made over it)
         paddle_internals.job_store()
-    if len(endpoints) > 1 and not gpu_available():
+        place, device_id = devices.device()
         with paddle_chatter(bootstrap.verbose()):  # "server not ready, wait 3 sec" lines
-            paddle_internals.init_gloo_ring(rank, endpoints)
+            paddle_internals.make_ring0(rank, endpoints, place, device_id)
     with paddle_chatter(bootstrap.verbose()):
         fleet.init(is_collective=True)
     return fleet.worker_index(), fleet.worker_num()
@@ -89,16 +88,18 @@ def init_fleet():
 
 @contextlib.contextmanager
 def collective_rewrite(main, startup):
-    """Around Fleet's ``minimize``: on CPU ranks, gloo's ring instead of NCCL's set-up
-    and no stream-sync ops in ``main`` and ``startup``. Changes nothing on GPUs or with
-    one rank."""
-    if not uses_gloo():
+    """Around Fleet's ``minimize`` of a multi-rank job: ring 0 as ``init_fleet`` made it
+    (Fleet's own set-up of it skipped) and, on CPU ranks, no stream-sync ops in ``main``
+    and ``startup``. Changes nothing with one rank."""
+    if not (paddle_internals.fleet_initialized() and fleet.worker_num() > 1):
         yield
         return
-    with paddle_internals.fleet_over_gloo():
+    gloo = uses_gloo()
+    with paddle_internals.fleet_on_ring0(gloo):
         yield
-    for program in (main, startup):
-        paddle_internals.remove_ops(program, STREAM_SYNC_OPS)
+    if gloo:
+        for program in (main, startup):
+            paddle_internals.remove_ops(program, STREAM_SYNC_OPS)
 
 
 def parameter_checksum(program):

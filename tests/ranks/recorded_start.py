@@ -6,12 +6,15 @@ ends (status 0).
     python -m paddle.distributed.launch --nproc_per_node 2 tests/ranks/recorded_start.py \\
         <train.py's flags>
 
-With STAND_IN_GPU=1 (the GPU build of Paddle on a machine without a GPU) the rank takes
-the GPU path (Fleet's NCCL programs, no gloo) and a recording executor stands in for the
-GPU: it runs each program on the CPU without its ring-creating ops, answers a collective
-program of the start with its own feed (a sum over one rank) and stops at the first
-training step. Without it the rank runs on the CPU for real (gloo's ring, made before any
-program: recorded as made by gloo) and stops after its first training step.
+With STAND_IN_GPU=1 the rank takes the GPU path and a recording executor stands in for
+the GPU: it runs each program on the CPU without its ring-creating ops, answers a
+collective program with its own feed (a sum over one rank) and stops at the first
+training step (or at the end of an evaluation). On the legacy IR that is the GPU build
+of Paddle on a machine without a GPU (Fleet's NCCL ops, ``c_gen_nccl_id`` and
+``c_comm_init``, are real there); on PIR, any Paddle 3: the call that creates NCCL's
+communicator (``paddle_internals.make_ring0``'s ``create_nccl_comm_context``) is recorded
+in place of being made. Without it the rank runs on the CPU for real (gloo's ring, made
+before any program: recorded as made by gloo) and stops after its first training step.
 """
 
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
@@ -69,19 +72,33 @@ def end_at_the_first_step():
     os._exit(0)
 
 
+def op_name(op):
+    """A legacy op's type, or a PIR op's name without its dialect and in-place mark
+    ("pd_op.all_reduce_" -> "all_reduce")."""
+    if isinstance(getattr(op, "type", None), str):
+        return op.type
+    return op.name().split(".")[-1].rstrip("_")
+
+
+def pir_ring_of(op):
+    return int(op.attrs().get("ring_id", 0))
+
+
 def describe(program):
     """The program's ring makers and collectives in op order: [[kind, op type, ring]]."""
+    pir = paddle_internals.is_pir_program(program)
     ops = []
     for op in program.global_block().ops:
-        if op.type in RING_MAKERS:
-            ops.append(["makes", op.type, ring_of(op)])
-        elif op.type in COLLECTIVES:
-            ops.append(["uses", op.type, ring_of(op)])
+        name, ring = op_name(op), (pir_ring_of if pir else ring_of)
+        if name in RING_MAKERS:
+            ops.append(["makes", name, ring(op)])
+        elif name in COLLECTIVES:
+            ops.append(["uses", name, ring(op)])
     return ops
 
 
 def is_training_step(program):
-    return any(op.type.endswith("_grad") for op in program.global_block().ops)
+    return any(op_name(op).endswith("_grad") for op in program.global_block().ops)
 
 
 RealExecutor = paddle.static.Executor
@@ -124,19 +141,29 @@ def loader_on_the_cpu(make_loader):
     return make
 
 
-def recorded_gloo_ring(made):
-    def make(rank, endpoints):
-        made(rank, endpoints)
-        EVENTS.append({"program": None, "ops": [["makes", "gloo", 0]], "step": False})
+def recorded_ring0(make):
+    """``paddle_internals.make_ring0`` that records the ring made by a call (gloo's; NCCL's
+    context on PIR, recorded but not made on the stand-in); the legacy GPU path's ring is
+    made by a program, which the recording executor records."""
 
-    return make
+    def recorded(rank, endpoints, place, device_id):
+        if STAND_IN_GPU and paddle_internals.pir_active():
+            how = "create_nccl_comm_context"
+        else:
+            how = make(rank, endpoints, place, device_id)
+        if how != "nccl-program":
+            EVENTS.append({"program": None, "ops": [["makes", how, 0]], "step": False})
+        return how
+
+    return recorded
 
 
 if __name__ == "__main__":
     paddle.static.Executor = RecordingExecutor
-    paddle_internals.init_gloo_ring = recorded_gloo_ring(paddle_internals.init_gloo_ring)
+    paddle_internals.make_ring0 = recorded_ring0(paddle_internals.make_ring0)
     if STAND_IN_GPU:
         paddle.device.cuda.device_count = lambda: 1
+        devices.gpu_count = lambda: 1  # on Paddle 3's CPU build too (PIR's stand-in)
         devices.device = lambda: (paddle.CPUPlace(), 0)
         devices.describe = lambda device_id: f"GPU {device_id} (a recording stand-in)"
         session.make_loader = loader_on_the_cpu(session.make_loader)
