@@ -112,6 +112,8 @@ class RecordingExecutor:
 
     def run(self, program=None, feed=None, fetch_list=None, **kwargs):
         program = program or paddle.static.default_main_program()
+        # a CompiledProgram (the GPU path's evaluation): its program, run on the CPU
+        program = getattr(program, "_program", program)
         ops = describe(program)
         EVENTS.append({"program": len(EVENTS), "ops": ops, "step": is_training_step(program)})
         if is_training_step(program) and STAND_IN_GPU:
