@@ -702,6 +702,7 @@ def test_start_node_refuses_after_starts_without_progress(tmp_path, monkeypatch)
             timeout=60,
         )
 
+    assert limit > 0
     for _ in range(limit):
         done = start()
         assert done.returncode == 0, done.stdout + done.stderr

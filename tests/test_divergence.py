@@ -294,6 +294,7 @@ def test_what_one_rank_alone_finds_ends_every_rank_alike(fmnist_root, tmp_path):
         result = launch([*args, "--output-dir", str(out)], logs, env=env, timeout=240)
         assert result.returncode == status, (kind, result.stdout[-2000:], result.stderr[-2000:])
         lines = rank_lines(logs, start)
+        assert sorted(lines) == [0, 1]
         for rank, (found, log) in lines.items():
             assert len(found) == 1 and "Traceback" not in log, (kind, rank, log[-3000:])
         assert lines[0][0] == lines[1][0], lines  # the same line on every rank

@@ -48,6 +48,15 @@ def set_math_threads(count):
     core.set_num_threads(count)
 
 
+def is_bfloat16(tensor):
+    """Whether a scope's tensor holds bfloat16, which NumPy sees as its uint16 bits (the
+    tensor's ``_dtype``: no public equivalent on a scope's tensor)."""
+    try:
+        return "bfloat16" in str(tensor._dtype()).lower()
+    except (AttributeError, RuntimeError, TypeError):
+        return False
+
+
 def nccl_version():
     """NCCL's version as Paddle's build reports it (an int such as 21602), or None."""
     return core.nccl_version() if core.is_compiled_with_nccl() else None

@@ -23,6 +23,7 @@ import math
 import numpy as np
 import paddle
 
+from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.errors import Diverged
 from paddle_resnet.training import ir
 
@@ -138,17 +139,9 @@ def first_non_finite(program, names=None):
             value = np.asarray(tensor)
         except (RuntimeError, ValueError, TypeError):  # not a dense tensor (a reader, ...)
             continue
-        if value.size and not all_finite(value, is_bfloat16(tensor)):
+        if value.size and not all_finite(value, paddle_internals.is_bfloat16(tensor)):
             return name
     return None
-
-
-def is_bfloat16(tensor):
-    """Whether a scope's tensor holds bfloat16 (NumPy sees its bits as uint16)."""
-    try:
-        return "bfloat16" in str(tensor._dtype()).lower()
-    except (AttributeError, RuntimeError, TypeError):
-        return False
 
 
 def all_finite(value, bfloat16=False):
