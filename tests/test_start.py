@@ -14,7 +14,8 @@ import time
 import pytest
 
 from conftest import ROOT, launch, train_args, training_into
-from paddle_resnet.core.errors import RESTARTABLE, USER_ERROR
+from paddle_resnet.core.errors import RESTARTABLE, USER_ERROR, UserError
+from paddle_resnet.training import rendezvous
 
 pytestmark = pytest.mark.cpu_only
 FAULTY = "tests/ranks/start_fault.py"
@@ -137,3 +138,137 @@ def test_the_ranks_end_with_their_launcher_while_blocked_holding_the_gil(fmnist_
     assert_no_rank_left(out)
     gone = f"error: rank 1: its launcher (pid {job.pid}) is gone: this rank ends too"
     assert gone in rank1.read_text()
+
+
+@pytest.mark.parametrize("exception", ["ValueError", "RuntimeError"])
+def test_an_unexpected_exception_on_rank_1_ends_every_rank_at_once(
+    fmnist_root, tmp_path, exception
+):
+    """A plain exception (a bug, no error the toolkit knows) ends rank 1's start: every
+    rank ends within seconds, each with one line naming rank 1 and the exception's class,
+    where rank 0 used to wait for the deadline (or be stopped by the launcher without a
+    word of why); the job's status is a crash the scheduler may retry."""
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    began = time.time()
+    result = launch(
+        faulty_args(fmnist_root, out, "--start-timeout", "120"),
+        logs,
+        env={"START_FAULT": f"{exception}:data:1"},
+    )
+    seconds = time.time() - began
+    rank0, rank1 = rank_logs(logs)
+    fault = f"{exception}: a {exception} of rank 1 in phase data (the test's fault)"
+    assert f"error: rank 1: the start ended by an unexpected {fault}" in rank1, rank1[-2000:]
+    ended = f"error: rank 0: rank 1 ended the start (an unexpected {fault}"
+    assert ended in rank0, rank0[-2000:]
+    assert "Traceback" not in rank0
+    assert result.returncode == RESTARTABLE, result.stdout[-3000:]
+    assert seconds < 100, "the ranks waited for the start's deadline"
+    assert_no_rank_left(out)
+
+
+def test_no_watcher_without_the_launcher(fmnist_root, tmp_path):
+    """``python train.py`` whose environment has PADDLE_LOG_DIR (exported by a user, or left
+    from a launched shell) but no launcher: no watcher process, hence no start deadline
+    and no SIGKILL of its process group at exit."""
+    out = tmp_path / "job"
+    result = subprocess.run(
+        [sys.executable, *faulty_args(fmnist_root, out, "--start-timeout", "600")],
+        cwd=ROOT,
+        env=dict(os.environ, PADDLE_LOG_DIR=str(tmp_path / "logs"), START_FAULT="watchers:data:0"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "rank 0: watcher processes: " in result.stdout, result.stderr[-3000:]
+    assert "rank 0: watcher processes: 0" in result.stdout
+    assert result.returncode == USER_ERROR, result.stderr[-3000:]
+
+
+def test_a_finished_run_stuck_in_teardown_ends_with_status_0(fmnist_root, tmp_path):
+    """Rank 1's run finishes, then its teardown is stuck (planted: C code holding the GIL,
+    for ever): at PADDLE_RESNET_TEARDOWN_SECONDS after its run ended the rank ends with its
+    run's status, 0, and the job is done, where the watcher's SIGKILL used to make it a
+    crash (247) that a scheduler requeues."""
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    result = launch(
+        faulty_args(fmnist_root, out),
+        logs,
+        env={"START_FAULT": "hold-teardown:-:1", "PADDLE_RESNET_TEARDOWN_SECONDS": "3"},
+    )
+    rank0, rank1 = rank_logs(logs)
+    assert "rank 1: blocking in C with the GIL held (teardown" in rank1, rank1[-2000:]
+    assert result.returncode == 0, result.stdout[-3000:]
+    held = "rank 1: its run had finished (status 0) and its teardown took 3 s: cut there"
+    assert held in rank1, rank1[-2000:]
+    assert "Traceback" not in rank0 + rank1
+    assert_no_rank_left(out)
+
+
+class ScriptedStore:
+    """A job's key-value store of two ranks whose counters read as scripted: ``arrives``
+    maps a counter to how many of its reads return 1 before it reads 2 (the other rank
+    comes later); it counts every request."""
+
+    def __init__(self, arrives=None):
+        self.arrives, self.values, self.requests = dict(arrives or {}), {}, 0
+
+    def add(self, key, amount):
+        self.requests += 1
+        if key in self.arrives:
+            self.arrives[key] -= 1
+            return 2 if self.arrives[key] < 0 else 1
+        self.values[key] = self.values.get(key, 0) + amount
+        return self.values[key]
+
+    def set(self, key, value):
+        self.requests += 1
+        self.values[key] = value
+
+    def get(self, key):
+        self.requests += 1
+        return self.values[key]
+
+
+def test_the_start_polls_back_off():
+    """A wait polls after 10 ms, then twice as long each time up to 1 s, with two requests
+    per poll (its own counter, and whether a peer ended the start): a peer 20 polls late
+    costs 42 requests over 14.3 s, where a fixed 50 ms pause asked 572 times."""
+    pauses = []
+    late = rendezvous.PREFIX + "/reached/programs"
+    store = ScriptedStore({late: 21})  # agree's own add, then 20 polls that find one rank
+    rendezvous.Rendezvous(store, rank=1, world_size=2, sleep=pauses.append).agree("programs")
+    assert pauses == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64] + [1.0] * 13
+    assert store.requests == 1 + 2 * len(pauses) + 1
+    quick = ScriptedStore()  # a peer that is there already: no pause at all
+    quick.values[rendezvous.PREFIX + "/reached/programs"] = 1
+    rendezvous.Rendezvous(quick, rank=1, world_size=2, sleep=pauses.append).agree("programs")
+    assert len(pauses) == 20 and quick.requests == 2
+
+
+@pytest.mark.parametrize(
+    "name", ["../../elsewhere", "/etc", "..", "1/../..", "1\0", "17\n", "", "1-step", 17, ["1"]]
+)
+def test_a_checkpoint_name_from_the_store_that_is_no_name_is_refused(name):
+    """Rank 1 reads rank 0's ``--from-checkpoint auto`` choice: anything but a checkpoint
+    folder's name is refused in one line naming the key, before it names a path."""
+    store = ScriptedStore()
+    key = rendezvous.PREFIX + "/shared/from-checkpoint auto"
+    store.values.update({key: json.dumps(name), key + "/ready": 1})
+    meeting = rendezvous.Rendezvous(store, rank=1, world_size=2, sleep=lambda pause: None)
+    with pytest.raises(UserError) as refused:
+        meeting.share("from-checkpoint auto", check=rendezvous.checkpoint_name_problem)
+    assert str(refused.value) == (
+        f"rank 1: the job's key-value store holds {name!r} under '{key}' (rank 0's choice): "
+        "not the name of a checkpoint folder (<epochs> or <epoch>-step<steps>); refused, it "
+        "would name a file"
+    )
+
+
+@pytest.mark.parametrize("name", ["17", "2-step6", None])
+def test_a_checkpoint_name_from_the_store_is_taken(name):
+    store = ScriptedStore()
+    key = rendezvous.PREFIX + "/shared/from-checkpoint auto"
+    store.values.update({key: json.dumps(name), key + "/ready": 1})
+    meeting = rendezvous.Rendezvous(store, rank=1, world_size=2, sleep=lambda pause: None)
+    assert meeting.share("from-checkpoint auto", check=rendezvous.checkpoint_name_problem) == name

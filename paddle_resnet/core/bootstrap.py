@@ -27,9 +27,24 @@ _verbose = [False]
 PARENT_AT_START = os.getppid()
 
 
+# What ``paddle.distributed.launch`` sets for every rank it starts, Paddle 2.6 and 3.3 alike
+# (controllers/collective.py, and PADDLE_LOG_DIR controllers/controller.py); it names no
+# launcher process. One alone says little: PADDLE_LOG_DIR may be exported by a user or a
+# profile, PADDLE_TRAINER_ENDPOINTS and PADDLE_TRAINER_ID set by hand.
+LAUNCHER_VARIABLES = (
+    "PADDLE_LOG_DIR",
+    "PADDLE_LOCAL_RANK",
+    "PADDLE_GLOBAL_RANK",
+    "PADDLE_LOCAL_SIZE",
+    "PADDLE_TRAINER_ID",
+    "PADDLE_CURRENT_ENDPOINT",
+)
+
+
 def launched(environ=os.environ):
-    """Whether ``paddle.distributed.launch`` started this process (a rank)."""
-    return "PADDLE_LOG_DIR" in environ
+    """Whether ``paddle.distributed.launch`` started this process (a rank): every variable
+    it sets for a rank is there (``LAUNCHER_VARIABLES``)."""
+    return all(environ.get(name) for name in LAUNCHER_VARIABLES)
 
 
 def available_cores():

@@ -5,17 +5,28 @@ the GIL held, where no thread of the rank could run (seen: ``TCPStore.get``, glo
 NCCL's rendezvous).
 
 The rank starts it (``RankGuard``) and tells it, through a pipe, which phase of the start
-it is in (``phase``), when the start is over (``started``) and when its run is
-(``close``); the watcher writes one line naming the rank, the phase and the cause into
-the rank's log and ends the rank, and what it forked, with SIGKILL: a crash that a
-restart may fix (the launcher reports 247, or the status of a rank before it in rank
-order). It also ends a rank stuck in teardown after its run, and what a rank forked once
+it is in (``phase``), when the start is over (``started``), when its run has finished
+(``finished``) and when it is over, however it ended (``close``); the watcher writes one
+line naming the rank, the phase and the cause into the rank's log and ends the rank, and
+what it forked, with SIGKILL: a crash that a restart may fix (the launcher reports 247,
+or the status of a rank before it in rank order). It also ends what a rank forked once
 the rank has ended; then it ends itself.
 
+The teardown (Paddle's, DALI's, the interpreter's, after the run) has a grace, measured
+from the end of the run: ``teardown_seconds``, PADDLE_RESNET_TEARDOWN_SECONDS, 300 s
+unless set (0: none). A rank whose run ended by an error or a stop and that is still alive
+then is ended by the watcher (247: it was ending with a crash or a stop anyway, and its
+line says which run ended so). A rank whose run finished has a status, 0, that its
+teardown must not turn into a crash that schedulers requeue: it ends itself at the grace
+with status 0 (``exit_at``: a thread of the C library, which needs no GIL, so it works
+while Paddle's C++ holds it), and the watcher says so in its log.
+
 Standard library only: the watcher runs this file with ``python -I -S``, without Paddle
-or the package (``python -I -S rank_guard.py RANK_PID LAUNCHER_PID RANK TIMEOUT``).
+or the package (``python -I -S rank_guard.py RANK_PID LAUNCHER_PID RANK TIMEOUT
+TEARDOWN``).
 """
 
+import ctypes
 import os
 import select
 import signal
@@ -23,19 +34,87 @@ import sys
 import time
 
 POLL_SECONDS = 0.5
-# A rank still alive this long after its run ended (its status said) is stuck in teardown.
-TEARDOWN_SECONDS = 30
+TEARDOWN_VARIABLE = "PADDLE_RESNET_TEARDOWN_SECONDS"
+# A rank's teardown after its run, at most: Paddle's and DALI's took 2 s and more, and an
+# interpreter's exit waits for every thread a library left running (a tracker's upload).
+# Generous: a run that finished ends with status 0 at the grace all the same.
+TEARDOWN_SECONDS = 300
+# How long past its grace a finished rank may still be seen alive before the watcher ends
+# it (``exit_at`` failed to arm): the watcher polls every POLL_SECONDS.
+EXIT_MARGIN_SECONDS = 10
+
+
+def teardown_seconds(environ=os.environ):
+    """The teardown grace: PADDLE_RESNET_TEARDOWN_SECONDS, else TEARDOWN_SECONDS; ValueError
+    naming the variable for a value that is not a number of seconds >= 0."""
+    value = environ.get(TEARDOWN_VARIABLE, "")
+    if not value:
+        return float(TEARDOWN_SECONDS)
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(
+            f"{TEARDOWN_VARIABLE}={value}: not a number of seconds >= 0 (the teardown's grace "
+            f"after a run; 0: none; unset: {TEARDOWN_SECONDS})"
+        )
+    return seconds
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+class _Sigevent(ctypes.Structure):  # Linux's struct sigevent: 64 bytes
+    _fields_ = [
+        ("sigev_value", ctypes.c_void_p),
+        ("sigev_signo", ctypes.c_int),
+        ("sigev_notify", ctypes.c_int),
+        ("sigev_notify_function", ctypes.c_void_p),
+        ("sigev_notify_attributes", ctypes.c_void_p),
+        ("padding", ctypes.c_char * 32),
+    ]
+
+
+_SIGEV_THREAD, _CLOCK_MONOTONIC, _TIMER_ABSTIME = 2, 1, 1
+
+
+def exit_at(deadline):
+    """End this process with status 0 at ``deadline`` (``time.monotonic()``'s clock), from
+    a thread that the C library starts then to call ``_exit(0)`` (a POSIX timer, notify
+    SIGEV_THREAD: the function gets the timer's value, 0): no Python runs, so no GIL is
+    needed. Whether it is armed (False off glibc's Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        event = _Sigevent(sigev_value=None, sigev_notify=_SIGEV_THREAD)
+        event.sigev_notify_function = ctypes.cast(libc._exit, ctypes.c_void_p).value
+        timer = ctypes.c_void_p()
+        if libc.timer_create(_CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(timer)):
+            return False
+        seconds = int(deadline)
+        when = _Itimerspec(it_value=_Timespec(seconds, int((deadline - seconds) * 1e9)))
+        return libc.timer_settime(timer, _TIMER_ABSTIME, ctypes.byref(when), None) == 0
+    except (OSError, AttributeError):  # no C library to ask, or no POSIX timers in it
+        return False
 
 
 class RankGuard:
     """The rank's side: the watcher process and the pipe to it. ``start_timeout``: the
-    seconds the start may take (0: no deadline; the launcher is watched all the same)."""
+    seconds the start may take (0: no deadline; the launcher is watched all the same);
+    ``teardown``: the grace of the teardown after the run (0: none)."""
 
-    def __init__(self, rank, launcher_pid, start_timeout, log_fd=2):
+    def __init__(self, rank, launcher_pid, start_timeout, teardown=TEARDOWN_SECONDS, log_fd=2):
+        self.teardown = teardown
         read, self._write = os.pipe()
         os.set_inheritable(self._write, False)
         command = [sys.executable, "-I", "-S", os.path.abspath(__file__)]
         command += [str(os.getpid()), str(launcher_pid), str(rank), str(start_timeout)]
+        command.append(str(teardown))
         os.posix_spawn(
             sys.executable,
             command,
@@ -63,9 +142,20 @@ class RankGuard:
         """The start is over (the ranks take their first step): no deadline any more."""
         self._tell("started")
 
+    def finished(self):
+        """The run has finished (its status is 0, every file it writes written): from now
+        on this process ends with status 0 at the teardown's grace at the latest."""
+        if not self.teardown:
+            return
+        sys.stdout.flush()  # ``_exit`` leaves Python's buffers unwritten
+        sys.stderr.flush()
+        deadline = time.monotonic() + self.teardown
+        if exit_at(deadline):
+            self._tell(f"finished {deadline!r}")
+
     def close(self):
         """The run is over: the watcher waits for this process to exit (and ends it if it
-        is still alive ``TEARDOWN_SECONDS`` later)."""
+        is still alive after the teardown's grace)."""
         os.close(self._write)
 
 
@@ -93,16 +183,18 @@ def _end_group(rank_pid, leads_group):
         pass
 
 
-def watch(rank_pid, launcher_pid, rank, timeout, messages):
+def watch(rank_pid, launcher_pid, rank, timeout, messages, teardown=TEARDOWN_SECONDS):
     """Until the rank and what it forked have ended: end them when the launcher is gone,
-    when the start's deadline passes, or when the rank lives on ``TEARDOWN_SECONDS`` after
-    its run ended (stuck in Paddle's teardown). ``messages``: the pipe's read end."""
+    when the start's deadline passes, or when the rank lives on ``teardown`` seconds after
+    its run ended by an error or a stop (stuck in Paddle's teardown; 0: never); a rank
+    whose run finished ends itself then (``RankGuard.finished``). ``messages``: the pipe's
+    read end."""
     try:
         leads_group = os.getpgid(rank_pid) == rank_pid
     except ProcessLookupError:
         return
     began = time.monotonic()
-    phase, pending, ended_at = "start-up", b"", None
+    phase, pending, ended_at, exits_at = "start-up", b"", None, None
 
     def end(line):
         os.write(2, f"error: rank {rank}: {line}\n".encode())
@@ -122,9 +214,18 @@ def watch(rank_pid, launcher_pid, rank, timeout, messages):
                     phase = rest
                 elif word == "started":
                     phase = None
+                elif word == "finished":
+                    exits_at = float(rest)
         parent = _parent_of(rank_pid)
         now = time.monotonic()
         if parent is None:  # ended: what it forked ends with it
+            if exits_at is not None and now >= exits_at:
+                os.write(
+                    2,
+                    f"rank {rank}: its run had finished (status 0) and its teardown took "
+                    f"{teardown:g} s: cut there, the rank ended with status 0 ({TEARDOWN_VARIABLE})"
+                    "\n".encode(),
+                )
             if leads_group:
                 _end_group(rank_pid, leads_group)
             return
@@ -133,10 +234,16 @@ def watch(rank_pid, launcher_pid, rank, timeout, messages):
                 f"its launcher (pid {launcher_pid}) is gone: this rank ends too, without "
                 "saving; the checkpoints written are intact"
             )
-        if ended_at is not None and now - ended_at > TEARDOWN_SECONDS:
+        if exits_at is not None and now > exits_at + EXIT_MARGIN_SECONDS:
             return end(
-                f"still alive {TEARDOWN_SECONDS:g} s after its run ended (stuck in Paddle's "
-                "teardown): ended"
+                f"its run had finished (status 0), but it was still alive {teardown:g} s "
+                f"later, past its own exit at the teardown's grace ({TEARDOWN_VARIABLE}): "
+                "ended"
+            )
+        if exits_at is None and ended_at is not None and 0 < teardown < now - ended_at:
+            return end(
+                f"still alive {teardown:g} s after its run ended by an error or a stop (stuck "
+                f"in Paddle's teardown; {TEARDOWN_VARIABLE}): ended"
             )
         if ended_at is None and phase is not None and 0 < timeout < now - began:
             return end(
@@ -148,10 +255,12 @@ def watch(rank_pid, launcher_pid, rank, timeout, messages):
 
 
 def main(argv):
-    rank_pid, launcher_pid, rank, timeout = argv
+    rank_pid, launcher_pid, rank, timeout, teardown = argv
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the rank decides what Ctrl-C means
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    watch(int(rank_pid), int(launcher_pid), rank, float(timeout), sys.stdin.fileno())
+    watch(
+        int(rank_pid), int(launcher_pid), rank, float(timeout), sys.stdin.fileno(), float(teardown)
+    )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,8 @@ import time
 
 import numpy as np
 
-from paddle_resnet.core import bootstrap, watchdog
-from paddle_resnet.core.errors import RestartableError, stopped_status
+from paddle_resnet.core import bootstrap, rank_guard, watchdog
+from paddle_resnet.core.errors import ConfigError, RestartableError, stopped_status
 from paddle_resnet.core.rank_guard import RankGuard
 
 EXIT_CODES = {number: stopped_status(number) for number in (signal.SIGINT, signal.SIGTERM)}
@@ -269,15 +269,22 @@ def guarded(start_timeout, environ=os.environ):
     start takes more than ``start_timeout`` seconds; yields the ``RankGuard`` to tell it
     the start's phases. A process, not a thread: the rank's main thread can block in
     Paddle's C++ holding the GIL. (PR_SET_PDEATHSIG would fire on the death of the
-    launcher's thread that started the rank, not of the launcher.)"""
+    launcher's thread that started the rank, not of the launcher.) Once the block has
+    returned (the run finished: status 0), its teardown has PADDLE_RESNET_TEARDOWN_SECONDS
+    (``rank_guard.teardown_seconds``), after which the rank ends with status 0."""
     if not bootstrap.launched(environ):
         yield _Unguarded()
         return
+    try:
+        teardown = rank_guard.teardown_seconds(environ)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     guard = RankGuard(
-        environ.get("PADDLE_TRAINER_ID", "?"), bootstrap.PARENT_AT_START, start_timeout
+        environ.get("PADDLE_TRAINER_ID", "?"), bootstrap.PARENT_AT_START, start_timeout, teardown
     )
     try:
         yield guard
+        guard.finished()
     finally:
         guard.close()
 

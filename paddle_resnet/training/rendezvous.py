@@ -8,25 +8,41 @@ by the startup program Fleet writes, after the start's decisions (docs/gpu.md).
   result) given to every rank;
 - ``agree``: every rank has reached a point (before the programs are run: on GPUs the
   startup program's NCCL rendezvous; before the first step);
-- ``end_start``: a rank that cannot start (a refusal, a fault) says so, with its status
-  and line, before it exits; every rank waiting in ``share`` or ``agree``, or stopped by
-  its launcher meanwhile, ends with the same status and a line naming that rank, so the
-  job's status is the refusal's on every node (the launcher reports its first rank's).
+- ``end_start``: a rank that cannot start (a refusal, a fault, any exception: a bug too)
+  says so, with its status and line, before it exits; every rank waiting in ``share`` or
+  ``agree``, or stopped by its launcher meanwhile, ends with the same status and a line
+  naming that rank, so the job's status is the refusal's on every node (the launcher
+  reports its first rank's).
 
 A rank waits in Python, polling the store's counters (``Store.get`` of a missing key
 blocks in C++ with the GIL held and aborts the process at its timeout): the rank's
-signal handlers keep working, and the start's deadline is ``core/rank_guard.py``'s.
+signal handlers keep working, and the start's deadline is ``core/rank_guard.py``'s. The
+polls back off (``poll_pauses``): a peer that is quick is seen within milliseconds, and
+ranks that wait long (rank 0 screening ImageNet's 1.3 M headers) ask the store, which
+rank 0 serves, twice a second each, not forty times.
+
+What a rank reads from the store is checked before it is used where it names a file
+(``share``'s ``check``: ``checkpoint_name_problem``).
 """
 
 import contextlib
 import json
+import re
+import sys
 import time
 
 from paddle_resnet.core import paddle_internals
-from paddle_resnet.core.errors import RestartableError, UserError, describe
+from paddle_resnet.core.errors import UNEXPECTED, RestartableError, UserError, describe
+from paddle_resnet.training.lifecycle import StoppedBySignal
 
 PREFIX = "paddle_resnet/start"
-POLL_SECONDS = 0.05
+# A wait's pauses between two polls: the first short (the peer is usually there already),
+# then doubling to the longest, which bounds how late a peer's arrival is seen.
+FIRST_POLL_SECONDS = 0.01
+LONGEST_POLL_SECONDS = 1.0
+# The checkpoint folder names the toolkit writes (``checkpoint.checkpoint_name``): ASCII
+# digits only, so that no shared name can reach outside <output-dir>/<arch>.
+CHECKPOINT_NAME = re.compile(r"[0-9]+(-step[0-9]+)?")
 # A rank that ended the start, and rank 0, which serves the store, wait this long at most
 # for the other ranks to read why (they look at their next wait) before they exit.
 LINGER_SECONDS = 60.0
@@ -41,11 +57,47 @@ class PeerEndedRestartable(RestartableError):
     """Another rank ended the start with a fault a restart may fix (status 75)."""
 
 
-class Rendezvous:
-    """The start's agreements of rank ``rank`` of ``world_size`` over ``store``."""
+def poll_pauses(first=FIRST_POLL_SECONDS, longest=LONGEST_POLL_SECONDS):
+    """The pauses of one wait between its polls, for ever: ``first``, doubling, at most
+    ``longest``."""
+    pause = first
+    while True:
+        yield pause
+        pause = min(pause * 2, longest)
 
-    def __init__(self, store, rank, world_size):
+
+def checkpoint_name_problem(name):
+    """Why ``name``, read from the job's store, cannot be the checkpoint that
+    ``--from-checkpoint auto`` chose, or None: a folder name as the toolkit writes them
+    ("17", "2-step6"), or None (no checkpoint yet)."""
+    if name is None or (isinstance(name, str) and CHECKPOINT_NAME.fullmatch(name)):
+        return None
+    return "not the name of a checkpoint folder (<epochs> or <epoch>-step<steps>)"
+
+
+def ending(rank, err):
+    """(exit status, line) of ``err`` ending rank ``rank``'s start, as every rank reads it:
+    ``errors.describe``'s for the errors it knows; any other exception is a bug, a crash of
+    unknown cause (``errors.UNEXPECTED``, which schedulers retry), named by its class and
+    its message's first line."""
+    if isinstance(err, (UserError, RestartableError, MemoryError, OSError)):
+        status, line = describe(err)
+        return status, line.removeprefix("error: ")
+    message = str(err).strip().splitlines()
+    said = f": {message[0]}" if message else ""
+    return (
+        UNEXPECTED,
+        f"an unexpected {type(err).__name__}{said}; a bug: rank {rank}'s log has its traceback",
+    )
+
+
+class Rendezvous:
+    """The start's agreements of rank ``rank`` of ``world_size`` over ``store``.
+    ``sleep`` and ``clock``: ``time``'s, or a test's."""
+
+    def __init__(self, store, rank, world_size, sleep=time.sleep, clock=time.monotonic):
         self.store, self.rank, self.world_size = store, rank, world_size
+        self.sleep, self.clock = sleep, clock
 
     @classmethod
     def of_job(cls, rank, world_size):
@@ -57,32 +109,74 @@ class Rendezvous:
 
     @contextlib.contextmanager
     def start(self):
-        """Around a rank's start: an error that ends it is published (``end_start``)."""
+        """Around a rank's start: any exception that ends it is published (``end_start``);
+        one that is not an error the toolkit knows (a bug) is also said here in one line,
+        before its traceback. A stop by a signal is not an end of the start
+        (``lifecycle.stops_reported`` reads a peer's end, or reports the stop), nor are
+        KeyboardInterrupt and SystemExit, which pass untouched (the launcher stops the
+        other ranks of a rank that ends so)."""
         try:
             yield
-        except (UserError, RestartableError, MemoryError, OSError) as err:
+        except StoppedBySignal:
+            raise
+        except Exception as err:
+            status, line = ending(self.rank, err)
+            if status == UNEXPECTED:
+                print(
+                    f"error: rank {self.rank}: the start ended by {line}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             with contextlib.suppress(RestartableError):  # the store is gone: nobody to tell
                 self.end_start(err)
             raise
+
+    def _store_gone(self, err):
+        return RestartableError(
+            f"rank {self.rank}: the job's key-value store is gone (rank 0 serves it: it "
+            f"ended, see its log; {(str(err).splitlines() or [type(err).__name__])[0]})"
+        )
 
     def _count(self, key, add=0):
         try:
             return self.store.add(f"{PREFIX}/{key}", add)
         except (ValueError, RuntimeError) as err:  # Paddle's "TCP send error", ...
-            raise RestartableError(
-                f"rank {self.rank}: the job's key-value store is gone (rank 0 serves it: it "
-                f"ended, see its log; {str(err).splitlines()[0]})"
-            ) from None
+            raise self._store_gone(err) from None
 
-    def share(self, name, value=None):
-        """Rank 0's ``value`` (JSON-able), on every rank."""
-        key = f"{PREFIX}/shared/{name}"
+    def _set(self, key, value):
+        try:
+            self.store.set(f"{PREFIX}/{key}", value)
+        except (ValueError, RuntimeError) as err:
+            raise self._store_gone(err) from None
+
+    def _get(self, key):
+        try:
+            return self.store.get(f"{PREFIX}/{key}")
+        except (ValueError, RuntimeError) as err:
+            raise self._store_gone(err) from None
+
+    def share(self, name, value=None, check=None):
+        """Rank 0's ``value`` (JSON-able), on every rank. ``check(value)``: why a value
+        cannot be used (it will name a file: ``checkpoint_name_problem``), or None; a value
+        it refuses ends the start on every rank with one line (status 2) naming its key."""
+        key = f"shared/{name}"
         if self.rank == 0:
-            self.store.set(key, json.dumps(value))
-            self._count(f"shared/{name}/ready", 1)
+            shared = value
+            self._checked(key, shared, check)  # rank 0 refuses it as the others would
+            self._set(key, json.dumps(value))
+            self._count(f"{key}/ready", 1)
             return value
-        self._wait(lambda: self._count(f"shared/{name}/ready") > 0)
-        return json.loads(self.store.get(key))
+        self._wait(lambda: self._count(f"{key}/ready") > 0)
+        return self._checked(key, json.loads(self._get(key)), check)
+
+    def _checked(self, key, value, check):
+        problem = check(value) if check else None
+        if problem:
+            raise UserError(
+                f"rank {self.rank}: the job's key-value store holds {value!r} under "
+                f"'{PREFIX}/{key}' (rank 0's choice): {problem}; refused, it would name a file"
+            )
+        return value
 
     def agree(self, point):
         """Wait until every rank has reached ``point``."""
@@ -96,7 +190,7 @@ class Rendezvous:
             return None
         for peer in range(self.world_size):
             if peer != self.rank and self._count(f"ended/{peer}") > 0:
-                note = json.loads(self.store.get(f"{PREFIX}/why/{peer}"))
+                note = json.loads(self._get(f"why/{peer}"))
                 self._count("seen", 1)  # rank 0 waits for every rank to know
                 error = PeerEnded if note["status"] == 2 else PeerEndedRestartable
                 return error(
@@ -106,32 +200,34 @@ class Rendezvous:
         return None
 
     def end_start(self, err):
-        """This rank ends the start with ``err`` (an error ``errors.describe`` knows):
-        published for the other ranks, unless it is another rank's end, read already.
+        """This rank ends the start with ``err`` (any exception: ``ending``): published for the other ranks, unless it is another rank's end, read already.
         The rank that ended it, and rank 0, which serves the store, then wait until every
         rank knows (at most ``LINGER_SECONDS``): a rank still busy when its launcher saw a
         peer exit would be stopped by it, and killed 3 s later wherever it was."""
         peer_ended = isinstance(err, (PeerEnded, PeerEndedRestartable))
         if not peer_ended:
-            status, line = describe(err)
-            self.store.set(
-                f"{PREFIX}/why/{self.rank}",
-                json.dumps({"status": status, "line": line.removeprefix("error: ")}),
-            )
+            status, line = ending(self.rank, err)
+            self._set(f"why/{self.rank}", json.dumps({"status": status, "line": line}))
             self._count(f"ended/{self.rank}", 1)
             self._count("ended", 1)
             self._count("seen", 1)
         if self.rank == 0 or not peer_ended:
-            until = time.monotonic() + LINGER_SECONDS
-            while self._count("seen") < self.world_size and time.monotonic() < until:
-                time.sleep(POLL_SECONDS)
+            until = self.clock() + LINGER_SECONDS
+            for pause in poll_pauses():
+                if self._count("seen") >= self.world_size or self.clock() >= until:
+                    return
+                self.sleep(pause)
 
     def _wait(self, ready):
-        while not ready():
+        """Until ``ready()``: two requests to the store per poll (``ready``'s, and whether
+        a peer ended the start), the polls ``poll_pauses`` apart."""
+        for pause in poll_pauses():
+            if ready():
+                return
             peer = self.ended_by_peer()
             if peer:
                 raise peer
-            time.sleep(POLL_SECONDS)
+            self.sleep(pause)
 
 
 class Alone:
@@ -139,7 +235,10 @@ class Alone:
 
     rank, world_size = 0, 1
 
-    def share(self, name, value=None):
+    def share(self, name, value=None, check=None):
+        problem = check(value) if check else None
+        if problem:  # the one rank's own choice: refused as a peer's would be
+            raise UserError(f"the start's choice {name!r} is {value!r}: {problem}")
         return value
 
     def agree(self, point):
