@@ -74,8 +74,8 @@ EXIT_STATUSES = (
         "volume), a rank whose launcher died",
         "Slurm: requeued, FAILED once 3 starts in a row crashed without writing a "
         "checkpoint (MAX_CRASHES_WITHOUT_PROGRESS); Indexed Job and PaddleJob: the pod "
-        "restarts, counted against backoffLimit; TrainJob: the JobSet restarts, counted "
-        "against its maxRestarts",
+        "restarts, counted against backoffLimit; TrainJob: the JobSet restarts, FAILED "
+        "once 3 starts in a row made no new verified checkpoint (start_node.py)",
     ),
     ExitStatus(
         f"{UNEXPECTED}, others",

@@ -114,6 +114,13 @@ def train_one_epoch(
                 console=not report.interactive,
             )
             window = Meter()
+            if session.trainer_status is not None:  # a Kubeflow TrainJob's progress
+                session.trainer_status.post(
+                    (epoch - 1) * total + step + 1,
+                    config.run.epochs * total,
+                    epoch,
+                    {"loss": values["loss"], "ips": round(ips)},
+                )
         tic = time.perf_counter()
         done_steps = step + 1
         diverged = watch.step_diverged(values)

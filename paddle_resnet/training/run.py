@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence
 from paddle_resnet.core import affinity, bootstrap, devices, trackers
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
 from paddle_resnet.core.report import Report
+from paddle_resnet.core.trainer_status import TrainerStatus
 from paddle_resnet.data.dali import open_split, train_steps
 from paddle_resnet.data.folder import check_num_classes, check_same_classes
 from paddle_resnet.data.screening import screened
@@ -156,6 +157,8 @@ def prepare_session(resolved, steps, guard, meeting, report_stream):
         class_balance=resolved.class_balance,
         checkpoints=resolved.checkpoints,
     )
+    if rank == 0:  # the statuses of several ranks would overwrite each other
+        session.trainer_status = TrainerStatus.from_environment(report=session.report.print)
     introduce(session, resolved)
     session.progress = start_weights.load(session, resolved.start)
     prepare.prune(session, session.progress)

@@ -32,6 +32,8 @@ class Session:
     checkpoints: Optional[Any] = None
     # where the work goes on: (epochs done, steps done in the next), once weights are in
     progress: Tuple[int, int] = (0, 0)
+    # rank 0's poster of progress to a Kubeflow TrainJob's status (trainer_status), or None
+    trainer_status: Optional[Any] = None
 
     @property
     def training(self):
