@@ -205,6 +205,26 @@ def test_a_finished_run_stuck_in_teardown_ends_with_status_0(fmnist_root, tmp_pa
     assert_no_rank_left(out)
 
 
+def test_a_shared_checkpoint_name_that_leaves_the_run_folder_is_refused(fmnist_root, tmp_path):
+    """--from-checkpoint auto: rank 1 reads a choice that would name a folder outside the
+    run's (planted in the store) and refuses it in one line naming the key; rank 0 ends
+    with its status, 2."""
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    args = faulty_args(fmnist_root, out, "--from-checkpoint", "auto", "--start-timeout", "120")
+    result = launch(args, logs, env={"START_FAULT": "shared-name:../../elsewhere:0"})
+    rank0, rank1 = rank_logs(logs)
+    refusal = (
+        "rank 1: the job's key-value store holds '../../elsewhere' under "
+        "'paddle_resnet/start/shared/from-checkpoint auto' (rank 0's choice): not the name "
+        "of a checkpoint folder (<epochs> or <epoch>-step<steps>); refused, it would name a file"
+    )
+    assert f"error: {refusal}" in rank1, rank1[-2000:]
+    assert f"error: rank 0: rank 1 ended the start ({refusal}): this rank ends too" in rank0
+    assert result.returncode == USER_ERROR, result.stdout[-3000:]
+    assert "Traceback" not in rank0 + rank1
+    assert_no_rank_left(out)
+
+
 class ScriptedStore:
     """A job's key-value store of two ranks whose counters read as scripted: ``arrives``
     maps a counter to how many of its reads return 1 before it reads 2 (the other rank

@@ -15,6 +15,7 @@ from paddle_resnet.core.atomic import check_writable_folder, remove_directory, r
 from paddle_resnet.core.config import run_differences
 from paddle_resnet.core.errors import CheckpointError, RestartableError
 from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training.rendezvous import checkpoint_name_problem
 
 # Copies a rewind set aside (``<name>.rewound-<UTC time>``) are removed this many days
 # after they were set aside, at the next rewind or retention.
@@ -94,7 +95,7 @@ def resolve_auto(config, checkpoints, rank, share=None):
         newest = checkpoints.newest_verified(lines.append)
         name = os.path.basename(newest) if newest else None
     if share is not None:
-        name = share("from-checkpoint auto", name)
+        name = share("from-checkpoint auto", name, check=checkpoint_name_problem)
     if name:
         chosen = os.path.join(folder, name)
         lines.append(f"--from-checkpoint auto: {chosen}, the newest checkpoint of this run")

@@ -11,8 +11,9 @@ Paddle's ``TCPStore.get`` and its rendezvous do: no thread of the rank runs, and
 handler; ``watchers:PHASE:RANK``: it prints how many watcher processes
 (``core/rank_guard.py``) it has, then refuses (works without the launcher too: rank 0);
 ``hold-teardown:-:RANK``: the run finishes, then rank RANK blocks holding the GIL instead
-of exiting, as a teardown stuck in Paddle's C++ does. Phases: ``run.py``'s ``guard.phase``
-names.
+of exiting, as a teardown stuck in Paddle's C++ does; ``shared-name:NAME:0``: rank 0
+shares NAME as ``--from-checkpoint auto``'s choice, unchecked, as a store that another
+process wrote into would hold it. Phases: ``run.py``'s ``guard.phase`` names.
 """
 
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
@@ -24,7 +25,7 @@ import sys
 from paddle_resnet.commands import train
 from paddle_resnet.core import rank_guard
 from paddle_resnet.core.errors import DataError
-from paddle_resnet.training import lifecycle
+from paddle_resnet.training import lifecycle, rendezvous
 
 KIND, PHASE, RANK = os.environ["START_FAULT"].split(":")
 THIS_RANK = os.environ.get("PADDLE_TRAINER_ID", "0")  # 0: a process without the launcher
@@ -72,7 +73,19 @@ def faulty(phase):
     return enter
 
 
+def planted(share):
+    def share_planted(self, name, value=None, *args, **kwargs):
+        if name == "from-checkpoint auto" and THIS_RANK == RANK:
+            share(self, name, PHASE)  # PHASE: the name planted, unchecked, for the others
+            return value  # rank 0 itself goes on with its own choice
+        return share(self, name, value, *args, **kwargs)
+
+    return share_planted
+
+
 if __name__ == "__main__":
+    if KIND == "shared-name":
+        rendezvous.Rendezvous.share = planted(rendezvous.Rendezvous.share)
     rank_guard.RankGuard.phase = faulty(rank_guard.RankGuard.phase)
     lifecycle._Unguarded.phase = faulty(lifecycle._Unguarded.phase)  # a process not launched
     status = train.main(sys.argv[1:])
