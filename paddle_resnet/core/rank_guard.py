@@ -92,7 +92,7 @@ def exit_at(deadline):
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         event = _Sigevent(sigev_value=None, sigev_notify=_SIGEV_THREAD)
-        event.sigev_notify_function = ctypes.cast(libc._exit, ctypes.c_void_p).value
+        event.sigev_notify_function = ctypes.cast(libc["_exit"], ctypes.c_void_p).value
         timer = ctypes.c_void_p()
         if libc.timer_create(_CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(timer)):
             return False
