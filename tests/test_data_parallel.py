@@ -356,6 +356,63 @@ def test_a_killed_rank_ends_the_job_and_keeps_the_checkpoints(fmnist_root, tmp_p
     assert meta["epoch"] >= 1
 
 
+def held_rank_killed(fmnist_root, tmp_path, victim):
+    """A 3-rank job whose rank ``victim`` holds after its 2nd step
+    (tests/ranks/held_train.py: the others wait for it in their next all-reduce) and is
+    SIGKILLed there. (the launcher's status, {rank: its log}) once every process ended."""
+    logs, out = tmp_path / "logs", tmp_path / "job"
+    args = ["tests/ranks/held_train.py", *train_args(fmnist_root, out, "--epochs", "2")[1:]]
+    env = dict(
+        os.environ,
+        HOLD_RANK=str(victim),
+        HOLD_AT_STEP="2",
+        HOLD_RELEASE=str(tmp_path / "never"),
+    )
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "3"]
+    job = subprocess.Popen(
+        [*command, "--log_dir", str(logs), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        held, deadline = None, time.time() + 180
+        while held is None and time.time() < deadline and job.poll() is None:
+            log = logs / f"workerlog.{victim}"
+            held = (
+                re.search(r"held at global step \d+ \(pid (\d+)\)", log.read_text())
+                if (log.exists())
+                else None
+            )
+            time.sleep(0.1)
+        assert held, "the rank did not reach its hold point"
+        os.kill(int(held[1]), signal.SIGKILL)
+        status = job.wait(timeout=120)
+    finally:
+        job.kill()
+    return status, {rank: (logs / f"workerlog.{rank}").read_text() for rank in range(3)}
+
+
+@once
+def test_the_survivors_name_the_rank_that_was_killed(fmnist_root, tmp_path):
+    """Three ranks, one SIGKILLed at a step (held there, so the moment is the test's):
+    every survivor's one line names that rank, found by a roll call in the job's store
+    (gloo says "std::exception"; the line said "one of ranks [0, 2]", at 16 ranks a list
+    of 15); rank 0's death takes the store with it, which names rank 0. A crash a
+    restart may fix: never 2."""
+    for victim in (2, 0):
+        status, logs = held_rank_killed(fmnist_root, tmp_path / str(victim), victim)
+        assert status not in (0, 2), (victim, status)
+        named = "rank 2 stopped" if victim == 2 else "rank 0 (the host of the job's key-value store"
+        survivors = [rank for rank in range(3) if rank != victim]
+        assert len(survivors) == 2
+        for rank in survivors:
+            lines = [line for line in logs[rank].splitlines() if line.startswith("error:")]
+            assert len(lines) == 1 and "Traceback" not in logs[rank], (victim, rank, logs[rank])
+            assert lines[0].startswith(f"error: rank {rank}: {named}"), (victim, lines[0])
+
+
 @once
 def test_a_stopped_rank_ends_the_job_within_the_collective_timeout(fmnist_root, tmp_path):
     """SIGSTOP: alive but stuck. Without the watchdog rank 0 waited in its all-reduce for

@@ -328,15 +328,19 @@ def _same_file(a, b):
 
 
 @contextlib.contextmanager
-def peers_watched(rank, world_size, checkpoints, timeout):
+def peers_watched(rank, world_size, checkpoints, timeout, roll_call=None):
     """Turn another rank's death, or its being stuck for ``timeout`` seconds, into one
     line naming it, however it reaches this rank.
 
     When a rank dies (killed, out of memory, a data error), the survivors' next
     all-reduce fails at once (gloo: the connection closes), and Paddle's own error says
     only "std::exception". Or the launcher, seeing the dead rank first, sends SIGTERM,
-    which would otherwise end this rank without a word. A rank that is stuck but alive
-    (stopped, hung) makes the others wait inside a collective: ``watchdog`` ends them.
+    which would otherwise end this rank without a word. Either way the survivors then
+    answer a ``roll_call`` in the job's store (``Rendezvous.roll_call``) and name the
+    ranks that did not answer (with 16 ranks "one of the other 15" told nobody which
+    node to look at); rank 0's death takes the store with it, which names rank 0. A
+    rank that is stuck but alive (stopped, hung) makes the others wait inside a
+    collective: ``watchdog`` ends them.
     """
     if world_size == 1:
         yield
@@ -354,20 +358,33 @@ def peers_watched(rank, world_size, checkpoints, timeout):
             f"collective operation. {resume}"
         )
 
+    def gone():
+        """Who stopped, as the roll call tells it (the launcher's SIGTERMs ignored
+        meanwhile: this rank is ending anyway)."""
+        if roll_call is None:
+            return who
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        silent = roll_call()
+        if silent is None:
+            return "rank 0 (the host of the job's key-value store, now gone)"
+        if not silent:
+            return who
+        return f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))}"
+
     previous = signal.signal(signal.SIGTERM, _stopped)
     try:
         with watchdog.watching(timeout, stuck):
             yield
     except StoppedBySignal:
         raise RestartableError(
-            f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
+            f"rank {rank}: {gone()} stopped (killed, or failed: see its log in the "
             f"launcher's --log_dir), and the launcher ended this rank (SIGTERM). "
             f"{resume}"
         ) from None
     except RuntimeError as err:
         reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise RestartableError(
-            f"rank {rank}: {who} stopped (killed, or failed: see its log in the "
+            f"rank {rank}: {gone()} stopped (killed, or failed: see its log in the "
             f"launcher's --log_dir); a collective operation failed ({reason}). "
             f"{resume}"
         ) from None

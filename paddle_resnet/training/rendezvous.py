@@ -46,6 +46,10 @@ CHECKPOINT_NAME = re.compile(r"[0-9]+(-step[0-9]+)?")
 # A rank that ended the start, and rank 0, which serves the store, wait this long at most
 # for the other ranks to read why (they look at their next wait) before they exit.
 LINGER_SECONDS = 60.0
+# After a collective failed, how long the survivors wait for each other's answer in the
+# store before they name the ranks that did not answer: well within the 30 s the
+# launcher gives its ranks between its SIGTERM and its SIGKILL.
+ROLL_CALL_SECONDS = 2.0
 
 
 class PeerEnded(UserError):
@@ -218,6 +222,28 @@ class Rendezvous:
                     return
                 self.sleep(pause)
 
+    def roll_call(self, seconds=ROLL_CALL_SECONDS):
+        """Once a collective has failed (a peer died: gloo only says "std::exception",
+        or the launcher's SIGTERM came first): each survivor answers under its rank in
+        the job's store; the ranks that have not answered within ``seconds`` (sorted; []
+        where all did), or None where the store itself is gone, which means rank 0, its
+        host, is."""
+        try:
+            self._count(f"roll-call/{self.rank}", 1)
+            until = self.clock() + seconds
+            for pause in poll_pauses():
+                silent = [
+                    peer
+                    for peer in range(self.world_size)
+                    if peer != self.rank and self._count(f"roll-call/{peer}") == 0
+                ]
+                if not silent or self.clock() >= until:
+                    return silent
+                self.sleep(pause)
+        except RestartableError:  # _store_gone
+            return None
+        return None
+
     def _wait(self, ready):
         """Until ``ready()``: two requests to the store per poll (``ready``'s, and whether
         a peer ended the start), the polls ``poll_pauses`` apart."""
@@ -246,6 +272,9 @@ class Alone:
 
     def ended_by_peer(self):
         return None
+
+    def roll_call(self, seconds=0.0):
+        return []
 
     @contextlib.contextmanager
     def start(self):

@@ -69,7 +69,11 @@ def run(config, report_stream=None, after_training=None):
         guard.started()
         config, report = session.config, session.report
         with lifecycle.peers_watched(
-            rank, world_size, checkpoint_folder(config), config.run.collective_timeout
+            rank,
+            world_size,
+            checkpoint_folder(config),
+            config.run.collective_timeout,
+            roll_call=meeting.roll_call,
         ):
             metrics = work(session, resolved)
         if session.training and not config.run.benchmark and rank == 0 and after_training:

@@ -10,12 +10,18 @@ step of this process: a resumed run may start past N), the process prints
 signal then (SIGTERM: the run saves at that step once released; SIGKILL: it dies there)
 and releases it by writing a line. The run's own command line, as its resume line
 prints it, is ``train.py``'s.
+
+Under ``paddle.distributed.launch``: ``HOLD_RANK=R`` holds rank R alone (the others wait
+for it in their next collective), and the line names the rank's pid (``pid N``) for the
+test to signal it; the rank waits for ``HOLD_RELEASE`` (a path) to exist rather than for
+its standard input.
 """
 
 import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
 
 import os
 import sys
+import time
 
 from paddle_resnet.commands import train
 from paddle_resnet.training import loop
@@ -23,8 +29,9 @@ from paddle_resnet.training import loop
 HELD = "held at global step "
 
 
-def held_from(step, function):
-    """``loop.train_step`` that holds once, after the first call that reaches ``step``."""
+def held_from(step, function, release=None):
+    """``loop.train_step`` that holds once, after the first call that reaches ``step``,
+    until a line on standard input (or until the path ``release`` exists)."""
     held = [False]
 
     def planted(exe, programs, *args, **kwargs):
@@ -32,14 +39,20 @@ def held_from(step, function):
         reached = programs.lr_scheduler.last_epoch  # steps done, a resume's included
         if not held[0] and reached >= step:
             held[0] = True
-            print(f"{HELD}{reached}", flush=True)
-            sys.stdin.readline()
+            print(f"{HELD}{reached} (pid {os.getpid()})", flush=True)
+            if release is None:
+                sys.stdin.readline()
+            while release is not None and not os.path.exists(release):
+                time.sleep(0.05)
         return result
 
     return planted
 
 
 if __name__ == "__main__":
-    loop.train_step = held_from(int(os.environ["HOLD_AT_STEP"]), loop.train_step)
+    rank = os.environ.get("HOLD_RANK")
+    if rank is None or rank == os.environ.get("PADDLE_TRAINER_ID"):
+        step, release = int(os.environ["HOLD_AT_STEP"]), os.environ.get("HOLD_RELEASE")
+        loop.train_step = held_from(step, loop.train_step, release)
     sys.argv[0] = "train.py"
     sys.exit(train.main(sys.argv[1:]))
