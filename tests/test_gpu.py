@@ -16,7 +16,7 @@ import paddle
 import pytest
 
 from conftest import ROOT, flat, small_config, train_args
-from paddle_resnet.core import devices, feeds
+from paddle_resnet.core import devices, feeds, paddle_internals
 from paddle_resnet.core.config import InferenceConfig, build_config
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
 from paddle_resnet.data.folder import scan_split
@@ -197,3 +197,35 @@ def test_train_py_on_two_gpus_stops_and_continues_with_the_same_command(fmnist_r
     log = (logs / "workerlog.0").read_text()
     assert re.search(r"--from-checkpoint auto: \S+/resnet18/2-step\d+, the newest", log), log
     assert os.path.exists(out / "resnet18" / "3" / "meta.json")
+
+
+@pytest.mark.skipif(devices.gpu_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("mode", ["eval_only", "pir", "pir_bf16"])
+def test_train_py_on_two_gpus_in_the_modes_whose_ring_nothing_made(fmnist_root, tmp_path, mode):
+    """The modes whose first all-reduce found no NCCL ring before ring 0 was made for every
+    mode (``paddle_internals.make_ring0``; tests/test_ring_order.py records the order on a
+    stand-in): eval_only (no Fleet ``minimize``, no startup program with NCCL's set-up) and
+    PIR (Fleet transpiles no PIR program), fp32 and bf16 AMP, each on 2 GPUs under the
+    launcher, to the end: status 0, the evaluation summed over both ranks."""
+    if mode.startswith("pir") and not paddle_internals.PADDLE3:
+        pytest.skip("PIR needs Paddle 3 (its GPU wheels are on Paddle's own index)")
+    out, logs = tmp_path / "job", tmp_path / "logs"
+    launcher = [sys.executable, "-m", "paddle.distributed.launch", "--gpus", "0,1"]
+    flags = {"eval_only": [], "pir": ["--ir", "pir"], "pir_bf16": ["--ir", "pir", "--amp"]}
+    flags["pir_bf16"] += ["--amp-dtype", "bfloat16"]
+    train = [*launcher, "--log_dir", str(logs), *train_args(fmnist_root, out, "--epochs", "1")]
+    trained = subprocess.run(
+        train + flags[mode], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    assert trained.returncode == 0, (logs / "workerlog.0").read_text()[-3000:]
+    if mode == "eval_only":
+        evaluated = subprocess.run(
+            train + ["--run-scope", "eval_only", "--from-checkpoint", str(out / "resnet18")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert evaluated.returncode == 0, (logs / "workerlog.0").read_text()[-3000:]
+    log = (logs / "workerlog.0").read_text()
+    assert "[VAL] epoch " in log and "val.top1 " in log, log[-3000:]
