@@ -11,10 +11,11 @@ import pytest
 import slurm_cluster
 from test_slurm import ENDED, MULTI, read, submit
 
-from conftest import train_command
+from conftest import once, train_command
 from paddle_resnet.core.errors import USER_ERROR
 
-pytestmark = pytest.mark.cpu_only
+# the batch scripts are Paddle-independent, as test_slurm.py: run once
+pytestmark = [pytest.mark.cpu_only, once]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, launch, train_args, training_into
+from conftest import ROOT, launch, once, train_args, training_into
 from paddle_resnet.core.errors import RESTARTABLE, USER_ERROR, UserError
 from paddle_resnet.training import rendezvous
 
@@ -85,6 +85,7 @@ def test_every_checkpoint_damaged_ends_both_ranks_in_one_line_each(fmnist_root, 
     assert_no_rank_left(out)
 
 
+@once  # the watcher (core/rank_guard.py) is plain Python, run without Paddle
 def test_a_rank_blocked_holding_the_gil_ends_at_the_start_deadline(fmnist_root, tmp_path):
     """A stuck rank (planted: C code holding the GIL, where no thread of it runs) is ended
     by its watcher process at --start-timeout with one line naming its phase; the job
@@ -111,6 +112,7 @@ def test_a_rank_blocked_holding_the_gil_ends_at_the_start_deadline(fmnist_root, 
     assert_no_rank_left(out)
 
 
+@once  # the watcher (core/rank_guard.py) is plain Python, run without Paddle
 def test_the_ranks_end_with_their_launcher_while_blocked_holding_the_gil(fmnist_root, tmp_path):
     """SIGKILL to the launcher while rank 1 is stuck holding the GIL (no deadline): its
     watcher ends it within seconds, where a thread of the rank could never run."""
@@ -167,6 +169,7 @@ def test_an_unexpected_exception_on_rank_1_ends_every_rank_at_once(
     assert_no_rank_left(out)
 
 
+@once  # the watcher (core/rank_guard.py) is plain Python, run without Paddle
 def test_no_watcher_without_the_launcher(fmnist_root, tmp_path):
     """``python train.py`` whose environment has PADDLE_LOG_DIR (exported by a user, or left
     from a launched shell) but no launcher: no watcher process, hence no start deadline
@@ -185,6 +188,7 @@ def test_no_watcher_without_the_launcher(fmnist_root, tmp_path):
     assert result.returncode == USER_ERROR, result.stderr[-3000:]
 
 
+@once  # the watcher (core/rank_guard.py) is plain Python, run without Paddle
 def test_a_finished_run_stuck_in_teardown_ends_with_status_0(fmnist_root, tmp_path):
     """Rank 1's run finishes, then its teardown is stuck (planted: C code holding the GIL,
     for ever): at PADDLE_RESNET_TEARDOWN_SECONDS after its run ended the rank ends with its
