@@ -7,6 +7,7 @@ Faults of one rank are planted by tests/ranks/start_fault.py."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -296,3 +297,41 @@ def test_a_checkpoint_name_from_the_store_is_taken(name):
     store.values.update({key: json.dumps(name), key + "/ready": 1})
     meeting = rendezvous.Rendezvous(store, rank=1, world_size=2, sleep=lambda pause: None)
     assert meeting.share("from-checkpoint auto", check=rendezvous.checkpoint_name_problem) == name
+
+
+def test_a_roll_call_names_the_ranks_that_stopped():
+    """Rank 1 of 4 after a failed collective (a scripted store, a scripted clock): rank 0
+    elsewhere answered, rank 2 elsewhere never does, rank 3 on this host is a process that
+    has ended. Rank 3 is named at once from its process, rank 2 once the window is over
+    (the answer came from nobody), rank 0 not at all; a store that is gone names None
+    (rank 0, its host, is). At 16 ranks on one host a 2-s window without the process
+    check named 14 live ranks slow to notice."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: no such process
+    now = [0.0]
+    store = ScriptedStore()
+    prefix = rendezvous.PREFIX
+    for peer, where in (
+        (0, "elsewhere 11"),
+        (2, "elsewhere 12"),
+        (3, f"{socket.gethostname()} {gone.pid}"),
+    ):
+        store.values[f"{prefix}/where/{peer}"] = where.encode()
+        store.values[f"{prefix}/where/{peer}/ready"] = 1
+    store.values[f"{prefix}/roll-call/0"] = 1
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    meeting = rendezvous.Rendezvous(store, 1, 4, sleep=sleep, clock=lambda: now[0])
+    assert meeting.roll_call(seconds=2.0) == [2, 3]
+    assert 2.0 <= now[0] < 3.0  # the window for rank 2, no longer
+    store.values[f"{prefix}/roll-call/2"] = 1  # rank 2 answers: only rank 3 is named
+    now[0] = 0.0
+    assert meeting.roll_call(seconds=2.0) == [3] and now[0] == 0.0
+
+    class Gone(ScriptedStore):
+        def add(self, key, amount):
+            raise RuntimeError("(InvalidArgument) TCP send error. Details: Broken pipe.")
+
+    assert rendezvous.Rendezvous(Gone(), 1, 4, sleep=sleep).roll_call() is None

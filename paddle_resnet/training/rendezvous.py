@@ -27,7 +27,9 @@ What a rank reads from the store is checked before it is used where it names a f
 
 import contextlib
 import json
+import os
 import re
+import socket
 import sys
 import time
 
@@ -120,6 +122,9 @@ class Rendezvous:
         KeyboardInterrupt and SystemExit, which pass untouched (the launcher stops the
         other ranks of a rank that ends so)."""
         try:
+            # where this rank runs, for a roll call's survivors on the same host
+            self._set(f"where/{self.rank}", f"{socket.gethostname()} {os.getpid()}")
+            self._count(f"where/{self.rank}/ready", 1)
             yield
         except StoppedBySignal:
             raise
@@ -224,25 +229,52 @@ class Rendezvous:
 
     def roll_call(self, seconds=ROLL_CALL_SECONDS):
         """Once a collective has failed (a peer died: gloo only says "std::exception",
-        or the launcher's SIGTERM came first): each survivor answers under its rank in
-        the job's store; the ranks that have not answered within ``seconds`` (sorted; []
-        where all did), or None where the store itself is gone, which means rank 0, its
-        host, is."""
+        or the launcher's SIGTERM came first): the ranks that stopped, sorted ([] where
+        none is known), or None where the store itself is gone, which means rank 0, its
+        host, is. A peer on this host is looked up by its process (dead, or a zombie its
+        launcher has not reaped: stopped); a peer elsewhere is asked: each survivor
+        answers under its rank in the job's store, and a remote peer that has not
+        answered within ``seconds`` is named. Rank 0 then keeps the store up until every
+        peer it did not name has read the answers (at most ``seconds`` more): its exit
+        would take the store with it and make every later reader name rank 0.
+
+        Within the launcher's grace: once it saw a rank die it sends the others SIGTERM
+        and SIGKILL 3 s later."""
         try:
             self._count(f"roll-call/{self.rank}", 1)
+            peers = [peer for peer in range(self.world_size) if peer != self.rank]
+            here = {peer: self._where(peer) for peer in peers}
+            stopped = [p for p in peers if here[p] is not None and not _running(here[p])]
+            remote = [p for p in peers if here[p] is None]
             until = self.clock() + seconds
             for pause in poll_pauses():
-                silent = [
-                    peer
-                    for peer in range(self.world_size)
-                    if peer != self.rank and self._count(f"roll-call/{peer}") == 0
-                ]
+                silent = [p for p in remote if self._count(f"roll-call/{p}") == 0]
                 if not silent or self.clock() >= until:
-                    return silent
+                    break
                 self.sleep(pause)
+            stopped = sorted(stopped + silent)
+            self._count(f"roll-call-read/{self.rank}", 1)
+            if self.rank == 0:  # the store's host: up until the others have read
+                readers = [p for p in peers if p not in stopped]
+                until = self.clock() + seconds
+                for pause in poll_pauses():
+                    if self.clock() >= until or all(
+                        self._count(f"roll-call-read/{p}") for p in readers
+                    ):
+                        break
+                    self.sleep(pause)
+            return stopped
         except RestartableError:  # _store_gone
             return None
-        return None
+
+    def _where(self, peer):
+        """The process id of ``peer`` where it runs on this host, else None (elsewhere,
+        or it never said)."""
+        if self._count(f"where/{peer}/ready") == 0:
+            return None
+        value = self._get(f"where/{peer}")  # bytes (Paddle's store), or a str
+        host, pid = (value.decode() if isinstance(value, bytes) else str(value)).split()
+        return int(pid) if host == socket.gethostname() else None
 
     def _wait(self, ready):
         """Until ``ready()``: two requests to the store per poll (``ready``'s, and whether
@@ -254,6 +286,15 @@ class Rendezvous:
             if peer:
                 raise peer
             self.sleep(pause)
+
+
+def _running(pid):
+    """Whether process ``pid`` of this host runs (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 class Alone:
