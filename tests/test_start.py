@@ -303,9 +303,11 @@ def test_a_roll_call_names_the_ranks_that_stopped():
     """Rank 1 of 4 after a failed collective (a scripted store, a scripted clock): rank 0
     elsewhere answered, rank 2 elsewhere never does, rank 3 on this host is a process that
     has ended. Rank 3 is named at once from its process, rank 2 once the window is over
-    (the answer came from nobody), rank 0 not at all; a store that is gone names None
-    (rank 0, its host, is). At 16 ranks on one host a 2-s window without the process
-    check named 14 live ranks slow to notice."""
+    (the answer came from nobody), rank 0 not at all, a rank that answered and has ended
+    since not at all; a store that is gone names None (rank 0, its host, is). At 16 ranks
+    on one host a 2-s window without the process check named 14 live ranks slow to
+    notice; at 4 ranks the process check alone named a survivor that had answered and
+    ended."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # reaped: no such process
     now = [0.0]
@@ -329,6 +331,9 @@ def test_a_roll_call_names_the_ranks_that_stopped():
     store.values[f"{prefix}/roll-call/2"] = 1  # rank 2 answers: only rank 3 is named
     now[0] = 0.0
     assert meeting.roll_call(seconds=2.0) == [3] and now[0] == 0.0
+    # a survivor that answered and has ended since (its process gone) is not named
+    store.values[f"{prefix}/roll-call/3"] = 1
+    assert meeting.roll_call(seconds=2.0) == []
 
     class Gone(ScriptedStore):
         def add(self, key, amount):

@@ -52,6 +52,12 @@ LINGER_SECONDS = 60.0
 # store before they name the ranks that did not answer: well within the 30 s the
 # launcher gives its ranks between its SIGTERM and its SIGKILL.
 ROLL_CALL_SECONDS = 2.0
+# Rank 0 keeps the store up for the survivors' roll call at most this long, and ends
+# before the launcher's kill: it kills every rank once the first it waits for (rank 0)
+# has not ended 3 s after its SIGTERM (paddle/distributed/launch/controllers/controller.py,
+# ``pod.stop(timeout=3)``).
+LINGER_LIMIT_SECONDS = 10.0
+LAUNCHER_GRACE_SECONDS = 2.5
 
 
 class PeerEnded(UserError):
@@ -227,37 +233,40 @@ class Rendezvous:
                     return
                 self.sleep(pause)
 
-    def roll_call(self, seconds=ROLL_CALL_SECONDS):
+    def roll_call(self, seconds=ROLL_CALL_SECONDS, terminated_at=lambda: None):
         """Once a collective has failed (a peer died: gloo only says "std::exception",
         or the launcher's SIGTERM came first): the ranks that stopped, sorted ([] where
         none is known), or None where the store itself is gone, which means rank 0, its
-        host, is. A peer on this host is looked up by its process (dead, or a zombie its
-        launcher has not reaped: stopped); a peer elsewhere is asked: each survivor
-        answers under its rank in the job's store, and a remote peer that has not
-        answered within ``seconds`` is named. Rank 0 then keeps the store up until every
-        peer it did not name has read the answers (at most ``seconds`` more): its exit
-        would take the store with it and make every later reader name rank 0.
-
-        Within the launcher's grace: once it saw a rank die it sends the others SIGTERM
-        and SIGKILL 3 s later."""
+        host, is. Each survivor answers under its rank in the job's store; a rank that
+        answered is never named (it may have ended since). A peer on this host that has
+        not answered is looked up by its process (gone, or a zombie its launcher has not
+        reaped: stopped; running: slow to notice, not named); a peer elsewhere that has
+        not answered within ``seconds`` is named. Rank 0 then keeps the store up until
+        every peer it did not name has read (its exit would take the store with it and
+        make every later reader name rank 0), within the launcher's grace: once the
+        launcher saw a rank die it sends the others SIGTERM (``terminated_at()``: when it
+        arrived, or None) and kills them if the first has not ended 3 s later."""
         try:
             self._count(f"roll-call/{self.rank}", 1)
             peers = [peer for peer in range(self.world_size) if peer != self.rank]
             here = {peer: self._where(peer) for peer in peers}
-            stopped = [p for p in peers if here[p] is not None and not _running(here[p])]
             remote = [p for p in peers if here[p] is None]
-            until = self.clock() + seconds
+            begun = self.clock()
             for pause in poll_pauses():
                 silent = [p for p in remote if self._count(f"roll-call/{p}") == 0]
-                if not silent or self.clock() >= until:
+                if not silent or self.clock() >= begun + seconds:
                     break
                 self.sleep(pause)
-            stopped = sorted(stopped + silent)
+            gone_here = [p for p in peers if here[p] is not None and not _running(here[p])]
+            stopped = sorted(p for p in silent + gone_here if self._count(f"roll-call/{p}") == 0)
             self._count(f"roll-call-read/{self.rank}", 1)
             if self.rank == 0:  # the store's host: up until the others have read
                 readers = [p for p in peers if p not in stopped]
-                until = self.clock() + seconds
                 for pause in poll_pauses():
+                    told = terminated_at()
+                    until = begun + LINGER_LIMIT_SECONDS
+                    if told is not None:
+                        until = min(until, told + LAUNCHER_GRACE_SECONDS)
                     if self.clock() >= until or all(
                         self._count(f"roll-call-read/{p}") for p in readers
                     ):
@@ -314,7 +323,7 @@ class Alone:
     def ended_by_peer(self):
         return None
 
-    def roll_call(self, seconds=0.0):
+    def roll_call(self, seconds=0.0, terminated_at=None):
         return []
 
     @contextlib.contextmanager
