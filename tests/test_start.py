@@ -299,7 +299,7 @@ def test_a_checkpoint_name_from_the_store_is_taken(name):
     assert meeting.share("from-checkpoint auto", check=rendezvous.checkpoint_name_problem) == name
 
 
-def test_a_roll_call_names_the_ranks_that_stopped():
+def test_a_roll_call_names_the_ranks_that_stopped(tmp_path, monkeypatch):
     """Rank 1 of 4 after a failed collective (a scripted store, a scripted clock): rank 0
     elsewhere answered, rank 2 elsewhere never does, rank 3 on this host is a process that
     has ended. Rank 3 is named at once from its process, rank 2 once the window is over
@@ -340,3 +340,10 @@ def test_a_roll_call_names_the_ranks_that_stopped():
             raise RuntimeError("(InvalidArgument) TCP send error. Details: Broken pipe.")
 
     assert rendezvous.Rendezvous(Gone(), 1, 4, sleep=sleep).roll_call() is None
+    # a rank blocked until rank 0 exits finds the store gone: it reads what a survivor of
+    # its host found (the verdict file in the launcher's log folder)
+    monkeypatch.setenv("PADDLE_LOG_DIR", str(tmp_path))
+    monkeypatch.setenv("PADDLE_MASTER", "127.0.0.1:6170")
+    store.values[f"{prefix}/roll-call/3"] = 0
+    assert meeting.roll_call(seconds=0.0) == [3]  # and leaves its verdict
+    assert rendezvous.Rendezvous(Gone(), 2, 4, sleep=sleep).roll_call() == [3]

@@ -358,15 +358,14 @@ def peers_watched(rank, world_size, checkpoints, timeout, roll_call=None):
             f"collective operation. {resume}"
         )
 
-    def gone(terminated=None):
-        """Who stopped, as the roll call tells it (the launcher's SIGTERMs noted, not
-        obeyed, meanwhile: this rank is ending anyway); ``terminated``: when the first
-        arrived, where one did."""
+    def gone():
+        """Who stopped, as the roll call tells it (the launcher's SIGTERMs ignored
+        meanwhile: this rank is ending anyway, and a Python handler would interrupt the
+        store's socket calls)."""
         if roll_call is None:
             return who
-        arrived = [] if terminated is None else [terminated]
-        signal.signal(signal.SIGTERM, lambda *_: arrived.append(time.monotonic()))
-        silent = roll_call(terminated_at=lambda: arrived[0] if arrived else None)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        silent = roll_call()
         if silent is None:
             return "rank 0 (the host of the job's key-value store, now gone)"
         if not silent:
@@ -379,7 +378,7 @@ def peers_watched(rank, world_size, checkpoints, timeout, roll_call=None):
             yield
     except StoppedBySignal:
         raise RestartableError(
-            f"rank {rank}: {gone(time.monotonic())} stopped (killed, or failed: see its log in the "
+            f"rank {rank}: {gone()} stopped (killed, or failed: see its log in the "
             f"launcher's --log_dir), and the launcher ended this rank (SIGTERM). "
             f"{resume}"
         ) from None

@@ -52,11 +52,9 @@ LINGER_SECONDS = 60.0
 # store before they name the ranks that did not answer: well within the 30 s the
 # launcher gives its ranks between its SIGTERM and its SIGKILL.
 ROLL_CALL_SECONDS = 2.0
-# Rank 0 keeps the store up for the survivors' roll call at most this long, and ends
-# before the launcher's kill: it kills every rank once the first it waits for (rank 0)
-# has not ended 3 s after its SIGTERM (paddle/distributed/launch/controllers/controller.py,
-# ``pod.stop(timeout=3)``).
-LINGER_LIMIT_SECONDS = 10.0
+# Rank 0 keeps the store up for the survivors' roll call at most this long after it began
+# its own, and ends before the launcher's kill, which comes 3 s after its SIGTERM at the
+# soonest (paddle/distributed/launch/controllers/controller.py, ``pod.stop(timeout=3)``).
 LAUNCHER_GRACE_SECONDS = 2.5
 
 
@@ -233,7 +231,7 @@ class Rendezvous:
                     return
                 self.sleep(pause)
 
-    def roll_call(self, seconds=ROLL_CALL_SECONDS, terminated_at=lambda: None):
+    def roll_call(self, seconds=ROLL_CALL_SECONDS):
         """Once a collective has failed (a peer died: gloo only says "std::exception",
         or the launcher's SIGTERM came first): the ranks that stopped, sorted ([] where
         none is known), or None where the store itself is gone, which means rank 0, its
@@ -243,9 +241,11 @@ class Rendezvous:
         reaped: stopped; running: slow to notice, not named); a peer elsewhere that has
         not answered within ``seconds`` is named. Rank 0 then keeps the store up until
         every peer it did not name has read (its exit would take the store with it and
-        make every later reader name rank 0), within the launcher's grace: once the
-        launcher saw a rank die it sends the others SIGTERM (``terminated_at()``: when it
-        arrived, or None) and kills them if the first has not ended 3 s later."""
+        make every later reader name rank 0), within the launcher's grace: it looks at
+        its ranks every 2 s, and once it saw one die it sends the others SIGTERM and kills
+        them if rank 0 has not ended 3 s later, so no sooner than 3 s after the death.
+        (The caller ignores SIGTERM meanwhile: a Python handler would interrupt the
+        store's socket calls, which then fail as if the store were gone.)"""
         try:
             self._count(f"roll-call/{self.rank}", 1)
             peers = [peer for peer in range(self.world_size) if peer != self.rank]
@@ -260,21 +260,18 @@ class Rendezvous:
             gone_here = [p for p in peers if here[p] is not None and not _running(here[p])]
             stopped = sorted(p for p in silent + gone_here if self._count(f"roll-call/{p}") == 0)
             self._count(f"roll-call-read/{self.rank}", 1)
+            _write_verdict(stopped)
             if self.rank == 0:  # the store's host: up until the others have read
                 readers = [p for p in peers if p not in stopped]
                 for pause in poll_pauses():
-                    told = terminated_at()
-                    until = begun + LINGER_LIMIT_SECONDS
-                    if told is not None:
-                        until = min(until, told + LAUNCHER_GRACE_SECONDS)
-                    if self.clock() >= until or all(
+                    if self.clock() >= begun + LAUNCHER_GRACE_SECONDS or all(
                         self._count(f"roll-call-read/{p}") for p in readers
                     ):
                         break
                     self.sleep(pause)
             return stopped
-        except RestartableError:  # _store_gone
-            return None
+        except RestartableError:  # _store_gone: what a survivor of this host said, if any
+            return _read_verdict()
 
     def _where(self, peer):
         """The process id of ``peer`` where it runs on this host, else None (elsewhere,
@@ -295,6 +292,52 @@ class Rendezvous:
             if peer:
                 raise peer
             self.sleep(pause)
+
+
+def _verdict_path(environ=os.environ):
+    """Where the survivors of this host leave their roll call's verdict: the launcher's log
+    folder (one per node), named by the job's store. A rank blocked in a collective by a
+    survivor that waits in the roll call is freed only when that survivor exits, and rank
+    0's exit takes the store with it: such a rank reads the verdict here."""
+    folder, master = environ.get("PADDLE_LOG_DIR"), environ.get("PADDLE_MASTER", "")
+    if not folder:
+        return None
+    return os.path.join(folder, f".roll-call-{re.sub(r'[^0-9A-Za-z]', '-', master)}.json")
+
+
+def _write_verdict(stopped):
+    path = _verdict_path()
+    if path is None:
+        return
+    with contextlib.suppress(OSError):  # a verdict is a courtesy to the late ranks
+        staged = f"{path}.{os.getpid()}"
+        with open(staged, "w") as handle:
+            json.dump(stopped, handle)
+        os.replace(staged, path)
+
+
+def _read_verdict():
+    """The stopped ranks a survivor of this host found during this process's life, else
+    None (the store's host, rank 0, is the one gone)."""
+    path = _verdict_path()
+    try:
+        if path is None or os.stat(path).st_mtime < _process_started():
+            return None  # none, or an earlier job's
+        with open(path) as handle:
+            stopped = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if isinstance(stopped, list) and all(isinstance(r, int) for r in stopped):
+        return stopped
+    return None
+
+
+def _process_started():
+    """When this process started (its /proc folder's time), or 0 where there is none."""
+    try:
+        return os.stat(f"/proc/{os.getpid()}").st_ctime
+    except OSError:
+        return 0.0
 
 
 def _running(pid):
@@ -323,7 +366,7 @@ class Alone:
     def ended_by_peer(self):
         return None
 
-    def roll_call(self, seconds=0.0, terminated_at=None):
+    def roll_call(self, seconds=0.0):
         return []
 
     @contextlib.contextmanager
