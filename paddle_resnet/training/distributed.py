@@ -19,7 +19,6 @@ from paddle.distributed import fleet
 
 from paddle_resnet.core import bootstrap, devices, paddle_internals
 from paddle_resnet.core.bootstrap import paddle_chatter
-from paddle_resnet.core.devices import gpu_available
 from paddle_resnet.core.errors import RestartableError, UserError
 from paddle_resnet.training import ir
 
@@ -61,7 +60,11 @@ def launcher_ranks(environ=os.environ):
 def uses_gloo():
     """True for a multi-rank job without GPUs (after ``init_fleet``; a process that has not
     joined a job, e.g. ``program.py`` building PIR programs, is one rank)."""
-    return paddle_internals.fleet_initialized() and fleet.worker_num() > 1 and not gpu_available()
+    return (
+        paddle_internals.fleet_initialized()
+        and fleet.worker_num() > 1
+        and not devices.gpu_available()
+    )
 
 
 def init_fleet():
