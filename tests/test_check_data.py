@@ -15,11 +15,12 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT, once, small_config
+from paddle_resnet.core import feeds
 from paddle_resnet.core.errors import DataError
 from paddle_resnet.data import records, screening
 from paddle_resnet.data.check.sources import TreeSplit
 from paddle_resnet.data.dali import DataSplit, make_loader
-from paddle_resnet.data.folder import scan_split
+from paddle_resnet.data.folder import ImageList, read_header, scan_split, walk_split
 from paddle_resnet.training import run as training_run
 
 # Pillow, DALI and files: no Paddle API; run once, on 2.6.2.
@@ -210,3 +211,98 @@ def test_the_loaders_take_the_screened_broken_files_from_their_split(tmp_path):
     named = val.image_list.files[0]  # a good image
     refused(val.with_broken([named]), named)
     refused(DataSplit.of_images("val", val.image_list), broken)
+
+
+def test_a_link_back_into_its_split_is_not_followed_and_is_named(tmp_path, capsys):
+    """``train/a/loop -> ..`` would give class a every other class's images, and a cycle
+    among folders outside the split would walk them twice: the one walk follows neither,
+    and names each in one line, train.py's data path as a warning, the data check as a
+    finding (exit 1). A link to a folder outside the split is still followed."""
+    root = planted_tree(tmp_path / "data", problems=False)
+    shutil.rmtree(root / "train" / "c")
+    (root / "train" / "a" / "loop").symlink_to("..")
+    outside = tmp_path / "more"
+    write_image(outside / "x" / "extra.jpg", seed=200)
+    (outside / "x" / "again").symlink_to(outside)  # a cycle outside the split
+    (root / "train" / "b" / "more").symlink_to(outside)
+    tree = walk_split(str(root), "train")
+    real = [os.path.realpath(path) for path in tree.files]
+    assert len(real) == len(set(real)) == 13  # 6 + 6 + the one outside, each once
+    assert tree.labels == (0,) * 6 + (1,) * 7
+    loop, again = root / "train" / "a" / "loop", root / "train" / "b" / "more" / "x" / "again"
+    assert tree.unfollowed == (str(loop), str(again))
+
+    config = small_config(str(root), tmp_path / "out", **{"model.num_classes": 2})
+    capsys.readouterr()
+    assert len(training_run.open_data(config, True, True)[0]) == 13
+    warned = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[1] for line in warned] == [f" {loop}", f" {again}"]
+    assert warned[0].startswith("warning: ") and "not followed" in warned[0]
+
+    result = check_command("--image-root", str(root), "--crop-size", CROP)
+    assert result.returncode == 1, result.stdout + result.stderr[-2000:]
+    findings = [line for line in result.stdout.splitlines() if line.startswith("finding: ")]
+    assert findings == [
+        "finding: 2 linked folders not followed (it leads back into its split or to a folder "
+        "walked already, whose images would count twice; the loaders skip it too): "
+        "train/a/loop, train/b/more/x/again"
+    ]
+    assert "train: 2 classes, 13 images" in result.stdout
+
+
+def turned_jpeg(path, exif):
+    """A 40-px JPEG whose left half is white, with the Exif segment ``exif`` (an
+    orientation, or raw bytes)."""
+    if isinstance(exif, int):
+        tags = Image.Exif()
+        tags[0x0112] = exif
+        exif = tags.tobytes()
+    pixels = np.zeros((40, 40, 3), np.uint8)
+    pixels[:, :20] = 255
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(path, quality=95, exif=exif)
+    return path
+
+
+# IFD0 of one entry, big-endian: Orientation (0x0112), a SHORT, 6
+MOTOROLA_6 = b"Exif\0\0MM\0*\0\0\0\x08\0\x01\x01\x12\0\x03\0\0\0\x01\0\x06\0\0\0\0\0\0"
+BROKEN_EXIF = {  # name: an Exif segment no decoder can take an orientation from
+    "far.jpg": b"Exif\0\0II*\0\xff\xff\xff\x7f",  # IFD0 beyond the segment
+    "cut.jpg": b"Exif\0\0MM\0*\0\0\0\x08\0\x05\x01\x12",  # entries cut short
+    "junk.jpg": b"Exif\0\0" + bytes(range(256)),
+    "bare.jpg": b"Exif\0\0",
+}
+
+
+def test_an_exif_orientation_is_a_note_and_dali_turns_the_image_upright(tmp_path):
+    """Orientation 6 (turn 90 degrees clockwise; either byte order) is named in a note, 1
+    (normal) is not, a broken Exif segment is neither and no crash; DALI's decoder, as the loaders call it,
+    turns the image upright (its ``adjust_orientation``): the note says so."""
+    root = planted_tree(tmp_path / "data", problems=False)
+    shutil.rmtree(root / "train" / "c")
+    folder = root / "train" / "a"
+    turned, normal = turned_jpeg(folder / "turned.jpg", 6), turned_jpeg(folder / "normal.jpg", 1)
+    big_endian = turned_jpeg(folder / "motorola.jpg", MOTOROLA_6)
+    orientations = [read_header(str(path)).orientation for path in (turned, normal, big_endian)]
+    assert orientations == [6, 1, 6]
+    for name, segment in BROKEN_EXIF.items():
+        header = read_header(str(turned_jpeg(folder / name, segment)))
+        assert header.problem is None and header.orientation is None, name
+    result = check_command("--image-root", str(root), "--crop-size", CROP)
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    notes = [line for line in result.stdout.splitlines() if "EXIF" in line]
+    assert notes == [
+        "note: 2 JPEGs with an EXIF orientation other than normal (DALI turns them upright, "
+        "as viewers and the server do): train/a/motorola.jpg, train/a/turned.jpg"
+    ]
+
+    images = ImageList((str(turned), str(normal)), (0, 0), ("a",))
+    sizes = {"data.crop_size": 40, "data.resize_short": 40, "data.batch_size": 2}
+    config = small_config(str(root), tmp_path / "out", **sizes)
+    (batch,) = make_loader(DataSplit.of_images("val", images), config.data, "NCHW", False)
+
+    def white_half(image):  # its channels averaged: 40 x 40
+        halves = {"top": image[:20], "bottom": image[20:], "left": image[:, :20]}
+        return max(halves, key=lambda name: halves[name].mean())
+
+    assert [white_half(image) for image in batch[feeds.IMAGE].mean(1)] == ["top", "left"]

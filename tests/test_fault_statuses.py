@@ -105,13 +105,14 @@ def test_a_run_whose_volume_fails_to_read_an_image_ends_75_naming_it(fmnist_root
 def test_images_in_sub_folders_of_a_class_are_of_the_class(tmp_path):
     """train/<class>/<sub>/*.jpg, as torchvision's ImageFolder takes them: the loaders
     train on them and the data check counts them, the same files with the same labels (a
-    link back up the tree is walked once)."""
+    link back up the tree is not followed: its images are not counted again)."""
     root = small_tree(
         tmp_path,
         {"train": {"a": ["1.jpg", "day/2.jpg", "day/deep/3.jpg"], "b": ["night/4.jpg"]}},
     )
     (root / "train" / "a" / "day" / "notes.txt").write_text("not an image")
-    (root / "train" / "a" / "day" / "back").symlink_to(root / "train" / "a")  # walked once
+    back = root / "train" / "a" / "day" / "back"
+    back.symlink_to(root / "train" / "a")
     loaded = scan_split(str(root), "train")
     assert [os.path.relpath(f, root) for f in loaded.files] == [
         "train/a/1.jpg",
@@ -124,6 +125,7 @@ def test_images_in_sub_folders_of_a_class_are_of_the_class(tmp_path):
     assert (checked.files, tuple(checked.labels)) == (list(loaded.files), loaded.labels)
     assert checked.empty == []  # b holds its image in a sub-folder
     assert checked.ignored == [str(root / "train" / "a" / "day" / "notes.txt")]
+    assert checked.unfollowed == [str(back)]
 
 
 @once

@@ -3,6 +3,8 @@
 import concurrent.futures
 import hashlib
 import os
+import struct
+import sys
 from dataclasses import dataclass
 from typing import List, NamedTuple, Optional, Tuple
 
@@ -44,21 +46,45 @@ def list_images(folder):
     return folder_contents(folder)[0]
 
 
-def class_contents(folder):
-    """``folder_contents`` of ``folder`` and of all its subfolders (links followed), in
-    sorted order: a class's images, sub-folders included, as torchvision's ImageFolder
-    takes them (``train/<class>/<sub>/*.jpg`` is of <class>)."""
-    images, others = [], []
-    seen = set()  # a link back to a folder above would walk for ever
+def class_contents(folder, split_dir=None):
+    """(images, other files, linked folders not followed) of ``folder`` and all its
+    subfolders, in sorted order (``folder_contents``): a class's images, sub-folders
+    included, as torchvision's ImageFolder takes them (``train/<class>/<sub>/*.jpg`` is
+    of <class>). Links are followed (a class may gather folders from elsewhere), but not
+    to a folder walked already (a cycle, or a second way to the same images) nor, given
+    ``split_dir``, back into the split or above it (``leads_into``): either would count
+    the same images twice, the second time under this class."""
+    images, others, unfollowed = [], [], []
+    split_real = split_dir and os.path.realpath(split_dir)
+
+    def leads_back(path, real):
+        return split_real and os.path.islink(path) and leads_into(real, split_real)
+
+    real = os.path.realpath(folder)
+    if leads_back(folder, real):  # a class folder linked into its own split or above
+        return images, others, [folder]
+    seen = {real}
     for parent, subfolders, _ in os.walk(folder, followlinks=True):
-        seen.add(os.path.realpath(parent))
-        subfolders[:] = sorted(
-            name for name in subfolders if os.path.realpath(os.path.join(parent, name)) not in seen
-        )
+        kept = []
+        for name in sorted(subfolders):
+            path = os.path.join(parent, name)
+            real = os.path.realpath(path)
+            if real in seen or leads_back(path, real):
+                unfollowed.append(path)
+            else:
+                seen.add(real)  # when listed, not when walked: two links to one folder
+                kept.append(name)
+        subfolders[:] = kept
         found, other = folder_contents(parent)
         images.extend(found)
         others.extend(other)
-    return images, others
+    return images, others, unfollowed
+
+
+def leads_into(real, split_real):
+    """Whether the folder at real path ``real`` is the split's (real path ``split_real``),
+    inside it or above it: a walk through it reaches images of the split again."""
+    return os.path.commonpath([real, split_real]) in (real, split_real)
 
 
 def images_under(folder):
@@ -99,6 +125,7 @@ class SplitTree:
     labels: Tuple[int, ...]
     empty: Tuple[str, ...]  # class folders without images
     ignored: Tuple[str, ...]  # files the loaders skip: outside a class folder, or not images
+    unfollowed: Tuple[str, ...]  # linked folders not walked (``class_contents``)
 
     def image_list(self) -> ImageList:
         """The images the loaders train on; a DataError for a split they refuse: one
@@ -115,30 +142,48 @@ class SplitTree:
 def walk_split(image_root, split) -> SplitTree:
     """The one walk of <image_root>/<split>/<class>/*, in a fixed (sorted) order: every
     class folder with its images (``class_contents``: sub-folders included) and the files
-    the loaders skip; a DataError when the split's folder is missing."""
+    the loaders skip, and the linked folders it does not follow; a DataError when the
+    split's folder is missing."""
     split_dir = split_folder(image_root, split)
     classes = class_folders(split_dir)
     ignored = sum(folder_contents(split_dir), [])  # outside a class folder
     files: List[str] = []
     labels: List[int] = []
     empty: List[str] = []
+    unfollowed: List[str] = []
     for label, name in enumerate(classes):
         class_dir = os.path.join(split_dir, name)
-        images, others = class_contents(class_dir)
+        images, others, links = class_contents(class_dir, split_dir)
         if not images:
             empty.append(class_dir)
         files.extend(images)
         labels.extend([label] * len(images))
         ignored.extend(others)
+        unfollowed.extend(links)
     return SplitTree(
-        split_dir, tuple(classes), tuple(files), tuple(labels), tuple(empty), tuple(ignored)
+        split_dir,
+        tuple(classes),
+        tuple(files),
+        tuple(labels),
+        tuple(empty),
+        tuple(ignored),
+        tuple(unfollowed),
     )
 
 
 def scan_split(image_root, split) -> ImageList:
     """The images of <image_root>/<split> the loaders train on (``walk_split``), or a
-    DataError for a split they refuse (``SplitTree.image_list``)."""
-    return walk_split(image_root, split).image_list()
+    DataError for a split they refuse (``SplitTree.image_list``); a warning line on the
+    console for each linked folder the walk did not follow, so that images missing from
+    a class are explained (the data check names them as a finding)."""
+    tree = walk_split(image_root, split)
+    for path in tree.unfollowed:
+        print(
+            f"warning: {path}: a link to {os.path.realpath(path)}, not followed (it leads "
+            "back into its split or to a folder walked already: its images would count twice)",
+            file=sys.stderr,
+        )
+    return tree.image_list()
 
 
 def check_same_classes(train: ImageList, val: ImageList):
@@ -201,6 +246,7 @@ class ImageHeader(NamedTuple):
     bits: int  # per channel: 8, or 16 for anything deeper
     problem: Optional[str]  # why no decoder can read it, else None
     key: bytes  # digest of the size and the first HEAD_BYTES bytes
+    orientation: Optional[int] = None  # a JPEG's EXIF Orientation (``exif_orientation``)
 
 
 def read_fault(path, err):
@@ -245,6 +291,7 @@ def stream_header(handle, size):
             rawmode = args[0] if isinstance(args, tuple) else str(args)
             deep = ";16" in rawmode or mode.startswith("I;16") or mode in ("I", "F")
             problem = None if kind == "JPEG" else _decode_problem(image)
+            exif = image.info.get("exif") if kind == "JPEG" else None
     except OSError as err:
         if err.errno is not None:  # the file system's, not Pillow's: the caller's to name
             raise
@@ -253,7 +300,33 @@ def stream_header(handle, size):
         return ImageHeader(size, None, None, 0, 0, 0, "not an image", key)
     if kind == "JPEG" and not _jpeg_end_found(handle, size):
         problem = "cut short (no JPEG end marker)"
-    return ImageHeader(size, kind, mode, width, height, 16 if deep else 8, problem, key)
+    bits = 16 if deep else 8
+    orientation = exif_orientation(exif) if exif else None
+    return ImageHeader(size, kind, mode, width, height, bits, problem, key, orientation)
+
+
+ORIENTATION_TAG = 0x0112
+EXIF_SHORT = 3  # the TIFF type of a 16-bit value
+
+
+def exif_orientation(exif):
+    """The Orientation (tag 0x0112) of IFD0 of a JPEG's Exif segment (``exif``: its APP1
+    data as Pillow keeps it, ``Exif\\0\\0`` and a TIFF block, either byte order), or None:
+    absent, or a segment too broken to tell (nothing to report then). Reads only within
+    the segment (a JPEG bounds it at 64 KB) and only IFD0: a few microseconds, where
+    Pillow's ``getexif`` parses every entry and warns on the console about broken ones."""
+    tiff = exif[6:] if exif.startswith(b"Exif\0\0") else exif
+    order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
+    try:
+        (ifd,) = struct.unpack_from(order + "I", tiff, 4)
+        (count,) = struct.unpack_from(order + "H", tiff, ifd)
+        for entry in range(ifd + 2, ifd + 2 + 12 * count, 12):
+            tag, kind, _, value = struct.unpack_from(order + "HHIH", tiff, entry)
+            if tag == ORIENTATION_TAG:
+                return value if kind == EXIF_SHORT else None
+    except (TypeError, struct.error):  # no byte order, or an offset beyond the segment
+        return None
+    return None
 
 
 def _decode_problem(image):

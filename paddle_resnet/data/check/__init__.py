@@ -6,12 +6,13 @@ would refuse, skip or change without a word, found before hours of training.
 Per split: the classes and the images per class (smallest, largest, their ratio). Then
 one line per kind of finding, with a count and up to three examples: files that are not
 images or are cut short, empty class folders, classes missing from a split, files the
-loaders skip, CMYK / 16-bit / alpha images and grayscale ones among colour ones (with
-what DALI's decoder makes of them), images far smaller than the crop, the same image in
-train/ and val/ (a leak into the validation figure) or under two classes of a split, an
-imbalance of 10:1 or more. Notes say what the pipeline does with a property the whole
-set shares (all grayscale, all a little smaller than the crop, palettes); they are not
-findings.
+loaders skip, linked folders they do not follow (back into the split, or a cycle), CMYK /
+16-bit / alpha images and grayscale ones among colour ones (with what DALI's decoder
+makes of them), images far smaller than the crop, the same image in train/ and val/ (a
+leak into the validation figure) or under two classes of a split, an imbalance of 10:1
+or more. Notes say what the pipeline does with a property the whole
+set shares (all grayscale, all a little smaller than the crop, palettes, EXIF
+orientations); they are not findings.
 
 Two depths. The fast pass reads each file's header (Pillow's lazy open: no decode; a
 JPEG's end marker) and hashes its size with its first 4 KB: only files whose keys agree
@@ -49,8 +50,9 @@ def fast_pass(sources, image_root, fmt, crop_size):
     for source in sources.values():
         for folder in getattr(source, "empty", ()):
             findings["empty_class"].add(os.path.relpath(folder, image_root))
-        for path in getattr(source, "ignored", ()):
-            findings["ignored"].add(os.path.relpath(path, image_root))
+        for kind in ("ignored", "unfollowed"):  # files and links the walk skipped
+            for path in getattr(source, kind, ()):
+                findings[kind].add(os.path.relpath(path, image_root))
         survey.read(source)
     splits = {
         name: split_counts(source, survey.per_class[name]) for name, source in sources.items()

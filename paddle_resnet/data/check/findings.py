@@ -87,6 +87,12 @@ CATALOGUE = (
         "the loaders skip (outside a class folder, or not named {extensions})",
     ),
     Kind(
+        "unfollowed",
+        "linked folder",
+        "not followed (it leads back into its split or to a folder walked already, whose "
+        "images would count twice; the loaders skip it too)",
+    ),
+    Kind(
         "leak",
         "image",
         "in both the train and val splits (the same bytes: a leak into the validation figure)",
@@ -131,6 +137,13 @@ CATALOGUE = (
         serious=False,
     ),
     Kind("palette", "palette image", "(DALI expands them to RGB)", serious=False),
+    Kind(
+        "oriented",
+        "JPEG",
+        "with an EXIF orientation other than normal (DALI turns them upright, as viewers "
+        "and the server do)",
+        serious=False,
+    ),
 )
 # What ``gray`` becomes when every readable image is grayscale: how the data set is, a note
 ALL_GRAY = Kind(

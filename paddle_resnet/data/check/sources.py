@@ -26,11 +26,13 @@ class TreeSplit:
     labels: List[int]
     empty: List[str] = dataclasses.field(default_factory=list)  # class folders
     ignored: List[str] = dataclasses.field(default_factory=list)  # files not named as images
+    unfollowed: List[str] = dataclasses.field(default_factory=list)  # linked folders
 
     @classmethod
     def scan(cls, image_root, split):
         """<image_root>/<split> as the loaders walk it (``walk_split``), with what they
-        refuse (empty class folders) or skip (``ignored``) kept for the findings."""
+        refuse (empty class folders) or skip (``ignored``, ``unfollowed``) kept for the
+        findings."""
         tree = walk_split(image_root, split)
         return cls(
             split,
@@ -40,6 +42,7 @@ class TreeSplit:
             list(tree.labels),
             list(tree.empty),
             list(tree.ignored),
+            list(tree.unfollowed),
         )
 
     def headers(self):

@@ -12,6 +12,8 @@ from paddle_resnet.data.check.findings import FAR_SMALLER, Finding
 
 GRAY_MODES = ("1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F")
 ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
+# EXIF orientations that turn or mirror the image (1 is normal; other values mean none)
+TURNED = range(2, 9)
 
 
 @dataclasses.dataclass
@@ -58,6 +60,7 @@ class Survey:
             ("deep", header.bits > 8),
             ("alpha", mode in ALPHA_MODES),
             ("palette", mode in ("P", "PA")),
+            ("oriented", header.orientation in TURNED),
         ):
             if holds:
                 self._count(kind, source, position)
