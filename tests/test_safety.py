@@ -5,7 +5,6 @@ import fcntl
 import io
 import json
 import os
-import pickle
 import pty
 import re
 import shutil
@@ -15,7 +14,6 @@ import sys
 import termios
 import time
 
-import numpy as np
 import paddle
 import pytest
 
@@ -524,109 +522,3 @@ def test_the_report_is_closed_when_a_step_raises(fmnist_root, tmp_path, monkeypa
     assert len(opened) == 1 and opened[0]._handle is None
     with open(config.report_file) as handle:
         assert '"RUN"' in handle.readline() and '"PARAMETER"' in handle.readline()
-
-
-def static_parameters(folder, pir):
-    """``paddle.static.save`` (this toolkit's checkpoints, NVIDIA's .pdparams) of a small
-    trained program on ``pir`` or the legacy IR; its persistables by name."""
-    with paddle_internals.static_ir(pir), paddle.static.scope_guard(paddle.static.Scope()):
-        main, startup = paddle.static.Program(), paddle.static.Program()
-        with paddle.static.program_guard(main, startup):
-            x = paddle.static.data("x", [None, 4], "float32")
-            loss = paddle.mean(paddle.nn.Linear(4, 3)(x))
-            paddle.optimizer.Momentum(0.1).minimize(loss)
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        exe.run(startup)
-        exe.run(main, feed={"x": np.ones([2, 4], "float32")}, fetch_list=[loss])
-        paddle.static.save(main, str(folder / "model"))
-        scope = paddle.static.global_scope()
-        names = [name for name in ckpt.read_state(str(folder / "model")) if scope.find_var(name)]
-        return {name: np.array(scope.find_var(name).get_tensor()) for name in names}
-
-
-def dygraph_files(folder):
-    """What ``paddle.save`` writes in dygraph: PaddleClas' state dicts (a Layer's, its
-    optimizer's, with protocol 2 too) and a dict that is no state dict (each Tensor as
-    (name, array), a DenseTensor as eval('data', {'data': array}), NumPy scalars);
-    {file: the arrays read back should hold}."""
-    paddle.disable_static()
-    try:
-        layer = paddle.nn.Sequential(paddle.nn.Conv2D(3, 4, 3), paddle.nn.BatchNorm2D(4))
-        optimizer = paddle.optimizer.Momentum(parameters=layer.parameters())
-        layer(paddle.rand([2, 3, 8, 8])).mean().backward()
-        optimizer.step()
-        tensor = paddle.to_tensor(np.arange(6, dtype=np.float32))
-        files = {
-            "layer.pdparams": (layer.state_dict(), {}),
-            "optimizer.pdopt": (optimizer.state_dict(), {}),
-            "protocol2.pdparams": (layer.state_dict(), {"protocol": 2}),
-            "other.pdparams": (
-                {"w": tensor, "step": np.int64(7), "dense": [tensor.value().get_tensor()]},
-                {},
-            ),
-        }
-        expected = {}
-        for name, (obj, options) in files.items():
-            paddle.save(obj, str(folder / name), **options)
-            expected[name] = {
-                key: value.numpy() for key, value in obj.items() if isinstance(value, paddle.Tensor)
-            }
-        return expected
-    finally:
-        paddle.enable_static()
-
-
-def test_every_paddle_format_of_parameters_loads_without_pickle(tmp_path):
-    """What Paddle writes (paddle.save in dygraph, paddle.static.save on either IR) reads
-    back through the restricted unpickler with every array; Paddle 2.6.2 and 3.3.1."""
-    written = dygraph_files(tmp_path)
-    assert len(written) == 4
-    for name, arrays in written.items():
-        state = ckpt.read_pickle(str(tmp_path / name))
-        assert arrays and set(arrays) <= set(state), name
-        for key, value in arrays.items():
-            np.testing.assert_array_equal(state[key], value, err_msg=f"{name}: {key}")
-    other = ckpt.read_pickle(str(tmp_path / "other.pdparams"))
-    assert other["step"] == 7
-    np.testing.assert_array_equal(other["dense"][0], np.arange(6, dtype=np.float32))
-    for pir in (False, True) if paddle_internals.PADDLE3 else (False,):
-        folder = tmp_path / ("pir" if pir else "legacy")
-        folder.mkdir()
-        saved = static_parameters(folder, pir)
-        state = ckpt.read_state(str(folder / "model"))
-        assert saved and set(saved) == set(state)
-        for key, value in saved.items():
-            np.testing.assert_array_equal(state[key], value, err_msg=key)
-
-
-class _Calls:
-    """Pickled as the call of ``function`` with ``args``."""
-
-    def __init__(self, function, args):
-        self.call = (function, args)
-
-    def __reduce__(self):
-        return self.call
-
-
-@pytest.mark.parametrize(
-    "call, named",
-    [
-        (lambda marker: (eval, (f"__import__('os').system('touch {marker}')",)), "builtins.eval"),
-        (lambda marker: (eval, ("data", {"data": f"touch {marker}"})), "builtins.eval"),
-        (lambda marker: (os.system, (f"touch {marker}",)), "posix.system"),
-        (lambda marker: (subprocess.call, (["touch", str(marker)],)), "subprocess.call"),
-        (lambda marker: (getattr, (str(marker), "upper")), "builtins.getattr"),
-        (lambda marker: (np.save, (str(marker), np.ones(1))), "numpy.save"),
-    ],
-    ids=["eval", "eval-in-paddles-form", "os-system", "subprocess", "getattr", "numpy-save"],
-)
-def test_a_pickle_asking_for_more_than_arrays_is_refused_before_the_call(tmp_path, call, named):
-    marker = tmp_path / "created"
-    path = tmp_path / "crafted.pdparams"
-    path.write_bytes(pickle.dumps({"conv1.weight": _Calls(*call(marker))}))
-    with pytest.raises(
-        CheckpointError, match=rf"crafted\.pdparams: refused: .* {re.escape(named)}"
-    ):
-        ckpt.read_pickle(str(path))
-    assert not marker.exists()

@@ -229,6 +229,11 @@ def read_pickle(path):
             f"{path}: refused: its pickle asks for {err.name}, which parameters never need "
             "(loading it could run code); only arrays, numbers and strings are read"
         ) from None
+    except safe_pickle.Refused as err:
+        raise CheckpointError(
+            f"{path}: refused: its pickle {err.reason}; only arrays of numbers, numbers and "
+            "strings are read"
+        ) from None
     except OSError:
         raise  # a path, or an I/O error of the file system: errors.describe names it
     except Exception as err:  # pickle raises several types for broken files
