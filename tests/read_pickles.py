@@ -21,6 +21,8 @@ import pickletools
 import sys
 
 import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from paddle_resnet.core import errors
 from paddle_resnet.core.errors import CheckpointError
@@ -83,9 +85,6 @@ _INSERTS = [
 
 
 def mutated(examples, seeds):
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
-
     files = [open(path, "rb").read() for path in seeds]
     opcodes = [[file[pos:end] for (_, _, pos), end in _spans(file)] for file in files]
     current = seeds[0] + ".current"

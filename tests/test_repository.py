@@ -371,7 +371,11 @@ def test_private_paddle_apis_only_in_paddle_internals():
                 isinstance(node, ast.Attribute)
                 and node.attr.startswith("_")
                 and not node.attr.startswith("__")
-                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "os"))
+                # os._exit; pickle._Unpickler, Python's own unpickler in Python, whose
+                # opcode table core/safe_pickle replaces (CPython's C one cannot be told)
+                and not (
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "os", "pickle")
+                )
             )
             if private:
                 found.append(f"{module}:{node.lineno} {ast.unparse(node)}")

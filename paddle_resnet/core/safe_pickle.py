@@ -231,7 +231,10 @@ class _Bounded:
 
     def read(self, count):
         if self.size is not None and count > self.size - self.handle.tell():
-            raise Refused(f"declares {count} bytes where {self.size - self.handle.tell()} remain")
+            # a file cut short reads so too: damaged, not crafted
+            raise pickle.UnpicklingError(
+                f"declares {count} bytes where {self.size - self.handle.tell()} remain"
+            )
         return self.handle.read(count)
 
     def readline(self):
