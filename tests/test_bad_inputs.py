@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import pickle
+import socket
 import struct
 import sys
 
@@ -23,13 +24,16 @@ from crafted_pickles import CORPUS
 
 from conftest import FAST_TRAIN, run_command
 from paddle_resnet.commands import check_data, export_model, inference, train
+from paddle_resnet.core import trackers
 from paddle_resnet.core.class_index import read_class_index
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import USER_ERROR, exit_status
 from paddle_resnet.data.dali import DataSplit, make_loader, open_split
 from paddle_resnet.data.fashion_mnist import CLASSES
+from paddle_resnet.data.folder import ImageList
+from paddle_resnet.data.screening import screened
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import class_weights
+from paddle_resnet.training import class_weights, rendezvous
 from paddle_resnet.training.weights.files import read_tensors
 
 NOT_UTF8 = "Grüße".encode("latin-1")  # ü and ß as Latin-1: invalid UTF-8
@@ -522,3 +526,185 @@ def test_records_with_a_bad_class_index_are_one_line(tmp_path, capsys):
     write(root / "classes.json", b'["cat", "dog"]')
     argv = ["--image-root", root, "--data-format", "recordio"]
     tool_refuses(capsys, check_data.main, argv, "classes.json")
+
+
+# ---------------------------------------------------------------- flags added since
+# trackers, sampling, logit adjustment, timed saves: refused as the config is built, before
+# the run writes anything ("FILE": a file, "DIR": a folder, made by the test)
+
+LATER_FLAGS = [
+    (["--tracker", "nonsense"], "(--tracker) must be one of tensorboard, mlflow, visualdl"),
+    (["--tracker", "tensorboard", "--tensorboard-log-dir", "FILE"], "(--tensorboard-log-dir)"),
+    (
+        ["--tracker", "tensorboard", "--tensorboard-log-dir", "FILE/runs"],
+        "FILE is not one (on its way)",
+    ),
+    (["--visualdl-log-dir", "FILE"], "(--visualdl-log-dir) must name a folder, but FILE"),
+    (["--tracker", "mlflow", "--mlflow-tracking-uri", "sqlite:///DIR"], "(--mlflow-tracking-uri)"),
+    (["--mlflow-tracking-uri", "sqlite:///FILE/mlflow.db"], "(--mlflow-tracking-uri)"),
+    (["--sampling", "nonsense"], "(--sampling) must be one of shuffle, class-balanced"),
+    (["--sampling", "class-balanced", "--logit-adjustment", "1"], "--sampling class-balanced"),
+    (["--sampling", "class-balanced", "--class-weights", "balanced"], "--sampling class-balanced"),
+    (["--logit-adjustment", "-1"], "(--logit-adjustment) must be at least 0"),
+    (["--logit-adjustment", "nan"], "(--logit-adjustment) must be a finite number, got nan"),
+    (["--logit-adjustment", "inf"], "(--logit-adjustment) must be a finite number, got inf"),
+    (["--logit-adjustment", "strong"], "--logit-adjustment: loss.logit_adjustment='strong'"),
+    (["--class-weights-from-epoch", "0", "--class-weights", "balanced"], "-from-epoch) must be"),
+    (["--class-weights-from-epoch", "1.5"], "--class-weights-from-epoch: "),
+    (["--class-weights-from-epoch", "3"], "--class-weights-from-epoch needs --class-weights"),
+    (["--save-every-minutes", "-5"], "(--save-every-minutes) must be at least 0"),
+    (["--save-every-minutes", "inf"], "(--save-every-minutes) must be a finite number, got inf"),
+    (["--save-every-minutes", "soon"], "--save-every-minutes: run.save_every_minutes='soon'"),
+    (["--set", "run.save_every_minutes=.nan"], "(--save-every-minutes) must be a finite number"),
+]
+
+
+@pytest.mark.parametrize(
+    "flags, naming", LATER_FLAGS, ids=["_".join(flags).strip("-") for flags, _ in LATER_FLAGS]
+)
+def test_a_bad_value_of_a_later_flag_is_one_line(tmp_path, capsys, flags, naming):
+    places = {"FILE": str(write(tmp_path / "file", "x")), "DIR": str(tmp_path)}
+    for name, path in places.items():
+        flags = [flag.replace(name, path) for flag in flags]
+        naming = naming.replace(name, path)
+    out = tmp_path / "out"  # --show-config exit: a value let through ends here, status 0
+    tool_refuses(capsys, train.main, [*flags, "--output-dir", out, "--show-config", "exit"], naming)
+    assert not out.exists()
+
+
+def tree_split(counts):
+    """A training split of an image tree, ``counts[i]`` images of class ``c<i>``."""
+    labels = tuple(label for label, count in enumerate(counts) for _ in range(count))
+    classes = tuple(f"c{label}" for label in range(len(counts)))
+    files = tuple(f"/tree/train/c{label}/{n}.jpg" for n, label in enumerate(labels))
+    return DataSplit("train", classes, len(files), ImageList(files, labels, classes))
+
+
+@pytest.mark.parametrize(
+    "values, split, naming",
+    [
+        ({"data.sampling": "class-balanced"}, weights_split(), "--sampling class-balanced"),
+        ({"loss.logit_adjustment": 1.0}, weights_split(), "--logit-adjustment counts"),
+        ({"loss.logit_adjustment": 1.0}, tree_split([3, 0]), "class 'c1', whose prior"),
+        ({"loss.logit_adjustment": 1e39}, tree_split([1, 1]), "'c0''s offset, -6.93e+38"),
+    ],
+    ids=["balanced-records", "adjusted-records", "empty-class", "beyond-float32"],
+)
+def test_the_split_refuses_sampling_and_logit_adjustment_in_one_line(capsys, values, split, naming):
+    """What the training split decides: class counts of record files, a prior of 0, offsets
+    that would be -inf in the float32 loss."""
+    refused(capsys, lambda: class_weights.for_run(build_config(values), split), naming)
+
+
+def test_a_damaged_mlflow_database_is_one_line(tmp_path, capsys):
+    """A SQLite file that is no database (SQLAlchemy's DatabaseError was a traceback)."""
+    pytest.importorskip("mlflow")
+    path = write(tmp_path / "mlflow.db", bytes(range(256)) * 16)
+    uri = f"sqlite:///{path}"
+    args = (("mlflow",), str(tmp_path / "out"), None, uri, None, None, True)
+    line = refused(capsys, lambda: trackers.opened(*args), f"--tracker mlflow at {uri}")
+    assert "file is not a database" in line
+
+
+# ---------------------------------------------------------------- the job's store
+
+
+class Store(dict):
+    """A job's key-value store holding what a test planted: as Paddle's, ``get`` of a
+    value gives what was set, ``add`` counts."""
+
+    def add(self, key, amount):
+        self[key] = dict.get(self, key, 0) + amount
+        return self[key]
+
+    def set(self, key, value):
+        self[key] = value
+
+    def get(self, key):
+        return self[key]
+
+
+def rank_1_of_2(planted):
+    """Rank 1's agreements over a store holding ``planted`` ({key below PREFIX: value})."""
+    store = Store({f"{rendezvous.PREFIX}/{key}": value for key, value in planted.items()})
+    return rendezvous.Rendezvous(store, rank=1, world_size=2, sleep=lambda pause: None)
+
+
+def shares_screening(meeting):
+    split = tree_split([1, 1])
+    screened(build_config({}), split, None, meeting.rank, meeting.share)
+
+
+def shares_auto(meeting):
+    meeting.share("from-checkpoint auto", check=rendezvous.checkpoint_name_problem)
+
+
+def waits(meeting):
+    """Rank 1 waits for rank 0, which ended the start: its end is read."""
+    meeting.agree("programs")
+
+
+def screening(broken):
+    return json.dumps({"broken": broken, "lines": [], "record": None, "cached": False})
+
+
+ENDED = {"ended": 1, "ended/0": 1}
+STORE_CASES = {
+    "auto-not-utf8": (shares_auto, {"shared/from-checkpoint auto": b'"\xff"'}, "not JSON"),
+    "auto-truncated": (shares_auto, {"shared/from-checkpoint auto": b'"17'}, "not JSON"),
+    "auto-too-deep": (shares_auto, {"shared/from-checkpoint auto": TOO_DEEP}, "not JSON"),
+    "auto-outside": (shares_auto, {"shared/from-checkpoint auto": '"../1"'}, "name a file"),
+    "screening-list": (shares_screening, {"shared/screening": "[]"}, "not a screening"),
+    "screening-past-end": (
+        shares_screening,
+        {"shared/screening": screening({"train": [2]})},
+        "2 images",
+    ),
+    "screening-negative": (
+        shares_screening,
+        {"shared/screening": screening({"train": [-1]})},
+        "2 images",
+    ),
+    "screening-text": (
+        shares_screening,
+        {"shared/screening": screening({"train": ["0"]})},
+        "2 images",
+    ),
+    "screening-no-split": (
+        shares_screening,
+        {"shared/screening": screening({})},
+        "by split (train)",
+    ),
+    "end-not-json": (waits, {**ENDED, "why/0": b"status 2"}, "not JSON"),
+    "end-list": (waits, {**ENDED, "why/0": "[2]"}, "not a rank's end"),
+    "end-status-text": (
+        waits,
+        {**ENDED, "why/0": '{"status": "2", "line": "x"}'},
+        "not a rank's end",
+    ),
+}
+
+
+@pytest.mark.parametrize("wait, planted, naming", STORE_CASES.values(), ids=STORE_CASES)
+def test_a_bad_value_in_the_jobs_store_is_one_line(capsys, wait, planted, naming):
+    """What rank 1 reads from the job's store, as rank 0 or a peer that ended would have
+    written it, refused in one line naming its key (json.loads raised; a screening's
+    positions picked the files the loaders skip: past the end an IndexError, -1 the last
+    image)."""
+    planted = {**planted, **{f"{key}/ready": 1 for key in planted}}
+    key = next(key for key in planted if key.startswith(("shared/", "why/")))
+    line = refused(capsys, lambda: wait(rank_1_of_2(planted)), f"'{rendezvous.PREFIX}/{key}'")
+    assert naming in line
+
+
+@pytest.mark.parametrize(
+    "place", [b"", b"\xff\xfe", b"host", "{host} -1", "{host} 1/../..", "{host} 7 8", "{host} ٣"]
+)
+def test_a_peers_place_in_the_store_that_is_no_place_is_no_process_here(place):
+    """The roll call after a failed collective reads where rank 0 runs ("<host> <pid>",
+    its id names /proc/<id>/stat): anything else is no place on this host (it raised
+    ValueError in the roll call); rank 0, silent, is named."""
+    if isinstance(place, str):
+        place = place.replace("{host}", socket.gethostname()).encode()
+    meeting = rank_1_of_2({"where/0": place, "where/0/ready": 1})
+    assert meeting.roll_call(seconds=0.0) == [0]

@@ -211,7 +211,9 @@ def config_from_args(namespace):
         config_field(dotted, "--set")
         values[dotted] = convert_value(dotted, yaml.safe_load(raw) if raw else None, "--set")
     flags = {
-        dotted: convert_value(dotted, raw, "flag") for dotted, raw in given.items() if "." in dotted
+        dotted: convert_value(dotted, raw, config_field(dotted).metadata["flag"])
+        for dotted, raw in given.items()
+        if "." in dotted
     }
     if given.get("image_shape"):
         for dotted, value in image_shape_values(given["image_shape"]).items():

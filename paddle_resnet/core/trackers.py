@@ -33,6 +33,7 @@ import logging
 import os
 import queue
 import re
+import sys
 import threading
 import time
 
@@ -172,6 +173,14 @@ def _visualdl_files(folder):
     )
 
 
+def _sql_errors():
+    """SQLAlchemy's errors, which MLflow's database stores raise as they are (a file that
+    is no SQLite database: "file is not a database"), once a store has imported it (the
+    ``except`` asks after the error: a store that raised one has)."""
+    sql = sys.modules.get("sqlalchemy.exc")
+    return (sql.SQLAlchemyError,) if sql else ()
+
+
 class MlflowRun:
     """One MLflow run at ``tracking_uri``: a new one, or with ``resume`` the run recorded
     in ``output_dir`` (when recorded at the same tracking URI)."""
@@ -193,7 +202,7 @@ class MlflowRun:
                 self._logged_parameters = self.client.get_run(self.run_id).data.params
             else:
                 self.run_id = self._new_run(tracking_uri, output_dir, run_name)
-        except (mlflow.exceptions.MlflowException, ImportError, OSError) as err:
+        except (mlflow.exceptions.MlflowException, ImportError, OSError, *_sql_errors()) as err:
             raise UserError(f"--tracker mlflow at {tracking_uri}: {_first_line(err)}") from None
 
     def _recorded(self, tracking_uri):

@@ -116,6 +116,30 @@ def _read_cache(path, key):
     return dataclasses.replace(screening, cached=True)
 
 
+def screening_problem(value, splits):
+    """Why ``value``, rank 0's screening read from the job's store, cannot be this rank's
+    (as ``dataclasses.asdict`` of a ``Screening`` of ``splits``), or None: its broken files
+    are positions in each split's image list, and they pick the files the loaders skip."""
+    names = [f.name for f in dataclasses.fields(Screening)]
+    if not isinstance(value, dict) or sorted(value) != sorted(names):
+        return f"not a screening (a mapping of {', '.join(names)})"
+    sizes = {split.split: len(split.image_list.files) for split in splits}
+    broken = value["broken"]
+    if not isinstance(broken, dict) or sorted(broken) != sorted(sizes):
+        return f"its broken files are not given by split ({', '.join(sizes)})"
+    for split, positions in broken.items():
+        if not isinstance(positions, list) or not all(
+            type(p) is int and 0 <= p < sizes[split] for p in positions
+        ):
+            return f"its broken files of {split} are not positions among its {sizes[split]} images"
+    lines, record = value["lines"], value["record"]
+    if not (isinstance(lines, list) and all(isinstance(line, str) for line in lines)):
+        return "its lines are not a list of text"
+    if not (record is None or isinstance(record, dict)) or type(value["cached"]) is not bool:
+        return "its record is not a mapping, or its cached flag not true or false"
+    return None
+
+
 def screened(config, train_split, val_split, rank, share):
     """(the run's ``Screening`` of its image tree, None for record files; the train and val
     splits carrying their broken files for the loaders, ``DataSplit.with_broken``), the
@@ -125,7 +149,8 @@ def screened(config, train_split, val_split, rank, share):
     splits = [s for s in (train_split, val_split) if s is not None and s.image_list is not None]
     if not splits:
         return None, train_split, val_split
-    shared = share("screening", dataclasses.asdict(screen(config, splits)) if rank == 0 else None)
+    mine = dataclasses.asdict(screen(config, splits)) if rank == 0 else None
+    shared = share("screening", mine, check=lambda value: screening_problem(value, splits))
     screening = Screening(**shared)
     handed = {
         split.split: split.with_broken(

@@ -102,7 +102,14 @@ def logit_offsets(tau, split):
             f"--logit-adjustment: no training image of class {empty[0]!r}, whose prior "
             "would be 0 (its log minus infinity)"
         )
-    return (tau * np.log(counts / counts.sum())).astype(np.float32)
+    offsets = tau * np.log(counts / counts.sum())
+    rarest = int(np.argmin(offsets))
+    if offsets[rarest] < -np.finfo(np.float32).max:  # -inf in the float32 the loss adds
+        raise ConfigError(
+            f"--logit-adjustment {tau:g}: class {split.classes[rarest]!r}'s offset, "
+            f"{offsets[rarest]:.3g}, is beyond float32 (its logits would be -inf)"
+        )
+    return offsets.astype(np.float32)
 
 
 def resolve(spec, split):

@@ -21,8 +21,11 @@ polls back off (``poll_pauses``): a peer that is quick is seen within millisecon
 ranks that wait long (rank 0 screening ImageNet's 1.3 M headers) ask the store, which
 rank 0 serves, twice a second each, not forty times.
 
-What a rank reads from the store is checked before it is used where it names a file
-(``share``'s ``check``: ``checkpoint_name_problem``).
+What a rank reads from the store is checked before it is used: a value that is not JSON,
+or a peer's end that is not a status and a line, ends the start in one line naming its key
+(``_read``); a shared value that will name a file is checked before it does (``share``'s
+``check``: ``checkpoint_name_problem``, ``screening.screening_problem``); a peer's place
+that is not "<host> <pid>" is no place on this host (``_where``).
 """
 
 import contextlib
@@ -45,6 +48,8 @@ LONGEST_POLL_SECONDS = 1.0
 # The checkpoint folder names the toolkit writes (``checkpoint.checkpoint_name``): ASCII
 # digits only, so that no shared name can reach outside <output-dir>/<arch>.
 CHECKPOINT_NAME = re.compile(r"[0-9]+(-step[0-9]+)?")
+# Where a rank runs, as ``start`` writes it: "<host> <process id>" (the id names /proc/<id>).
+PLACE = re.compile(r"(\S+) ([0-9]{1,10})")
 # A rank that ended the start, and rank 0, which serves the store, wait this long at most
 # for the other ranks to read why (they look at their next wait) before they exit.
 LINGER_SECONDS = 60.0
@@ -83,6 +88,18 @@ def checkpoint_name_problem(name):
     if name is None or (isinstance(name, str) and CHECKPOINT_NAME.fullmatch(name)):
         return None
     return "not the name of a checkpoint folder (<epochs> or <epoch>-step<steps>)"
+
+
+def _note_problem(note):
+    """Why ``note``, a peer's end read from the store, is not what ``end_start`` writes, or
+    None."""
+    if (
+        isinstance(note, dict)
+        and type(note.get("status")) is int
+        and isinstance(note.get("line"), str)
+    ):
+        return None
+    return "not a rank's end (its status and line)"
 
 
 def ending(rank, err):
@@ -180,7 +197,27 @@ class Rendezvous:
             self._count(f"{key}/ready", 1)
             return value
         self._wait(lambda: self._count(f"{key}/ready") > 0)
-        return self._checked(key, json.loads(self._get(key)), check)
+        return self._checked(key, self._read(key), check)
+
+    def _read(self, key, problem=None):
+        """The JSON value under ``key``, as ``_set(key, json.dumps(...))`` wrote it;
+        ``problem(value)``: why its shape is not what was written, or None. A value that is
+        not JSON, or of another shape, ends the start in one line naming the key (status 2)."""
+        raw = self._get(key)
+        try:
+            value = json.loads(raw)
+        except (TypeError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            value, why = raw, "not JSON as the toolkit writes it"
+        else:
+            why = problem(value) if problem else None
+        if why:
+            shown = repr(value)
+            shown = shown if len(shown) <= 200 else shown[:200] + "..."
+            raise UserError(
+                f"rank {self.rank}: the job's key-value store holds {shown} under "
+                f"'{PREFIX}/{key}': {why}; refused"
+            )
+        return value
 
     def _checked(self, key, value, check):
         problem = check(value) if check else None
@@ -203,7 +240,7 @@ class Rendezvous:
             return None
         for peer in range(self.world_size):
             if peer != self.rank and self._count(f"ended/{peer}") > 0:
-                note = json.loads(self._get(f"why/{peer}"))
+                note = self._read(f"why/{peer}", _note_problem)
                 self._count("seen", 1)  # rank 0 waits for every rank to know
                 error = PeerEnded if note["status"] == 2 else PeerEndedRestartable
                 return error(
@@ -279,7 +316,9 @@ class Rendezvous:
         if self._count(f"where/{peer}/ready") == 0:
             return None
         value = self._get(f"where/{peer}")  # bytes (Paddle's store), or a str
-        host, pid = (value.decode() if isinstance(value, bytes) else str(value)).split()
+        text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+        place = PLACE.fullmatch(text)  # anything else: no place on this host
+        host, pid = place.groups() if place else (None, None)
         return int(pid) if host == socket.gethostname() else None
 
     def _wait(self, ready):

@@ -10,6 +10,7 @@ the section they need (``build_model(config.model)``).
 """
 
 import dataclasses
+import math
 import os
 import typing
 from dataclasses import dataclass, field
@@ -325,6 +326,10 @@ def describe_key(dotted):
 
 def _problem(f, value):
     choices, check = f.metadata["choices"], f.metadata["check"]
+    numbers = value if isinstance(value, tuple) else (value,)
+    if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
+        # no key means anything by inf or nan (an inf --logit-adjustment made the loss nan)
+        return f"must be a finite number, got {value!r}"
     if choices and value not in choices and value is not None:
         return f"must be one of {', '.join(map(str, choices))}, got {value!r}"
     return check(value) if check and value is not None else None

@@ -69,6 +69,45 @@ def nonempty(values):
     return None if values else "needs at least one value"
 
 
+def _not_a_folder(path):
+    """Where the way to folder ``path`` meets something that is not a folder (``path``
+    itself, or a file above it), or None: a folder, or one that can be made."""
+    on_the_way = os.path.abspath(path)
+    while not os.path.lexists(on_the_way):
+        on_the_way = os.path.dirname(on_the_way)
+    return None if os.path.isdir(on_the_way) else on_the_way
+
+
+def folder(path):
+    """A folder the run makes or writes into: nothing on its way is a file (checked when
+    the config is built, before the run writes anything; a tracker told a file wrote
+    nothing and said nothing, or refused it after the programs were built)."""
+    blocked = _not_a_folder(path)
+    if blocked is None:
+        return None
+    on_its_way = "" if blocked == os.path.abspath(path) else " (on its way)"
+    return f"must name a folder, but {blocked} is not one{on_its_way}"
+
+
+def sqlite_file(uri):
+    """An MLflow tracking URI: a SQLite one (sqlite:///PATH) names a database file in a
+    folder (MLflow retried a folder for minutes, then failed in a traceback)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///") :].partition("?")[0]
+    if os.path.isdir(path):
+        return f"must name a database file, but {path} is a folder"
+    blocked = _not_a_folder(os.path.dirname(os.path.abspath(path)))
+    if blocked is None:
+        return None
+    return f"must name a database file in a folder, but {blocked} is not a folder"
+
+
+def both(*checks):
+    """The first problem of ``checks``, or None."""
+    return lambda v: next((problem for problem in (c(v) for c in checks) if problem), None)
+
+
 def key(
     default,
     flag,

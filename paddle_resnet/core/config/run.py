@@ -12,8 +12,11 @@ from paddle_resnet.core.config.keys import (
     TRAIN_EXPORT,
     TRAIN_INFERENCE,
     at_least,
+    both,
     each,
+    folder,
     key,
+    sqlite_file,
 )
 
 
@@ -157,6 +160,7 @@ class RunConfig:
         "--tensorboard-log-dir",
         "TensorBoard's folder with --tracker tensorboard (default <output-dir>/tensorboard; "
         "view with: tensorboard --logdir DIR)",
+        folder,
         resume_may_change=True,
     )
     mlflow_tracking_uri: Optional[str] = key(
@@ -165,6 +169,7 @@ class RunConfig:
         "MLflow's tracking URI with --tracker mlflow (a server's http://HOST:PORT, a "
         "database); default MLFLOW_TRACKING_URI, else a local store without a server, "
         "sqlite:///<output-dir>/mlflow.db (view with: mlflow ui --backend-store-uri URI)",
+        sqlite_file,
         resume_may_change=True,
     )
     visualdl_log_dir: Optional[str] = key(
@@ -172,7 +177,7 @@ class RunConfig:
         "--visualdl-log-dir",
         "VisualDL's folder; giving it turns the visualdl tracker on (default with "
         "--tracker visualdl: <output-dir>/visualdl; view with: visualdl --logdir DIR)",
-        lambda _: trackers.unusable("visualdl"),
+        both(lambda _: trackers.unusable("visualdl"), folder),
         resume_may_change=True,
     )
     seed: int = key(42, "--seed", "random seed of parameter initialisation")
