@@ -44,8 +44,8 @@ esac
   fi
 ) 9> "${TMPDIR:-/tmp}/paddle-resnet-setup.lock"
 
-python=${PYTHON:-python3}
-[ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
+source scripts/installer.sh
+make_venv "$VENV"
 stamp=$VENV/.installed
 # The exact versions the tests and the README's figures came from (scripts/lock.sh).
 # Another PADDLE_VERSION installs unconstrained.
@@ -54,13 +54,12 @@ constraints=constraints/paddle-${PADDLE_VERSION}.txt
 wanted="$paddle_package $(cat requirements.txt requirements-test.txt pyproject.toml "$constraints" | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   echo "setup: installing $paddle_package and requirements into $VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
   # The project itself is installed editable: the library, and the entry points as
   # modules, importable from scripts/ and tests/ without touching sys.path.
-  "$VENV/bin/python" -m pip install -q "$paddle_package" -r requirements-test.txt -c "$constraints" -e .
+  install_into "$VENV" "$paddle_package" -r requirements-test.txt -c "$constraints" -e .
   # foolbox ships 20 real ImageNet validation JPEGs (tests use them); its own
   # dependencies are not needed.
-  "$VENV/bin/python" -m pip install -q --no-deps foolbox==3.3.4
+  install_into "$VENV" --no-deps foolbox==3.3.4
   echo "$wanted" > "$stamp"
 fi
 echo "setup: $("$VENV/bin/python" -c 'import paddle_resnet, paddle, nvidia.dali as d; print("paddle", paddle.__version__, "dali", d.__version__)')"

@@ -21,7 +21,8 @@ if ! command -v etcd > /dev/null 2>&1; then
 fi
 target=.etcd3-site
 if [ ! -f "$target/.installed" ]; then
-  .venv/bin/python -m pip install -q --no-deps --target "$target" \
+  source scripts/installer.sh
+  install_into .venv --no-deps --target "$target" \
     etcd3==0.12.0 tenacity==9.2.1 grpcio==1.62.3 && touch "$target/.installed"
 fi
 echo "setup_etcd: $(etcd --version | head -1), etcd3 in $target"

@@ -18,6 +18,7 @@ if [ -d "$target/nncf-$version.dist-info" ] && [ ! -d "$target/numpy" ]; then
   exit 0
 fi
 # --no-warn-conflicts: pip would compare the numpy 2 it puts in $target with the venv's
-"$VENV/bin/pip" install --quiet --no-warn-conflicts --target "$target" "nncf==$version"
+source scripts/installer.sh
+install_into "$VENV" --target "$target" "nncf==$version"
 rm -rf "$target"/numpy "$target"/numpy-* "$target"/numpy.libs "$target"/bin/f2py "$target"/bin/numpy-config
 check

@@ -10,19 +10,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-serve}
-python=${PYTHON:-python3}
 exec 9> "$VENV.lock"
 flock 9
-[ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
+source scripts/installer.sh
+make_venv "$VENV"
 stamp=$VENV/.installed
 wanted=$(cat requirements-serve.txt constraints/serve.txt pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   echo "setup_serve: installing KServe, Paddle 3.3.1 and OpenVINO into $VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -r requirements-serve.txt -c constraints/serve.txt
+  install_into "$VENV" -r requirements-serve.txt -c constraints/serve.txt
   # the package without its requirements.txt (DALI, Paddle 2.6's protobuf): what the server
   # needs of them is in requirements-serve.txt
-  "$VENV/bin/python" -m pip install -q --no-deps -e .
+  install_into "$VENV" --no-deps -e .
   echo "$wanted" > "$stamp"
 fi
 echo "setup_serve: $("$VENV/bin/python" -c 'import paddle_resnet.deploy.serve, paddle, kserve, openvino, importlib.metadata as m; print("kserve", m.version("kserve"), "paddle", paddle.__version__, "openvino", openvino.__version__.split("-")[0])')"
