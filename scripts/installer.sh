@@ -41,7 +41,9 @@ install_into() {
   local venv=$1
   shift
   if uses_uv; then
-    "$uv_bin" pip install -q --python "$venv/bin/python" "${uv_settings[@]}" "$@"
+    # every index alike, as pip takes them
+    "$uv_bin" pip install -q --python "$venv/bin/python" --index-strategy unsafe-best-match \
+      "${uv_settings[@]}" "$@"
   else
     "$venv/bin/python" -m pip install -q "$@"
   fi
