@@ -160,10 +160,15 @@ def test_the_loaders_and_the_check_read_one_walk_of_the_tree(tmp_path):
     assert (loaded.files, loaded.labels) == (tuple(checked.files), tuple(checked.labels))
 
 
+def rank_0_alone(name, value, check=None):
+    """A job's share of one rank: its own value (the rendezvous' ``share``)."""
+    return value
+
+
 def checked_at_start(config):
     """What a training run's start does with its data: open it, then check it (one rank)."""
     splits = training_run.open_data(config, True, True)[:2]
-    return screening.screened(config, *splits, rank=0, share=lambda name, value: value)[0]
+    return screening.screened(config, *splits, rank=0, share=rank_0_alone)[0]
 
 
 def test_a_run_starts_with_the_check_and_refuses_broken_images(tmp_path):
@@ -199,7 +204,7 @@ def test_the_loaders_take_the_screened_broken_files_from_their_split(tmp_path):
     values = {"model.num_classes": 2, "check.at_start": False, "data.batch_size": 2}
     config = small_config(str(root), tmp_path / "out", **values)
     splits = training_run.open_data(config, True, True)[:2]
-    found, train, val = screening.screened(config, *splits, rank=0, share=lambda name, v: v)
+    found, train, val = screening.screened(config, *splits, rank=0, share=rank_0_alone)
     assert found.broken == {"train": [], "val": [4]}
     assert (train.broken, val.broken) == ((), (str(broken),))
 
