@@ -211,22 +211,25 @@ class Rendezvous:
         else:
             why = problem(value) if problem else None
         if why:
-            shown = repr(value)
-            shown = shown if len(shown) <= 200 else shown[:200] + "..."
-            raise UserError(
-                f"rank {self.rank}: the job's key-value store holds {shown} under "
-                f"'{PREFIX}/{key}': {why}; refused"
-            )
+            raise self._refusal(key, value, f": {why}; refused")
         return value
 
     def _checked(self, key, value, check):
         problem = check(value) if check else None
         if problem:
-            raise UserError(
-                f"rank {self.rank}: the job's key-value store holds {value!r} under "
-                f"'{PREFIX}/{key}' (rank 0's choice): {problem}; refused, it would name a file"
+            raise self._refusal(
+                key, value, f" (rank 0's choice): {problem}; refused, it would name a file"
             )
         return value
+
+    def _refusal(self, key, value, why):
+        """The one line refusing ``value`` read under ``key`` (shown up to 200 characters),
+        ``why`` after the key."""
+        shown = repr(value)
+        shown = shown if len(shown) <= 200 else shown[:200] + "..."
+        return UserError(
+            f"rank {self.rank}: the job's key-value store holds {shown} under '{PREFIX}/{key}'{why}"
+        )
 
     def agree(self, point):
         """Wait until every rank has reached ``point``."""
