@@ -27,7 +27,6 @@ the file, a container that holds itself or nests deeper than ``MAX_DEPTH``.
 import collections
 import io
 import math
-import os
 import pickle
 import pickletools
 
@@ -222,15 +221,17 @@ class _Opcodes(dict):
 
 
 class _Bounded:
-    """A file's read, readline and readinto, refusing a length beyond its end: a
-    declared size allocates no more than the file holds."""
+    """A file's read and readline, refusing a length beyond its end: a declared size
+    allocates no more than the file holds."""
 
     def __init__(self, handle):
         self.handle = handle
-        self.size = os.fstat(handle.fileno()).st_size if _has_fileno(handle) else None
+        start = handle.tell()
+        self.size = handle.seek(0, io.SEEK_END)
+        handle.seek(start)
 
     def read(self, count):
-        if self.size is not None and count > self.size - self.handle.tell():
+        if count > self.size - self.handle.tell():
             # a file cut short reads so too: damaged, not crafted
             raise pickle.UnpicklingError(
                 f"declares {count} bytes where {self.size - self.handle.tell()} remain"
@@ -239,17 +240,6 @@ class _Bounded:
 
     def readline(self):
         return self.handle.readline()
-
-    def readinto(self, buffer):
-        return self.handle.readinto(buffer)
-
-
-def _has_fileno(handle):
-    try:
-        handle.fileno()
-    except (AttributeError, OSError, io.UnsupportedOperation):
-        return False
-    return True
 
 
 class _Unpickler(pickle._Unpickler):
