@@ -8,7 +8,10 @@ ABBA order (--repeats times each) so that drift in the machine's speed hits both
 Writes the figures to benchmark_asp.json (--output).
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import json
@@ -16,9 +19,9 @@ import os
 import sys
 import tempfile
 
-from paddle_resnet.core.errors import exit_status
 from paddle_resnet.commands import train
 from paddle_resnet.core.cli import parse
+from paddle_resnet.core.errors import exit_status
 
 
 def main():

@@ -12,7 +12,10 @@ the .pdopt), its parameters initialised by the startup program; files in a tempo
 folder, read back from the page cache (the CPU's part of a load, not the disk's).
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import json

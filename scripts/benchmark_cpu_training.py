@@ -25,7 +25,10 @@ primitive cache), each against none. With ``--profile`` the Paddle contenders ru
 of each op type in the step is recorded. Writes a table and --output (JSON).
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import collections
@@ -40,7 +43,6 @@ import paddle
 import paddle.profiler as profiler
 
 from paddle_resnet.core import bootstrap, devices, feeds, interleave, paddle_internals
-
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import UserError, exit_status
 from paddle_resnet.core.interleave import READY

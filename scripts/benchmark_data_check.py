@@ -20,8 +20,6 @@ core) over the demo's 28-px JPEGs, and over ``--photos`` hard links of the 20 51
 ImageNet photos.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
-
 import argparse
 import glob
 import importlib.util

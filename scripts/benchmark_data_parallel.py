@@ -13,7 +13,10 @@ does) a float32 buffer the size of the model's trainable parameters, timed, over
 median two-rank step time. Writes the figures to --output (JSON).
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import json
@@ -27,12 +30,12 @@ import time
 import numpy as np
 import paddle
 
-from paddle_resnet.core.errors import exit_status
-from paddle_resnet.training import distributed
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import ModelConfig
-from paddle_resnet.models import build_model
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core.report import read_report
+from paddle_resnet.models import build_model
+from paddle_resnet.training import distributed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -10,7 +10,10 @@ The checkpoint: the demo recipe trained for ``--train-steps`` steps (speed does 
 depend on the weights). Each way runs ``--repeats`` times, interleaved; medians.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import json
@@ -21,9 +24,9 @@ import tempfile
 
 import paddle
 
-from paddle_resnet.core.errors import exit_status
 from paddle_resnet.commands import train
 from paddle_resnet.core.config import build_config, read_recipe, resolve_config_path
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.data.folder import linked_subset
 from paddle_resnet.deploy import export, inference_modes
 from paddle_resnet.training import checkpoint as ckpt

@@ -19,7 +19,10 @@ the last fifth of theirs). The JSON is rewritten after every run, with the summa
 interrupted sweep started again with the same arguments goes on where it stopped.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import json

@@ -37,7 +37,10 @@ ratios per precision and batch: the fastest toolkit backend against the fastest 
 that precision, and the toolkit's OpenVINO against plain OpenVINO on the same file.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import functools
@@ -53,15 +56,15 @@ import numpy as np
 import paddle
 
 from paddle_resnet.core import feeds, interleave
-from paddle_resnet.training import ir
-from paddle_resnet.training import prepare
-from paddle_resnet.deploy import exported, nncf_int8, onnx_export, onnx_runtime, predictor
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import IRS, InferenceConfig, build_config
 from paddle_resnet.core.devices import cpu_has_int8_dot_products
 from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core.metrics import time_steps
+from paddle_resnet.core.optional import require
 from paddle_resnet.data.folder import scan_split
+from paddle_resnet.deploy import export as exporting
+from paddle_resnet.deploy import exported, nncf_int8, onnx_export, onnx_runtime, predictor
 from paddle_resnet.deploy.openvino_runtime import (
     HINTS,
     OpenVinoClassifier,
@@ -70,8 +73,7 @@ from paddle_resnet.deploy.openvino_runtime import (
     compile_for_batch,
     layer_precisions,
 )
-from paddle_resnet.core.optional import require
-from paddle_resnet.deploy import export as exporting
+from paddle_resnet.training import ir, prepare
 
 PRECISIONS = ("fp32", "bf16", "int8")
 # every int8 model (the export's PTQ, onnxruntime's, NNCF's) is calibrated on these many images

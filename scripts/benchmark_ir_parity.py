@@ -18,7 +18,10 @@ legacy IR and on PIR (``--ir``), in one run.
    epochs on each IR; top-1 of each.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import json
@@ -29,10 +32,10 @@ import tempfile
 
 import paddle
 
-from paddle_resnet.core.errors import exit_status
 from paddle_resnet.commands import train
 from paddle_resnet.core import paddle_internals
 from paddle_resnet.core.config import build_config, read_recipe, resolve_config_path
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core.report import read_report
 from paddle_resnet.data.folder import linked_subset
 

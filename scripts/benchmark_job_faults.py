@@ -33,8 +33,6 @@ it, ``--code`` (default: this checkout) as it is, its modified files recorded. F
 written to ``--output`` under ``--label``.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
-
 import argparse
 import contextlib
 import json

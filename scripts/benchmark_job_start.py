@@ -22,7 +22,10 @@ unchanged tree spends on it instead (listing the tree and the stat of every file
 Figures are appended to ``--output`` under ``--label``.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import glob

@@ -25,13 +25,16 @@ concurrency 1 the served p99 latency at most 1.5x the offline batch-1 latency (i
 inference.py --mode benchmark itself is run once per precision too, for its table. The
 machine's load average is recorded before and after (run it on a quiet machine)."""
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
-import shlex
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -45,6 +48,7 @@ import numpy as np
 
 # scripts/ is on the path of a script: its exports are benchmark_inference.py's
 from benchmark_inference import export_random_models
+
 from paddle_resnet.core import interleave
 from paddle_resnet.core.bootstrap import available_cores
 from paddle_resnet.core.config import REPOSITORY, InferenceConfig, ServeConfig

@@ -21,7 +21,10 @@ thread spends handing a record over, against the CPU time of a step
 store is created then). Writes a table and --output (JSON).
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import contextlib

@@ -6,7 +6,10 @@ Prints the agreement, both top-1 accuracies and the largest fp32 / bf16 probabil
 gap; writes them to --output (JSON).
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import json
@@ -14,12 +17,11 @@ import sys
 
 import numpy as np
 
-from paddle_resnet.core.errors import exit_status
-from paddle_resnet.deploy import inference_modes
 from paddle_resnet.core import feeds
-from paddle_resnet.deploy import dali_input
 from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.data.dali import open_split
+from paddle_resnet.deploy import dali_input, inference_modes
 
 
 def main():

@@ -27,7 +27,10 @@ checked to hold the pattern (every pruned weight, in the Paddle model and in
 model.onnx).
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import json
@@ -40,24 +43,20 @@ import time
 import numpy as np
 import paddle
 
-
-from paddle_resnet.core.errors import exit_status
-from paddle_resnet.deploy import inference_modes
-from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.core import feeds
+from paddle_resnet.core.config import IRS, PTQ_ALGOS, build_config
+from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core.metrics import (
     class_changes,
     class_results,
     confusion_counts,
     describe_class_changes,
 )
-from paddle_resnet.deploy import dali_input
-from paddle_resnet.deploy import exported
-from paddle_resnet.core.config import IRS, PTQ_ALGOS, build_config
-from paddle_resnet.data.dali import open_split
 from paddle_resnet.core.optional import require
+from paddle_resnet.data.dali import open_split
+from paddle_resnet.deploy import dali_input, exported, inference_modes, nncf_int8
 from paddle_resnet.deploy import export as exporting
-from paddle_resnet.deploy import nncf_int8
+from paddle_resnet.training import checkpoint as ckpt
 
 DENSE = "dense fp32 (reference)"
 # the runtimes every export runs in: key prefix in the rows -> (inference.py's backend, title)

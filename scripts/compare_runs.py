@@ -13,7 +13,10 @@ last validation's top-1 and balanced top-1, each class's accuracy, the classes t
 lost most against the first variant, and the package versions.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import argparse
 import json

@@ -1,4 +1,7 @@
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import contextlib
 import glob
@@ -354,7 +357,8 @@ def train_in_fresh_process(config):
     with open(path, "w") as handle:
         json.dump(flat(config), handle)
     code = (
-        "import json, os, sys; from paddle_resnet.commands import train; "
+        "import json, os, sys; from paddle_resnet.core import bootstrap; "
+        "bootstrap.prepare_process([]); from paddle_resnet.commands import train; "
         "from paddle_resnet.core.config import build_config; "
         "train.run(build_config(json.load(open(sys.argv[1]))), report_stream=open(os.devnull, 'w'))"
     )

@@ -14,6 +14,11 @@ process of tests/test_pickles.py, so that a crash is an exit status, not a lost 
         line: how many were refused and how many were read.
 """
 
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
+
 import json
 import os
 import pickle

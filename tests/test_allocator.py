@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 
@@ -53,6 +54,20 @@ def test_the_training_environment_preloads_tcmalloc_once(tmp_path):
     assert bootstrap.training_environment({}, str(tmp_path / "missing.so")) == {}
 
 
+def test_tcmalloc_is_looked_for_where_intels_launcher_looks(tmp_path):
+    """The active conda environment, then the virtualenv, then ~/.local/lib and the
+    system's folders (torch.backends.xeon.run_cpu's order; Debian's multiarch folder too)."""
+    for prefix in ("conda", "venv"):
+        (tmp_path / prefix / "lib").mkdir(parents=True)
+        (tmp_path / prefix / "lib" / "libtcmalloc.so").write_bytes(b"")
+    both = {"CONDA_PREFIX": str(tmp_path / "conda"), "VIRTUAL_ENV": str(tmp_path / "venv")}
+    assert bootstrap.tcmalloc(both) == str(tmp_path / "conda" / "lib" / "libtcmalloc.so")
+    venv = {"VIRTUAL_ENV": str(tmp_path / "venv")}
+    assert bootstrap.tcmalloc(venv) == str(tmp_path / "venv" / "lib" / "libtcmalloc.so")
+    multiarch = f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}"  # Debian's, where apt puts it
+    assert bootstrap.library_folders({})[-3:] == [multiarch, "/usr/lib", "/usr/lib64"]
+
+
 def test_a_script_named_train_py_of_another_project_is_left_as_it_is(tmp_path):
     """Importing the package never replaces the process: another project's train.py keeps
     its process id, its arguments and the C library's allocator."""
@@ -73,7 +88,7 @@ def test_a_script_named_train_py_of_another_project_is_left_as_it_is(tmp_path):
 
 
 @once
-@pytest.mark.skipif(not os.path.exists(bootstrap.TCMALLOC), reason="no libtcmalloc-minimal4")
+@pytest.mark.skipif(not bootstrap.tcmalloc(), reason="no libtcmalloc-minimal4")
 def test_the_training_command_starts_again_on_tcmalloc_and_says_so(fmnist_root, tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "LD_PRELOAD"}
     args = [*FAST_TRAIN, "--image-root", fmnist_root, "--output-dir", str(tmp_path)]

@@ -664,7 +664,7 @@ def test_a_plain_run_at_imagenet_crops_is_on_pir_and_the_report_says_so(
     parameters = next(r for r in read_report(str(out / "report.json")) if r["step"] == "PARAMETER")
     assert parameters["data"]["ir"] == {"name": "pir", "why": None}
     assert parameters["data"]["run"]["ir"] is None  # unset: chosen
-    tcmalloc = os.path.exists(bootstrap.TCMALLOC)  # preloaded where installed
+    tcmalloc = bootstrap.tcmalloc() is not None  # preloaded where installed
     assert parameters["data"]["allocator"] == ("tcmalloc" if tcmalloc else "system")
     assert ir.legacy_note(build_config({"data.crop_size": 32})) is None
     monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")

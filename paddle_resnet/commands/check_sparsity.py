@@ -6,11 +6,14 @@ is not 2:4."""
 import argparse
 import sys
 
+from paddle_resnet.core import bootstrap
 from paddle_resnet.core.errors import exit_status
-from paddle_resnet.deploy import sparsity_report
 
 
 def main(argv=None):
+    bootstrap.prepare_process(argv)
+    from paddle_resnet.deploy import sparsity_report
+
     parser = argparse.ArgumentParser(
         prog="python -m paddle_resnet.commands.check_sparsity",
         allow_abbrev=False,

@@ -10,16 +10,18 @@ model.json) and the JSON export report.
 
 import sys
 
-from paddle_resnet.commands import REGISTRY_CHOICES
-from paddle_resnet.core import devices
+from paddle_resnet.commands import registry_choices
+from paddle_resnet.core import bootstrap
 from paddle_resnet.core.cli import main_with
-from paddle_resnet.deploy import export
-from paddle_resnet.training import ir
 
 
 def run(config):
     """Export as ``config`` says, said on the console: where the model runs and on which
     IR, then what was written."""
+    from paddle_resnet.core import devices
+    from paddle_resnet.deploy import export
+    from paddle_resnet.training import ir
+
     for note in (devices.cpu_fallback_note(), ir.legacy_note(config)):
         if note:
             print(note)
@@ -32,7 +34,8 @@ def run(config):
 
 
 def main(argv=None):
-    return main_with("export_model", __doc__.splitlines()[0], run, argv, REGISTRY_CHOICES)
+    bootstrap.prepare_process(argv)
+    return main_with("export_model", __doc__.splitlines()[0], run, argv, registry_choices())
 
 
 if __name__ == "__main__":

@@ -14,19 +14,17 @@ model.json, written by export_model.py, so it always matches training.
 
 import sys
 
-from paddle_resnet.commands import REGISTRY_CHOICES
+from paddle_resnet.commands import registry_choices
+from paddle_resnet.core import bootstrap
 from paddle_resnet.core.cli import main_with
-from paddle_resnet.deploy import inference_modes
 
 
 def main(argv=None):
-    return main_with(
-        "inference",
-        __doc__.splitlines()[0],
-        inference_modes.run,
-        argv,
-        choices=REGISTRY_CHOICES,
-    )
+    bootstrap.prepare_process(argv)
+    from paddle_resnet.deploy import inference_modes
+
+    doc = __doc__.splitlines()[0]
+    return main_with("inference", doc, inference_modes.run, argv, registry_choices())
 
 
 if __name__ == "__main__":

@@ -10,12 +10,15 @@ Exit status 2 for bad flags, in train.py's own line."""
 import os
 import sys
 
+from paddle_resnet.core import bootstrap
 from paddle_resnet.core.cli import parse
 from paddle_resnet.core.errors import CheckpointError, exit_status
-from paddle_resnet.training import run_folder
 
 
 def main(argv=None):
+    bootstrap.prepare_process(argv)
+    from paddle_resnet.training import run_folder
+
     def progress():
         config = parse("train", sys.argv[1:] if argv is None else argv)
         folder = os.path.join(config.run.output_dir, config.model.arch)

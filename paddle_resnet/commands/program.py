@@ -13,9 +13,9 @@ import argparse
 import json
 import sys
 
-from paddle_resnet.commands import REGISTRY_CHOICES
+from paddle_resnet.commands import registry_choices
+from paddle_resnet.core import bootstrap
 from paddle_resnet.core.cli import main_with
-from paddle_resnet.training import describe, ir, programs
 
 
 def own_flags(argv):
@@ -26,6 +26,8 @@ def own_flags(argv):
 
 
 def show(config, print_program=None, json_path=None):
+    from paddle_resnet.training import describe, ir, programs
+
     training = config.run.run_scope != "eval_only"
     with ir.selected(config):
         built = programs.build_programs(
@@ -52,9 +54,10 @@ def show(config, print_program=None, json_path=None):
 
 
 def main(argv=None):
+    bootstrap.prepare_process(argv)
     extra, rest = own_flags(sys.argv[1:] if argv is None else argv)
     action = lambda config: show(config, extra.print_program, extra.json)  # noqa: E731
-    return main_with("train", __doc__.splitlines()[0], action, rest, REGISTRY_CHOICES)
+    return main_with("train", __doc__.splitlines()[0], action, rest, registry_choices())
 
 
 if __name__ == "__main__":

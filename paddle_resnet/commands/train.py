@@ -9,17 +9,17 @@ import dataclasses
 import os
 import sys
 
-from paddle_resnet.commands import REGISTRY_CHOICES
+from paddle_resnet.commands import registry_choices
+from paddle_resnet.core import bootstrap
 from paddle_resnet.core.cli import main_with
-from paddle_resnet.deploy import export
-from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import run as training_run
-from paddle_resnet.training.lifecycle import Stopped
 
 
 def export_final_model(config, report):
     """train.py --inference-dir (NVIDIA's behaviour): the last checkpoint exported by
     export_model.py's own code."""
+    from paddle_resnet.deploy import export
+    from paddle_resnet.training import checkpoint as ckpt
+
     final = ckpt.checkpoint_dir(config.run.output_dir, config.model.arch, config.run.epochs)
     run_cfg = dataclasses.replace(
         config.run,
@@ -38,6 +38,9 @@ def export_final_model(config, report):
 def run(config, report_stream=None):
     """Train (or evaluate) as ``config`` says; with --inference-dir, export the result.
     A run stopped by a signal, saved, returns its exit status."""
+    from paddle_resnet.training import run as training_run
+    from paddle_resnet.training.lifecycle import Stopped
+
     after = export_final_model if config.inference.model_dir else None
     try:
         return training_run.run(config, report_stream, after_training=after)
@@ -46,7 +49,11 @@ def run(config, report_stream=None):
 
 
 def main(argv=None):
-    return main_with("train", __doc__.splitlines()[0], run, argv, REGISTRY_CHOICES)
+    """The training command: its first steps start the process again on tcmalloc (where
+    this process is the toolkit's training command) and prepare it."""
+    bootstrap.preload_allocator()
+    bootstrap.prepare_process(argv)
+    return main_with("train", __doc__.splitlines()[0], run, argv, registry_choices())
 
 
 if __name__ == "__main__":

@@ -4,12 +4,15 @@ lines, deprecation warnings, the OMP_NUM_THREADS banner) is hidden unless the
 command line asks for it (``--verbose``, ``--verbose True``; ``--verbose False`` and
 ``--no-verbose`` do not) or the environment has PADDLE_RESNET_VERBOSE=1.
 
-``paddle_resnet/__init__.py`` uses it to prepare the process before it imports Paddle,
-which is before any module of the package can. Values the user set are kept.
+Importing the package does nothing; each command prepares its process as its first step
+(``prepare_process``; the training command starts itself again with tcmalloc before that,
+``preload_allocator``), before it imports a module that loads Paddle. Scripts and the
+test suite do the same first. Values the user set are kept.
 """
 
 import contextlib
 import io
+import logging
 import os
 import sys
 import sysconfig
@@ -18,11 +21,11 @@ import warnings
 VERBOSE_FLAG = "--verbose"
 TRUE_WORDS = ("1", "true", "yes", "on", "y", "t")
 FALSE_WORDS = ("0", "false", "no", "off", "n", "f")
-# Whether this process shows Paddle's chatter: decided from the command line at import
-# (the environment Paddle reads must be set before it loads), then set from the built
+# Whether this process shows Paddle's chatter: decided from the command line when the
+# process is prepared (the environment Paddle reads must be set before it loads), then set from the built
 # Config's run.verbose (cli.main_with), which parses the same flag the same way.
 _verbose = [False]
-# The process that started this one, as it was when the package was first imported (before
+# The process that started this one, as it was when this module was first imported (before
 # Paddle loads): a rank whose launcher is gone ends too (``distributed.ends_with_launcher``).
 PARENT_AT_START = os.getppid()
 
@@ -102,12 +105,36 @@ def pir_only(environ=os.environ):
 # 2-core AMX Xeon, Paddle 3.3.1, training 1.07x as fast at the demo's 32 px and 1.16x at
 # 224 px (ResNet-50), where jemalloc, OpenMP affinity and a larger oneDNN cache gained
 # nothing or lost (scripts/benchmark_cpu_training.py --process; docs/measurements.md).
-# The allocator must be in place before the process starts, so the command starts itself
-# again with it (same process id), before Paddle loads: only the toolkit's own command (its
-# train.py beside the package, the console script, -m paddle_resnet.commands.train), never
-# another script that imports the package. Not on GPU machines (not measured there); the
-# images set LD_PRELOAD themselves.
-TCMALLOC = f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}/libtcmalloc_minimal.so.4"
+# The allocator must be in place before the process starts, so the command's first step
+# starts it again with it (same process id), before Paddle loads: only the toolkit's own
+# command (its train.py beside the package, the console script, -m
+# paddle_resnet.commands.train), never another script that calls its main. Not on GPU
+# machines (not measured there); the images set LD_PRELOAD themselves. The library is
+# looked for where Intel's launcher (torch.backends.xeon.run_cpu) looks, and in Debian's
+# multiarch folder.
+TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so", "libtcmalloc.so")
+
+
+def library_folders(environ=os.environ):
+    """Where a preloaded allocator is looked for: the active conda environment and
+    virtualenv, the user's ~/.local/lib, then the system's library folders."""
+    prefixes = [environ.get("CONDA_PREFIX"), environ.get("VIRTUAL_ENV")]
+    return [os.path.join(p, "lib") for p in prefixes if p] + [
+        os.path.expanduser("~/.local/lib"),
+        "/usr/local/lib",
+        "/usr/local/lib64",
+        f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}",
+        "/usr/lib",
+        "/usr/lib64",
+    ]
+
+
+def tcmalloc(environ=os.environ):
+    """The first tcmalloc library of ``library_folders``, or None."""
+    paths = (os.path.join(f, name) for f in library_folders(environ) for name in TCMALLOC_NAMES)
+    return next((path for path in paths if os.path.exists(path)), None)
+
+
 ALLOCATOR_VARIABLE = "PADDLE_RESNET_ALLOCATOR"  # "system": the C library's own
 # Set in the environment the command starts itself again with: how the allocator came,
 # and a guard against starting again twice (a loader that drops LD_PRELOAD).
@@ -150,13 +177,15 @@ def gpu_machine():
     return os.path.exists("/dev/nvidiactl")
 
 
-def training_environment(environ=os.environ, library=TCMALLOC):
-    """The environment a training command runs in: ``environ`` with ``library`` preloaded,
-    or ``environ`` itself where it already is, is not installed, or
-    PADDLE_RESNET_ALLOCATOR=system."""
+def training_environment(environ=os.environ, library=None):
+    """The environment a training command runs in: ``environ`` with ``library`` (default
+    ``tcmalloc``'s) preloaded, or ``environ`` itself where it already is, is not
+    installed, or PADDLE_RESNET_ALLOCATOR=system."""
     preloaded = environ.get("LD_PRELOAD", "")
+    library = library or tcmalloc(environ)
     if (
         environ.get(ALLOCATOR_VARIABLE, "tcmalloc") == "system"
+        or not library
         or library in preloaded.split(":")
         or not os.path.exists(library)
     ):
@@ -170,9 +199,10 @@ def training_environment(environ=os.environ, library=TCMALLOC):
 
 def preload_allocator(environ=os.environ, orig_argv=sys.orig_argv):
     """The training command's first step: start again in its ``training_environment`` if
-    it is not in it yet (the same process id, arguments and open files). Other commands
-    and imports, GPU machines (unless PADDLE_RESNET_ALLOCATOR=tcmalloc) and a second
-    attempt are left as they are; ``allocator_note`` says which."""
+    it is not in it yet (the same process id, arguments and open files). Another
+    process calling its main (a script, the tests), GPU machines (unless
+    PADDLE_RESNET_ALLOCATOR=tcmalloc) and a second attempt are left as they are;
+    ``allocator_note`` says which."""
     if not is_training_command(orig_argv) or not sys.executable:
         return
     chosen = environ.get(ALLOCATOR_VARIABLE)
@@ -219,11 +249,29 @@ def allocator_note(environ=os.environ):
         why = "LD_PRELOAD did not reach the process started again"
     elif gpu_machine():
         why = f"a GPU machine: tcmalloc is not measured on GPUs ({ALLOCATOR_VARIABLE}=tcmalloc)"
-    elif not os.path.exists(TCMALLOC):
+    elif not tcmalloc(environ):
         why = "tcmalloc is not installed (apt-get install libtcmalloc-minimal4: 1.07-1.16x)"
     else:
         why = "not started as the toolkit's training command"
     return f"allocator: the C library's ({why})"
+
+
+def prepare_process(argv=None):
+    """Each command's first step (and a script's, and the test suite's), before anything
+    that loads Paddle: the console's quiet from the command line (``argv``, default this
+    process's), the environment Paddle reads at import, then Pillow and Paddle imported,
+    Paddle's chatter hidden. A second call changes nothing that the first set."""
+    set_verbose(is_verbose(argv))
+    prepare_environment(verbose=verbose())
+    # Pillow before Paddle: Paddle's library exports zlib symbols that Pillow's PNG encoder
+    # would otherwise bind to, and crash on (SIGSEGV in deflateReset, Pillow 13 / Paddle 2.6).
+    from PIL import Image  # noqa: F401
+
+    with paddle_chatter(verbose()):
+        import paddle  # noqa: F401  (after the environment is set: it is read at import)
+        from paddle.distributed.fleet.utils import log_util
+    if not verbose():
+        log_util.logger.setLevel(logging.ERROR)  # fleet's topology and strategy INFO lines
 
 
 def prepare_environment(environ=os.environ, verbose=False):

@@ -8,11 +8,19 @@ import sys
 
 from paddle_resnet.core.errors import UserError
 
+# ``python -m module args``, the child prepared first as a command prepares its process
+PREPARED_MODULE = (
+    "import runpy, sys; from paddle_resnet.core import bootstrap; bootstrap.prepare_process([]); "
+    "del sys.argv[0]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
+)
+
 
 def run(argv, failed, stdin=None, env=None):
-    """``python argv`` (``["-m", module, ...]``, or a script and its arguments) with this
-    interpreter; its standard output, or a UserError in one line: ``failed`` (what did not
-    work, e.g. "the TensorRT conversion failed") and the child's last line."""
+    """``python argv`` (``["-m", module, ...]``, run in a prepared process, or a script and
+    its arguments) with this interpreter; its standard output, or a UserError in one line:
+    ``failed`` (what did not work, e.g. "the TensorRT conversion failed") and the child's
+    last line."""
+    argv = ["-c", PREPARED_MODULE, *argv[1:]] if argv[0] == "-m" else argv
     done = subprocess.run(
         [sys.executable, *argv], input=stdin, env=env, capture_output=True, text=True
     )

@@ -27,7 +27,10 @@ line says what is planted; a missing or malformed variable is refused in one lin
 status 2.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import os
 import sys

@@ -17,7 +17,10 @@ test to signal it; the rank waits for ``HOLD_RELEASE`` (a path) to exist rather 
 its standard input.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import os
 import sys

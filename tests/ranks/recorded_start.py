@@ -17,7 +17,10 @@ in place of being made. Without it the rank runs on the CPU for real (gloo's rin
 before any program: recorded as made by gloo) and stops after its first training step.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import json
 import os

@@ -16,7 +16,10 @@ shares NAME as ``--from-checkpoint auto``'s choice, unchecked, as a store that a
 process wrote into would hold it. Phases: ``run.py``'s ``guard.phase`` names.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import ctypes
 import os

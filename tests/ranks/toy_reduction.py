@@ -14,7 +14,10 @@ With --amp (dynamic loss scaling) the second step's last image is infinite: it l
 on the last rank only, and every rank must skip that step, as the one process does.
 """
 
-import paddle_resnet  # noqa: F401,I001  (first: sets the process environment before Paddle loads)
+from paddle_resnet.core import bootstrap
+
+bootstrap.prepare_process()  # first: the environment Paddle reads, set before it loads
+# ruff: noqa: E402  (the imports below come after that first step)
 
 import sys
 
@@ -22,10 +25,10 @@ import numpy as np
 import paddle
 from paddle.distributed import fleet
 
-from paddle_resnet.training import programs as program
 from paddle_resnet.core import devices
-from paddle_resnet.training import distributed, ir, pir_strategies
 from paddle_resnet.core.config import build_config
+from paddle_resnet.training import distributed, ir, pir_strategies
+from paddle_resnet.training import programs as program
 
 GLOBAL_BATCH, STEPS = 8, 3
 
