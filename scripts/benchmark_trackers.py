@@ -48,7 +48,7 @@ from paddle_resnet.training import programs as program
 from paddle_resnet.training.loop import train_step
 from paddle_resnet.training.onednn import onednn_wanted
 
-ALL = trackers.TRACKERS
+ALL = tuple(trackers.TRACKERS)
 STEPS_PER_EPOCH = 547  # the demo's: 35,000 images in batches of 64
 CLASSES = [f"class_{index}" for index in range(10)]
 MODULES = ("tensorboardX", "mlflow", "visualdl", "matplotlib")

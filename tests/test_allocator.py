@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 
 import pytest
 
@@ -64,8 +63,7 @@ def test_tcmalloc_is_looked_for_where_intels_launcher_looks(tmp_path):
     assert bootstrap.tcmalloc(both) == str(tmp_path / "conda" / "lib" / "libtcmalloc.so")
     venv = {"VIRTUAL_ENV": str(tmp_path / "venv")}
     assert bootstrap.tcmalloc(venv) == str(tmp_path / "venv" / "lib" / "libtcmalloc.so")
-    multiarch = f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}"  # Debian's, where apt puts it
-    assert bootstrap.library_folders({})[-3:] == [multiarch, "/usr/lib", "/usr/lib64"]
+    assert bootstrap.training_environment(venv)["LD_PRELOAD"].startswith(str(tmp_path / "venv"))
 
 
 def test_a_script_named_train_py_of_another_project_is_left_as_it_is(tmp_path):

@@ -21,8 +21,8 @@ import warnings
 VERBOSE_FLAG = "--verbose"
 TRUE_WORDS = ("1", "true", "yes", "on", "y", "t")
 FALSE_WORDS = ("0", "false", "no", "off", "n", "f")
-# Whether this process shows Paddle's chatter: decided from the command line when the
-# process is prepared (the environment Paddle reads must be set before it loads), then set from the built
+# Whether this process shows Paddle's chatter: decided from the command line when the process
+# is prepared (the environment Paddle reads must be set before it loads), then set from the built
 # Config's run.verbose (cli.main_with), which parses the same flag the same way.
 _verbose = [False]
 # The process that started this one, as it was when this module was first imported (before
@@ -115,23 +115,14 @@ def pir_only(environ=os.environ):
 TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so", "libtcmalloc.so")
 
 
-def library_folders(environ=os.environ):
-    """Where a preloaded allocator is looked for: the active conda environment and
-    virtualenv, the user's ~/.local/lib, then the system's library folders."""
-    prefixes = [environ.get("CONDA_PREFIX"), environ.get("VIRTUAL_ENV")]
-    return [os.path.join(p, "lib") for p in prefixes if p] + [
-        os.path.expanduser("~/.local/lib"),
-        "/usr/local/lib",
-        "/usr/local/lib64",
-        f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}",
-        "/usr/lib",
-        "/usr/lib64",
-    ]
-
-
 def tcmalloc(environ=os.environ):
-    """The first tcmalloc library of ``library_folders``, or None."""
-    paths = (os.path.join(f, name) for f in library_folders(environ) for name in TCMALLOC_NAMES)
+    """The first tcmalloc library in the active conda environment's or virtualenv's lib/,
+    ~/.local/lib, then the system's folders (Debian's multiarch one among them), or None."""
+    local = os.path.expanduser("~/.local")
+    prefixes = [environ.get("CONDA_PREFIX"), environ.get("VIRTUAL_ENV"), local, "/usr/local"]
+    folders = [os.path.join(p, "lib") for p in prefixes if p] + ["/usr/local/lib64"]
+    folders += [f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}", "/usr/lib", "/usr/lib64"]
+    paths = (os.path.join(folder, name) for folder in folders for name in TCMALLOC_NAMES)
     return next((path for path in paths if os.path.exists(path)), None)
 
 

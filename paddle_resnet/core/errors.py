@@ -188,6 +188,12 @@ def os_error_reason(err):
     return reason
 
 
+def first_line(err):
+    """An exception's first line (its repr where its text is empty)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else repr(err)
+
+
 def _summary(err):
     """The line of a Paddle error that says what failed, without its C++ location."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]

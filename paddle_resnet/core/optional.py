@@ -45,7 +45,7 @@ has_onnxruntime = _installed("onnxruntime")
 has_paddle2onnx = _installed("paddle2onnx")
 has_openvino = _installed("openvino")
 has_kserve = _installed("kserve")
-# the experiment trackers' writers (core/trackers.py) and their pictures
+# the experiment trackers' writers (core/trackers/) and their pictures
 has_tensorboardx = _installed("tensorboardX")
 has_mlflow = _installed("mlflow")
 has_visualdl = _installed("visualdl")
@@ -56,6 +56,37 @@ paddle2onnx_major = (
     int(importlib.metadata.version("paddle2onnx").split(".")[0]) if has_paddle2onnx else None
 )
 has_int8_onnx = paddle2onnx_major == 1
+
+
+# tracker -> ({module it needs: installed}, the pip command that installs them); the
+# confusion image is drawn with matplotlib (core/trackers/; --tracker's check: core/config/run.py)
+TRACKERS = {
+    "tensorboard": (
+        {"tensorboardX": has_tensorboardx, "matplotlib": has_matplotlib},
+        "pip install tensorboardX tensorboard matplotlib",
+    ),
+    "mlflow": (
+        {"mlflow": has_mlflow, "matplotlib": has_matplotlib},
+        "pip install mlflow matplotlib",
+    ),
+    "visualdl": (
+        {"visualdl": has_visualdl, "matplotlib": has_matplotlib},
+        "pip install visualdl matplotlib",
+    ),
+}
+
+
+def tracker_unusable(name):
+    """Why tracker ``name`` cannot run here (unknown, or its missing packages and the
+    command that installs them), or None: the check of ``--tracker``."""
+    if name not in TRACKERS:
+        return f"must be one of {', '.join(TRACKERS)}, got {name!r}"
+    modules, install = TRACKERS[name]
+    missing = [PACKAGES[module] for module, present in modules.items() if not present]
+    if not missing:
+        return None
+    plural = "s" if len(missing) > 1 else ""
+    return f"{name} needs the optional package{plural} {' and '.join(missing)}: {install}"
 
 
 def not_installed(package, purpose):

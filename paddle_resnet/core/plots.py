@@ -1,6 +1,6 @@
 """Pictures of a validation's per-class results (the report's CLASSES record): the
 confusion matrix up to 100 classes, the most confused pairs beyond. scripts/plot_report.py
-draws them into its figure; the trackers (core/trackers.py) send them as an image at each
+draws them into its figure; the trackers (core/trackers/) send them as an image at each
 validation. matplotlib is optional (core/optional.py)."""
 
 import numpy as np

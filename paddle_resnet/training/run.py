@@ -201,7 +201,7 @@ def open_data(config, training, evaluating):
 
 def open_report(config, rank, stream):
     """The run's report: rank 0's file and console, and its experiment trackers
-    (--tracker, --visualdl-log-dir; core/trackers.py) opened before the first step, a
+    (--tracker, --visualdl-log-dir; core/trackers/) opened before the first step, a
     run from a checkpoint continuing theirs at its global step; closed however the run
     ends."""
     run_cfg = config.run

@@ -3,7 +3,6 @@
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from paddle_resnet.core import trackers
 from paddle_resnet.core.bootstrap import VERBOSE_FLAG
 from paddle_resnet.core.config.keys import (
     ALL_TOOLS,
@@ -18,6 +17,7 @@ from paddle_resnet.core.config.keys import (
     key,
     sqlite_file,
 )
+from paddle_resnet.core.optional import tracker_unusable
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class RunConfig:
         "(--visualdl-log-dir): the report's scalars, each class's accuracy and the "
         "confusion matrix at each validation, the config as parameters, the checkpoints "
         "saved; a resumed run continues the tracker's run",
-        each(trackers.unusable),
+        each(tracker_unusable),
         resume_may_change=True,
         repeatable=True,
     )
@@ -177,7 +177,7 @@ class RunConfig:
         "--visualdl-log-dir",
         "VisualDL's folder; giving it turns the visualdl tracker on (default with "
         "--tracker visualdl: <output-dir>/visualdl; view with: visualdl --logdir DIR)",
-        both(lambda _: trackers.unusable("visualdl"), folder),
+        both(lambda _: tracker_unusable("visualdl"), folder),
         resume_may_change=True,
     )
     seed: int = key(42, "--seed", "random seed of parameter initialisation")

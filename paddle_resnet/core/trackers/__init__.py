@@ -1,0 +1,77 @@
+"""Experiment trackers beside the report (``--tracker tensorboard|mlflow|visualdl``): the
+run's Report (core/report.py) hands every record it writes to ``Trackers``, which turns
+them into what each tracker shows:
+
+- each logged training step's values (loss, top-1/5, learning rate, images/s, timings and
+  their means) as ``train/<name>`` scalars at the run's global step;
+- each validation's values as ``val/<name>`` (top-1/5, balanced top-1, loss), each class's
+  accuracy as ``val_class/<class>`` and the confusion matrix (the most confused pairs
+  beyond 100 classes) as the image ``confusion_matrix``, at the global step of the
+  validated epoch's last step (an evaluation before any training step: at the step its
+  checkpoint was saved at);
+- the resolved configuration (the report's PARAMETER record) as parameters,
+  ``section.key`` flattened;
+- each checkpoint saved (``Report.saved``): MLflow tags ``checkpoint`` (the newest) and
+  ``checkpoint.<name>``, a text entry ``checkpoints`` for TensorBoard and VisualDL.
+
+One module per tracker (``tensorboard``, ``visualdl``, ``mlflow_run``, with MLflow's
+resume in ``mlflow_resume``) and the writing thread (``writing``). Rank 0 only: other
+ranks' Reports get none. The writing happens on one background
+thread, so a step never waits on a tracker's disk or server; a tracker that fails while
+the run goes on is dropped with one warning line, the run continues. A resumed run
+continues the tracker's run: TensorBoard and VisualDL write into the same folder at the
+global steps the run continues from (TensorBoard's readers drop the events an earlier
+start wrote past the checkpoint this one resumes: a run killed after its last checkpoint
+does not leave two curves); MLflow's run id is kept in ``<output-dir>/mlflow_run.json``
+and that run is resumed (its parameters stay the first start's; a value a resumed start
+changed becomes the tag ``resume.<key>``).
+"""
+
+import os
+
+from paddle_resnet.core.errors import UserError
+from paddle_resnet.core.optional import TRACKERS
+from paddle_resnet.core.trackers.mlflow_resume import MLFLOW_RUN_FILE
+from paddle_resnet.core.trackers.mlflow_run import MlflowRun, mlflow_tracking_uri
+from paddle_resnet.core.trackers.tensorboard import TensorBoard
+from paddle_resnet.core.trackers.visualdl import VisualDl
+from paddle_resnet.core.trackers.writing import CONFUSION_TAG, Trackers
+
+__all__ = ["CONFUSION_TAG", "MLFLOW_RUN_FILE", "TRACKERS", "Trackers", "mlflow_tracking_uri"]
+
+
+def opened(names, output_dir, tensorboard_dir, mlflow_uri, visualdl_dir, saved_step, trains):
+    """The Trackers of ``names`` and VisualDL's where ``visualdl_dir`` is given (each
+    opened now, so that a bad URI or folder stops the run before its first step), or None
+    without any. TensorBoard's folder defaults to ``<output_dir>/tensorboard``,
+    VisualDL's to ``<output_dir>/visualdl``, MLflow's store to ``mlflow_tracking_uri``.
+    ``saved_step``: the global step of the checkpoint the run starts from (None: a fresh
+    start), which continues the trackers' runs; ``trains``: the run trains from there,
+    and TensorBoard's readers drop what an earlier start wrote past that step (a start
+    killed after its last checkpoint; a fresh start: everything), where an evaluation
+    keeps it."""
+    names = tuple(names) + (("visualdl",) if visualdl_dir else ())
+    if not names:
+        return None
+    folders = {
+        "tensorboard": tensorboard_dir or os.path.join(output_dir, "tensorboard"),
+        "visualdl": visualdl_dir or os.path.join(output_dir, "visualdl"),
+    }
+    resume = saved_step is not None
+    purge_step = ((saved_step + 1) if resume else 0) if trains else None
+    trackers = {}
+    try:
+        for name in dict.fromkeys(names):
+            if name == "mlflow":
+                uri = mlflow_tracking_uri(mlflow_uri, output_dir)
+                run_name = os.path.basename(os.path.abspath(output_dir))
+                trackers[name] = MlflowRun(uri, output_dir, resume, run_name)
+            elif name == "visualdl":
+                trackers[name] = VisualDl(folders[name], resume)
+            else:
+                trackers[name] = TensorBoard(folders[name], purge_step)
+    except UserError:  # the run stops before its first step: no tracker left running
+        for tracker in trackers.values():
+            tracker.close("FAILED")
+        raise
+    return Trackers(trackers, saved_step or 0)
