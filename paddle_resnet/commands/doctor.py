@@ -20,10 +20,31 @@ from paddle_resnet.core import bootstrap
 from paddle_resnet.core.errors import exit_status
 
 
+def check(args):
+    """Print the findings (a table, or JSON); exit status 1 when a required one is unmet."""
+    from paddle_resnet.core import preflight
+    from paddle_resnet.training.graph_apis import graph_findings
+
+    required = preflight.parse_requirements(args.require)
+    found = preflight.findings(graph_findings())
+    missing = preflight.unmet(found, required)
+    if args.json:
+        print(
+            json.dumps(
+                {"findings": [asdict(f) for f in found], "required": required, "unmet": missing},
+                indent=1,
+            )
+        )
+    else:
+        print(preflight.table(found))
+    for line in missing:
+        print(f"error: required {line}", file=sys.stderr)
+    return 1 if missing else 0
+
+
 def main(argv=None):
     bootstrap.prepare_process(argv)
     from paddle_resnet.core import preflight
-    from paddle_resnet.training.graph_apis import graph_findings
 
     parser = argparse.ArgumentParser(
         prog="python -m paddle_resnet.commands.doctor",
@@ -38,30 +59,7 @@ def main(argv=None):
     )
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = parser.parse_args(argv)
-
-    def check():
-        """Print the findings (a table, or JSON); exit status 1 when a required one is unmet."""
-        required = preflight.parse_requirements(args.require)
-        found = preflight.findings(graph_findings())
-        missing = preflight.unmet(found, required)
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "findings": [asdict(f) for f in found],
-                        "required": required,
-                        "unmet": missing,
-                    },
-                    indent=1,
-                )
-            )
-        else:
-            print(preflight.table(found))
-        for line in missing:
-            print(f"error: required {line}", file=sys.stderr)
-        return 1 if missing else 0
-
-    return exit_status(check)
+    return exit_status(lambda: check(args))
 
 
 if __name__ == "__main__":

@@ -1,30 +1,12 @@
-"""Experiment trackers beside the report (``--tracker tensorboard|mlflow|visualdl``): the
-run's Report (core/report.py) hands every record it writes to ``Trackers``, which turns
-them into what each tracker shows:
-
-- each logged training step's values (loss, top-1/5, learning rate, images/s, timings and
-  their means) as ``train/<name>`` scalars at the run's global step;
-- each validation's values as ``val/<name>`` (top-1/5, balanced top-1, loss), each class's
-  accuracy as ``val_class/<class>`` and the confusion matrix (the most confused pairs
-  beyond 100 classes) as the image ``confusion_matrix``, at the global step of the
-  validated epoch's last step (an evaluation before any training step: at the step its
-  checkpoint was saved at);
-- the resolved configuration (the report's PARAMETER record) as parameters,
-  ``section.key`` flattened;
-- each checkpoint saved (``Report.saved``): MLflow tags ``checkpoint`` (the newest) and
-  ``checkpoint.<name>``, a text entry ``checkpoints`` for TensorBoard and VisualDL.
-
-One module per tracker (``tensorboard``, ``visualdl``, ``mlflow_run``, with MLflow's
-resume in ``mlflow_resume``) and the writing thread (``writing``). Rank 0 only: other
-ranks' Reports get none. The writing happens on one background
-thread, so a step never waits on a tracker's disk or server; a tracker that fails while
-the run goes on is dropped with one warning line, the run continues. A resumed run
-continues the tracker's run: TensorBoard and VisualDL write into the same folder at the
-global steps the run continues from (TensorBoard's readers drop the events an earlier
-start wrote past the checkpoint this one resumes: a run killed after its last checkpoint
-does not leave two curves); MLflow's run id is kept in ``<output-dir>/mlflow_run.json``
-and that run is resumed (its parameters stay the first start's; a value a resumed start
-changed becomes the tag ``resume.<key>``).
+"""Experiment trackers beside the report (``--tracker tensorboard|mlflow|visualdl``), rank
+0's: one module per tracker (``tensorboard``, ``visualdl``, ``mlflow_run``, with MLflow's
+resume in ``mlflow_resume``) and the thread that writes to them (``writing``); ``opened``
+opens a run's. A resumed run continues the tracker's run: TensorBoard and VisualDL write
+into the same folder at the global steps the run continues from (TensorBoard's readers
+drop the events an earlier start wrote past the checkpoint this one resumes: a run killed
+after its last checkpoint does not leave two curves); MLflow's run id is kept in
+``<output-dir>/mlflow_run.json`` and that run is resumed (its parameters stay the first
+start's; a value a resumed start changed becomes the tag ``resume.<key>``).
 """
 
 import os

@@ -11,15 +11,11 @@ from paddle_resnet.core.atomic import atomic_files
 MLFLOW_RUN_FILE = "mlflow_run.json"
 
 
-def record_file(output_dir):
-    return os.path.join(output_dir, MLFLOW_RUN_FILE)
-
-
 def recorded(output_dir, tracking_uri):
     """The run recorded in ``output_dir`` ({"tracking_uri", "experiment_id", "run_id"}),
     or None: none, unreadable, or at another tracking URI."""
     try:
-        with open(record_file(output_dir)) as handle:
+        with open(os.path.join(output_dir, MLFLOW_RUN_FILE)) as handle:
             found = json.load(handle)
     except (OSError, ValueError):
         return None
@@ -28,12 +24,9 @@ def recorded(output_dir, tracking_uri):
 
 def record(output_dir, tracking_uri, experiment_id, run_id):
     """Keep the new run's id for the starts that resume it."""
-    with atomic_files(record_file(output_dir)) as (handle,):
-        handle.write(
-            json.dumps(
-                {"tracking_uri": tracking_uri, "experiment_id": experiment_id, "run_id": run_id}
-            ).encode()
-        )
+    found = {"tracking_uri": tracking_uri, "experiment_id": experiment_id, "run_id": run_id}
+    with atomic_files(os.path.join(output_dir, MLFLOW_RUN_FILE)) as (handle,):
+        handle.write(json.dumps(found).encode())
 
 
 def parameters_and_tags(flat, logged):

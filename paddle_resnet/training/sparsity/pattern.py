@@ -104,19 +104,6 @@ def recorded(meta, state):
     return record(pattern, sparse_parameters(state))
 
 
-def check_sparse(params, sparsity, where):
-    """Raise SparsityViolation if any weight a sparsity ``record`` names is missing from
-    ``params`` or does not hold its pattern."""
-    pattern = Pattern.parse(sparsity["pattern"])
-    broken = [
-        name
-        for name in sparsity["weights"]
-        if name not in params or not holds(params[name], pattern)
-    ]
-    if broken:
-        raise SparsityViolation(f"{where}: weights not {pattern} sparse: {broken[:3]}")
-
-
 def compliance_table(params, marked, pattern):
     """One row per weight of ``params``: shape, density, whether it holds ``pattern``,
     marked sparse or not."""
