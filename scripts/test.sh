@@ -60,6 +60,11 @@ bash scripts/setup_etcd.sh             # etcd for the elastic launcher's test (s
 # NNCF beside .venv for tests/test_nncf.py (OpenVINO's own int8; skipped without it)
 bash scripts/setup_nncf.sh || echo "setup_nncf: NNCF could not be installed: tests/test_nncf.py will skip"
 
+# The toolkit's own sources compiled once, where every process the suite starts finds
+# them: with PYTHONDONTWRITEBYTECODE=1 (set on this project's machines) every Python
+# process the suite starts compiled them again (0.18 s of a training command's start).
+.venv/bin/python -m compileall -q -j 2 paddle_resnet tests scripts ./*.py > /dev/null
+
 status=0
 echo "== lint: ruff check, ruff format --check"
 { .venv/bin/ruff check --quiet . && .venv/bin/ruff format --check --quiet .; } || status=$?
