@@ -5,7 +5,32 @@ The top-level train.py, export_model.py and inference.py only call ``main``.
 which every tool's command line and the flag table (docs/flags.md) offer. It lives here, the
 first floor that sees both registries (``core/config/`` cannot import them)."""
 
-from paddle_resnet.data import records
-from paddle_resnet.deploy import backends
+import importlib
+from collections.abc import Mapping
 
-REGISTRY_CHOICES = {"data.format": records.DATA_FORMATS, "inference.backend": backends.CHOICES}
+
+class _Registries(Mapping):
+    """{config key: its values}, each read from its registry's module when a command line
+    first asks for it: a tool imports only the registries of the keys it reads (the data
+    formats' imports DALI, which a serving machine has not)."""
+
+    def __init__(self, registries):
+        self._registries = registries  # {key: (module, attribute)}
+
+    def __getitem__(self, key):
+        module, attribute = self._registries[key]
+        return getattr(importlib.import_module(module), attribute)
+
+    def __iter__(self):
+        return iter(self._registries)
+
+    def __len__(self):
+        return len(self._registries)
+
+
+REGISTRY_CHOICES = _Registries(
+    {
+        "data.format": ("paddle_resnet.data.records", "DATA_FORMATS"),
+        "inference.backend": ("paddle_resnet.deploy.backends", "CHOICES"),
+    }
+)
