@@ -576,6 +576,7 @@ def test_an_image_is_refused_by_the_size_its_header_claims(
         for protocol in ("http", "grpc")
     ]
     results = server.ask([dict(call, images=[{"file": path}]) for call in calls], serving_python)
+    assert len(results) == 2
     for result, status in zip(results, ("400", "StatusCode.INVALID_ARGUMENT")):
         (answer,) = result["answers"]
         assert answer["status"] == status, answer
@@ -649,9 +650,11 @@ def test_schemathesis_finds_no_server_error(server, serving_python, fmnist_root,
     command += ["--request-timeout", "30", "--generation-database", "none", "--no-color"]
     fuzzed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert fuzzed.returncode == 0, fuzzed.stdout[-6000:] + fuzzed.stderr[-2000:]
-    print(
-        f"server peak RSS: {before:.0f} MB before schemathesis, "
-        f"{peak_rss_mb(server.process.pid):.0f} MB after"
+    cases = re.search(r"Test cases:\n\s*(.*)", fuzzed.stdout)
+    print(  # for docs/measurements.md: pytest tests/test_serve.py -k schemathesis -s
+        f"server peak RSS (VmHWM): {before:.0f} MB before schemathesis, "
+        f"{peak_rss_mb(server.process.pid):.0f} MB after its "
+        f"{cases.group(1) if cases else '?'}"
     )
     log_since(server, start)
     answers_a_good_request(server, fmnist_root)

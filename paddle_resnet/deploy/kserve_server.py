@@ -1,21 +1,10 @@
 """KServe's ModelServer (kserve 0.21: the Open Inference Protocol over REST and gRPC) serving
-an export, with what the toolkit adds, each where KServe takes it:
-
-- the model (``ExportModel``): a ``kserve.Model`` that reads a request through
-  ``ServedExport`` and runs it through the ``Batcher``; ready once the warm-up has run
-  (``serve.py``);
-- its data plane (``ExportDataPlane``): the server is ready when its models are (KServe's says
-  ready at once), a model's metadata carries the export's parameters (classes, backend,
-  precision, sparsity: over REST; gRPC's ModelMetadataResponse has no field for them, its
-  platform names backend and precision), and REST's binary data extension keeps a BYTES
-  input as bytes: KServe 0.21 turns every binary input into JSON values, which fails on
-  bytes that are not UTF-8 (an encoded image: a 500) and makes a float tensor a Python list;
-- the server (``ExportServer``): REST and gRPC on ``--host`` (KServe's listen on every
-  interface), a limit on a request's size (413 over REST, for a body streamed in chunks
-  too: ``BodyLimit``; gRPC's own RESOURCE_EXHAUSTED), both given to KServe's servers rather
-  than written into KServe's module globals;
-- the server's log: a refused request is one line, not KServe's traceback; KServe's lines
-  per request only with --verbose.
+an export, with what the toolkit adds (docs/guide.md#serve), each where KServe takes it: the
+model (``ExportModel``), its data plane (``ExportDataPlane``: ready when its models are, the
+export's metadata, REST's binary inputs kept as bytes), KServe's REST and gRPC servers on
+``--host`` with the size limit (``ExportServer``: KServe's own bind every interface and read
+gRPC's limit from KServe's module globals, which nothing here writes; ``BodyLimit``: a body
+streamed in chunks too), one line in the log for a refused request.
 
 kserve is optional (``core/optional.py``): ``serve.py`` imports this module only where it is
 installed."""
