@@ -593,6 +593,12 @@ def test_an_image_is_refused_by_the_size_its_header_claims(
     assert served.max_pixels == 409_600
     with pytest.raises(UserError, match="^an image of 641 x 640 px: .* at most 409,600 px"):
         served.preprocess.decoded(png_bytes(Image.new("L", (641, 640))))
+    # above Pillow's own limit: its refusal, in one line
+    unlimited = ImagePreprocessing(info, max_pixels=10**10)
+    with pytest.raises(
+        UserError, match=r"^an image Pillow refuses to decode: Image size \(196000000"
+    ):
+        unlimited.decoded(png_bytes(Image.new("1", (14000, 14000))))
 
 
 def test_malformed_json_items_and_headers_get_400(server, fmnist_root):

@@ -59,7 +59,9 @@ class ImagePreprocessing:
             raise UserError(
                 f"not an image Pillow can read ({len(encoded)} bytes; JPEG, PNG, ...)"
             ) from None
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+        except Image.DecompressionBombError as err:  # above Pillow's own limit (179 M px)
+            raise UserError(f"an image Pillow refuses to decode: {err}") from None
+        except (OSError, ValueError, SyntaxError, EOFError) as err:
             raise UserError(f"a damaged or unreadable image ({err})") from None
 
     def resized(self, image):
