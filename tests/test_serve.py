@@ -627,8 +627,20 @@ def test_malformed_json_items_and_headers_get_400(server, fmnist_root):
         assert status == 400 and json.loads(body)["error"].startswith(
             f"Inference-Header-Content-Length {length!r}: "
         ), body
+    # the binary data extension: a BYTES item whose length prefix runs past the body's end
+    header = {"inputs": [{"name": "images", "shape": [1], "datatype": "BYTES"}]}
+    header["inputs"][0]["parameters"] = {"binary_data_size": 6}
+    header = json.dumps(header).encode()
+    status, body = http_status(
+        server.http_port,
+        infer,
+        header + b"\xff\xff\xff\x7fxx",
+        "application/octet-stream",
+        [("Inference-Header-Content-Length", str(len(header)))],
+    )
+    assert status == 400 and "its data does not fit its shape [1]" in json.loads(body)["error"]
     log = log_since(server, start)
-    assert log.count("refused: ") >= 6, log
+    assert log.count("refused: ") >= 7, log
     answers_a_good_request(server, fmnist_root)
 
 

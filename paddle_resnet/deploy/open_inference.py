@@ -16,6 +16,7 @@ INVALID_ARGUMENT)."""
 import base64
 import binascii
 import os
+import struct
 
 import numpy as np
 
@@ -130,7 +131,9 @@ class ServedExport:
     def _array(self, request_input):
         try:
             return request_input.as_numpy()
-        except (ValueError, TypeError) as err:  # data that does not fill the shape it declares
+        # data that does not fill the shape it declares, BYTES whose length prefixes run past
+        # their end (struct.error)
+        except (ValueError, TypeError, struct.error) as err:
             raise RequestError(
                 f"input {request_input.name!r}: its data does not fit its shape "
                 f"{_shape(request_input.shape)} ({err})"
