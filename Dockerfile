@@ -63,7 +63,7 @@ RUN pip install --no-deps -e . \
     && python -m compileall -q paddle_resnet ./*.py \
     && install -d -o 1000 -g 1000 output log inference \
     && python -c "import paddle_resnet.commands.train, paddle, nvidia.dali" \
-    && /opt/venv-serve/bin/python -c "import paddle_resnet.deploy.serve, kserve"
+    && /opt/venv-serve/bin/python -c "import paddle_resnet.commands.serve, kserve"
 
 # The commit built, which checkpoints record (paddle_resnet/core/provenance.py reads it where
 # there is no git checkout); last, so that it rebuilds no layer above.

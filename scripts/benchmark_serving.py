@@ -118,7 +118,7 @@ def start_server(model_dir, precision, name, log, flags):
     """paddle-resnet-serve on ``model_dir`` (OpenVINO, ``precision``) with its default
     batching but for ``flags``, once ready: (process, http port, grpc port)."""
     ports = free_port(), free_port()
-    command = [SERVING_PYTHON, "-m", "paddle_resnet.deploy.serve", "--inference-dir", model_dir]
+    command = [SERVING_PYTHON, "-m", "paddle_resnet.commands.serve", "--inference-dir", model_dir]
     command += ["--backend", "openvino", "--cpu-precision", precision, "--model-name", name]
     command += ["--http-port", str(ports[0]), "--grpc-port", str(ports[1]), *flags]
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

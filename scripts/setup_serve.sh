@@ -24,4 +24,4 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   install_into "$VENV" --no-deps -e .
   echo "$wanted" > "$stamp"
 fi
-echo "setup_serve: $("$VENV/bin/python" -c 'import paddle_resnet.deploy.serve, paddle, kserve, openvino, importlib.metadata as m; print("kserve", m.version("kserve"), "paddle", paddle.__version__, "openvino", openvino.__version__.split("-")[0])')"
+echo "setup_serve: $("$VENV/bin/python" -c 'import paddle_resnet.commands.serve, paddle, kserve, openvino, importlib.metadata as m; print("kserve", m.version("kserve"), "paddle", paddle.__version__, "openvino", openvino.__version__.split("-")[0])')"

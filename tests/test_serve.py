@@ -11,6 +11,7 @@ No timing: speeds come from scripts/benchmark_serving.py."""
 
 import base64
 import fcntl
+import http.client
 import io
 import json
 import os
@@ -33,11 +34,13 @@ from conftest import ROOT, flat, once
 from paddle_resnet.core import feeds
 from paddle_resnet.core.cli import parse
 from paddle_resnet.core.config import build_config
+from paddle_resnet.core.errors import UserError
 from paddle_resnet.data.dali import DataSplit
 from paddle_resnet.data.folder import scan_split
 from paddle_resnet.deploy import backends, dali_input, exported, inference_modes
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy.encoded_input import ImagePreprocessing
+from paddle_resnet.deploy.open_inference import ServedExport
 
 # A server process of its own environment, Paddle 3.3.1's, whatever this one is: run once,
 # on 2.6.2.
@@ -52,6 +55,9 @@ MANIFEST = os.path.join(
 MODEL = "fmnist"
 MAX_BATCH = 8
 MAX_REQUEST_MB = 6
+# the server's --max-image-pixels: the 3000 x 3000 JPEGs of the last test, not the 12,000 x
+# 12,000 PNG (the default for the 32 px export would be 409,600)
+MAX_IMAGE_PIXELS = 10_000_000
 # The same engine on the same tensors, in batches of other sizes: OpenVINO's CPU kernels
 # block by batch, so float32 sums round differently by a few ulps of the probabilities.
 ENGINE_TOLERANCE = 1e-5
@@ -94,12 +100,14 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def http_status(port, path, body=None, content_type="application/json"):
+def http_status(port, path, body=None, content_type="application/json", headers=()):
     """(status, body) of a plain HTTP request to the server (what tritonclient does not
     send: a JSON body with images in base64 as curl sends it, a body that is no request)."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body)
     if body is not None:
         request.add_header("content-type", content_type)
+    for name, value in headers:
+        request.add_header(name, value)
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
             return answer.status, answer.read()
@@ -160,7 +168,8 @@ def server(serving_python, export, tmp_path_factory):
     """The server of the export, started as ``inference.py --mode serve`` (in this
     environment, without KServe: the process becomes the serving environment's server):
     batches of up to 8 images, a first request waiting up to 100 ms for others, requests
-    up to 6 MB. The last test of the file stops it."""
+    up to 6 MB, images up to 10 M px, on this machine's loopback only (--host). The last
+    test of the file stops it."""
     http_port, grpc_port = free_port(), free_port()
     command = [sys.executable, "inference.py", "--mode", "serve"]
     command += ["--inference-dir", export.inference.model_dir]
@@ -170,7 +179,9 @@ def server(serving_python, export, tmp_path_factory):
         ("serve.max_batch", MAX_BATCH),
         ("serve.max_wait_ms", 100),
         ("serve.max_request_mb", MAX_REQUEST_MB),
+        ("serve.max_image_pixels", MAX_IMAGE_PIXELS),
         ("serve.model_name", MODEL),
+        ("serve.host", "127.0.0.1"),
     ):
         command += ["--set", f"{key}={value}"]
     log = str(tmp_path_factory.mktemp("server") / "server.log")
@@ -465,7 +476,13 @@ def test_a_bad_request_gets_one_line_and_the_server_goes_on(server, serving_pyth
     assert "Traceback" not in log, log[log.find("Traceback") - 500 :][:3000]
     # a second server on a port the first holds: one line, before anything loads
     taken = subprocess.run(
-        [serving_python, "-m", "paddle_resnet.deploy.serve", "--http-port", str(server.http_port)],
+        [
+            serving_python,
+            "-m",
+            "paddle_resnet.commands.serve",
+            "--http-port",
+            str(server.http_port),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -476,6 +493,189 @@ def test_a_bad_request_gets_one_line_and_the_server_goes_on(server, serving_pyth
         f"error: --http-port {server.http_port}: Address already in use: choose another port\n",
     )
     assert log.count("WARNING") >= 2 * len(BAD_REQUESTS) and "refused: images[0] is empty" in log
+
+
+def png_bytes(image):
+    encoded = io.BytesIO()
+    image.save(encoded, "PNG")
+    return encoded.getvalue()
+
+
+def log_since(server, start):
+    """The server's log from character ``start`` on, checked for tracebacks."""
+    log = server.output()[start:]
+    assert "Traceback" not in log, log[log.find("Traceback") - 500 :][:3000]
+    return log
+
+
+def answers_a_good_request(server, fmnist_root):
+    """The server still answers: a validation JPEG in v2 JSON gets its top classes."""
+    bags = os.path.join(fmnist_root, "val", "bag")
+    with open(os.path.join(bags, sorted(os.listdir(bags))[0]), "rb") as handle:
+        image = base64.b64encode(handle.read()).decode()
+    request = {"inputs": [{"name": "images", "shape": [1], "datatype": "BYTES", "data": [image]}]}
+    status, body = http_status(
+        server.http_port, f"/v2/models/{MODEL}/infer", json.dumps(request).encode()
+    )
+    assert status == 200, body[:2000]
+    outputs = {output["name"]: output for output in json.loads(body)["outputs"]}
+    assert outputs["top_classes"]["shape"] == [1, 5]
+
+
+def chunked_post(port, path, chunks):
+    """(status, body) of a POST whose body is ``chunks`` sent as they come, with
+    Transfer-Encoding: chunked and no Content-Length (a streaming client's); the server may
+    answer, and close, before it has read them all."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        try:
+            connection.request("POST", path, body=chunks, encode_chunked=True)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before the end: the answer is waiting
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
+def test_a_chunked_body_over_the_limit_is_refused_for_its_size(server, fmnist_root):
+    """A 100 MB body streamed in 1 MB chunks without a Content-Length: 413 naming the
+    limit, one line in the log, and the server goes on."""
+    start = len(server.output())
+    megabyte = b"A" * (1 << 20)  # one chunk, sent 100 times: the body is never in memory here
+
+    def body():
+        yield b'{"inputs": [{"name": "images", "shape": [1], "datatype": "BYTES", "data": ["'
+        for _ in range(100):
+            yield megabyte
+        yield b'"]}]}'
+
+    status, answer = chunked_post(server.http_port, f"/v2/models/{MODEL}/infer", body())
+    assert status == 413, answer[:2000]
+    limit = MAX_REQUEST_MB << 20
+    message = (
+        f"request of more than {limit} bytes: this server takes at most {limit} (--max-request-mb)"
+    )
+    assert json.loads(answer) == {"error": message}
+    assert f"refused: {message}" in log_since(server, start)
+    answers_a_good_request(server, fmnist_root)
+
+
+def test_an_image_is_refused_by_the_size_its_header_claims(
+    server, serving_python, export, fmnist_root, tmp_path
+):
+    """A PNG of 12,000 x 12,000 px in one grey (about 140 KB; decoded, 144 MB) over REST and
+    gRPC: refused before decoding, a 4xx naming its size, and the server goes on; the
+    default limit, sized from the export's input."""
+    start = len(server.output())
+    path = str(tmp_path / "huge.png")
+    Image.new("L", (12000, 12000), 128).save(path)
+    assert 100_000 < os.path.getsize(path) < 200_000
+    calls = [
+        {"op": "infer", "protocol": protocol, "input": "images", "datatype": "BYTES"}
+        for protocol in ("http", "grpc")
+    ]
+    results = server.ask([dict(call, images=[{"file": path}]) for call in calls], serving_python)
+    assert len(results) == 2
+    for result, status in zip(results, ("400", "StatusCode.INVALID_ARGUMENT")):
+        (answer,) = result["answers"]
+        assert answer["status"] == status, answer
+        assert re.fullmatch(
+            r"images\[0\]: an image of 12000 x 12000 px: this server decodes at most "
+            r"[\d,]+ px \(--max-image-pixels\)",
+            answer["message"],
+        ), answer
+    log_since(server, start)
+    answers_a_good_request(server, fmnist_root)
+    # the default: 400 times the export's input (32 x 32)
+    info = exported.read_info(export.inference.model_dir)
+    served = ServedExport(export.inference.model_dir, info, "openvino", "fp32", MAX_BATCH)
+    assert served.max_pixels == 409_600
+    with pytest.raises(UserError, match="^an image of 641 x 640 px: .* at most 409,600 px"):
+        served.preprocess.decoded(png_bytes(Image.new("L", (641, 640))))
+    # above Pillow's own limit: its refusal, in one line
+    unlimited = ImagePreprocessing(info, max_pixels=10**10)
+    with pytest.raises(
+        UserError, match=r"^an image Pillow refuses to decode: Image size \(196000000"
+    ):
+        unlimited.decoded(png_bytes(Image.new("1", (14000, 14000))))
+
+
+def test_malformed_json_items_and_headers_get_400(server, fmnist_root):
+    """BYTES items that are numbers (-1, 1.5, a count of gigabytes), and an
+    Inference-Header-Content-Length that is no length: 400 with one line each, no
+    traceback, and the server goes on."""
+    start = len(server.output())
+    infer = f"/v2/models/{MODEL}/infer"
+    for item in (-1, 1.5, 1 << 34):
+        request = {
+            "inputs": [{"name": "images", "shape": [1], "datatype": "BYTES", "data": [item]}]
+        }
+        status, body = http_status(server.http_port, infer, json.dumps(request).encode())
+        assert (status, json.loads(body)) == (
+            400,
+            {"error": f"images[0] is {item}, not an encoded image (base64 text in JSON)"},
+        ), body
+    for length in ("abc", "-5", "999999"):
+        status, body = http_status(
+            server.http_port,
+            infer,
+            b'{"inputs": []}',
+            "application/octet-stream",
+            [("Inference-Header-Content-Length", length)],
+        )
+        assert status == 400 and json.loads(body)["error"].startswith(
+            f"Inference-Header-Content-Length {length!r}: "
+        ), body
+    # the binary data extension: a BYTES item whose length prefix runs past the body's end
+    header = {"inputs": [{"name": "images", "shape": [1], "datatype": "BYTES"}]}
+    header["inputs"][0]["parameters"] = {"binary_data_size": 6}
+    header = json.dumps(header).encode()
+    status, body = http_status(
+        server.http_port,
+        infer,
+        header + b"\xff\xff\xff\x7fxx",
+        "application/octet-stream",
+        [("Inference-Header-Content-Length", str(len(header)))],
+    )
+    assert status == 400 and "its data does not fit its shape [1]" in json.loads(body)["error"]
+    log = log_since(server, start)
+    assert log.count("refused: ") >= 7, log
+    answers_a_good_request(server, fmnist_root)
+
+
+def peak_rss_mb(pid):
+    """The process's peak resident memory (VmHWM), in MB."""
+    with open(f"/proc/{pid}/status") as handle:
+        (kilobytes,) = re.findall(r"^VmHWM:\s+(\d+) kB", handle.read(), re.M)
+    return int(kilobytes) / 1024
+
+
+def test_schemathesis_finds_no_server_error(server, serving_python, fmnist_root, tmp_path):
+    """schemathesis against the OpenAPI document the server's own FastAPI app (KServe's
+    routes and v2 data models) serves, every operation on the served model's name, bounded
+    in examples and time: no 5xx, no traceback in the log, and the server goes on. The
+    repository extension's load and unload are left out: unloading the model is what they
+    are for. Prints the server's peak memory before and after."""
+    start = len(server.output())
+    before = peak_rss_mb(server.process.pid)
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(f'[parameters]\n"path.model_name" = "{MODEL}"\n')
+    command = [os.path.join(SERVING, "bin", "schemathesis"), "--config-file", str(config)]
+    command += ["run", f"http://127.0.0.1:{server.http_port}/openapi.json"]
+    command += ["--checks", "not_a_server_error", "--max-examples", "25", "--max-time", "45"]
+    command += ["--exclude-path-regex", "^/v2/repository/", "--seed", "60", "--workers", "1"]
+    command += ["--request-timeout", "30", "--generation-database", "none", "--no-color"]
+    fuzzed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert fuzzed.returncode == 0, fuzzed.stdout[-6000:] + fuzzed.stderr[-2000:]
+    cases = re.search(r"Test cases:\n\s*(.*)", fuzzed.stdout)
+    print(  # for docs/measurements.md: pytest tests/test_serve.py -k schemathesis -s
+        f"server peak RSS (VmHWM): {before:.0f} MB before schemathesis, "
+        f"{peak_rss_mb(server.process.pid):.0f} MB after its "
+        f"{cases.group(1) if cases else '?'}"
+    )
+    log_since(server, start)
+    answers_a_good_request(server, fmnist_root)
 
 
 def test_inference_mode_serve_without_a_serving_environment_is_one_line(export):

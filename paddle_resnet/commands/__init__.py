@@ -5,14 +5,38 @@ A tool's module is its process's front door: it imports nothing that loads Paddl
 ``main`` prepares the process first (``bootstrap.prepare_process``), then imports what it
 runs (docs/architecture.md, the import rule).
 
-``registry_choices()``: the config keys whose values a registry above ``core/`` holds,
+``REGISTRY_CHOICES``: the config keys whose values a registry above ``core/`` holds,
 which every tool's command line and the flag table (docs/flags.md) offer. It lives here, the
-first floor that sees both registries (``core/config/`` cannot import them); the registries
-load DALI and Paddle, so they are read once the process is prepared."""
+first floor that sees both registries (``core/config/`` cannot import them); a registry
+loads DALI or Paddle, so each is read when a command line first asks for its key, once
+the process is prepared."""
+
+import importlib
+from collections.abc import Mapping
 
 
-def registry_choices():
-    from paddle_resnet.data import records
-    from paddle_resnet.deploy import backends
+class _Registries(Mapping):
+    """{config key: its values}, each read from its registry's module when a command line
+    first asks for it: a tool imports only the registries of the keys it reads (the data
+    formats' imports DALI, which a serving machine has not)."""
 
-    return {"data.format": records.DATA_FORMATS, "inference.backend": backends.CHOICES}
+    def __init__(self, registries):
+        self._registries = registries  # {key: (module, attribute)}
+
+    def __getitem__(self, key):
+        module, attribute = self._registries[key]
+        return getattr(importlib.import_module(module), attribute)
+
+    def __iter__(self):
+        return iter(self._registries)
+
+    def __len__(self):
+        return len(self._registries)
+
+
+REGISTRY_CHOICES = _Registries(
+    {
+        "data.format": ("paddle_resnet.data.records", "DATA_FORMATS"),
+        "inference.backend": ("paddle_resnet.deploy.backends", "CHOICES"),
+    }
+)

@@ -13,7 +13,7 @@ what the pipeline does with the images, and the pass's rate. Sizes are judged ag
 
 import sys
 
-from paddle_resnet.commands import registry_choices
+from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core import bootstrap
 from paddle_resnet.core.cli import main_with
 
@@ -22,7 +22,7 @@ def main(argv=None):
     bootstrap.prepare_process(argv)
     from paddle_resnet.data import check
 
-    return main_with("check_data", __doc__.splitlines()[0], check.report, argv, registry_choices())
+    return main_with("check_data", __doc__.splitlines()[0], check.report, argv, REGISTRY_CHOICES)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ model.json) and the JSON export report.
 
 import sys
 
-from paddle_resnet.commands import registry_choices
+from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core import bootstrap
 from paddle_resnet.core.cli import main_with
 
@@ -35,7 +35,7 @@ def run(config):
 
 def main(argv=None):
     bootstrap.prepare_process(argv)
-    return main_with("export_model", __doc__.splitlines()[0], run, argv, registry_choices())
+    return main_with("export_model", __doc__.splitlines()[0], run, argv, REGISTRY_CHOICES)
 
 
 if __name__ == "__main__":

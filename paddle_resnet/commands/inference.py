@@ -14,7 +14,7 @@ model.json, written by export_model.py, so it always matches training.
 
 import sys
 
-from paddle_resnet.commands import registry_choices
+from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core import bootstrap
 from paddle_resnet.core.cli import main_with
 
@@ -24,7 +24,7 @@ def main(argv=None):
     from paddle_resnet.deploy import inference_modes
 
     doc = __doc__.splitlines()[0]
-    return main_with("inference", doc, inference_modes.run, argv, registry_choices())
+    return main_with("inference", doc, inference_modes.run, argv, REGISTRY_CHOICES)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from paddle_resnet.commands import registry_choices
+from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core import bootstrap
 from paddle_resnet.core.cli import main_with
 
@@ -57,7 +57,7 @@ def main(argv=None):
     bootstrap.prepare_process(argv)
     extra, rest = own_flags(sys.argv[1:] if argv is None else argv)
     action = lambda config: show(config, extra.print_program, extra.json)  # noqa: E731
-    return main_with("train", __doc__.splitlines()[0], action, rest, registry_choices())
+    return main_with("train", __doc__.splitlines()[0], action, rest, REGISTRY_CHOICES)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import dataclasses
 import os
 import sys
 
-from paddle_resnet.commands import registry_choices
+from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core import bootstrap
 from paddle_resnet.core.cli import main_with
 
@@ -53,7 +53,7 @@ def main(argv=None):
     this process is the toolkit's training command) and prepare it."""
     bootstrap.preload_allocator()
     bootstrap.prepare_process(argv)
-    return main_with("train", __doc__.splitlines()[0], run, argv, registry_choices())
+    return main_with("train", __doc__.splitlines()[0], run, argv, REGISTRY_CHOICES)
 
 
 if __name__ == "__main__":

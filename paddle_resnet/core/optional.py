@@ -24,6 +24,7 @@ PACKAGES = {
     "sklearn": "scikit-learn",
     "kserve": "kserve",
     "fastapi": "fastapi",
+    "grpc": "grpcio",
 }
 # how to install a package when not by requirements-tools.txt: nncf's numpy 2 would
 # replace the numpy 1.26 Paddle 2.6 needs, so it goes into a folder of its own
@@ -33,6 +34,7 @@ INSTALL = {
     "nncf": "scripts/setup_nncf.sh",
     "kserve": "bash scripts/setup_serve.sh (.venv-serve)",
     "fastapi": "bash scripts/setup_serve.sh (.venv-serve)",
+    "grpc": "bash scripts/setup_serve.sh (.venv-serve)",
 }
 DEFAULT_INSTALL = "pip install -r requirements-tools.txt"
 

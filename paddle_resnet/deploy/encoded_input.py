@@ -28,9 +28,11 @@ def _half_up(value):
 
 class ImagePreprocessing:
     """Encoded image bytes -> one float32 input of the exported model (``model.json``
-    ``info``)."""
+    ``info``); an image of more than ``max_pixels`` (width x height) is refused before it is
+    decoded."""
 
-    def __init__(self, info):
+    def __init__(self, info, max_pixels=None):
+        self.max_pixels = max_pixels
         pre = info["preprocess"]
         self.resize_short = pre["resize_short"]
         self.crop = pre["crop_size"]
@@ -45,13 +47,21 @@ class ImagePreprocessing:
     def decoded(self, encoded):
         """``encoded`` as an RGB image the right way up; UserError naming what is wrong."""
         try:
-            image = Image.open(io.BytesIO(encoded))
+            image = Image.open(io.BytesIO(encoded))  # reads the header only
+            width, height = image.size
+            if self.max_pixels and width * height > self.max_pixels:
+                raise UserError(
+                    f"an image of {width} x {height} px: this server decodes at most "
+                    f"{self.max_pixels:,} px (--max-image-pixels)"
+                )
             return ImageOps.exif_transpose(image).convert("RGB")
         except UnidentifiedImageError:
             raise UserError(
                 f"not an image Pillow can read ({len(encoded)} bytes; JPEG, PNG, ...)"
             ) from None
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+        except Image.DecompressionBombError as err:  # above Pillow's own limit (179 M px)
+            raise UserError(f"an image Pillow refuses to decode: {err}") from None
+        except (OSError, ValueError, SyntaxError, EOFError) as err:
             raise UserError(f"a damaged or unreadable image ({err})") from None
 
     def resized(self, image):

@@ -1,35 +1,54 @@
 """KServe's ModelServer (kserve 0.21: the Open Inference Protocol over REST and gRPC) serving
-an export, with what the toolkit adds, each where KServe takes it:
+an export, with what the toolkit adds (docs/guide.md#serve), each where KServe takes it: the
+model (``ExportModel``), its data plane (``ExportDataPlane``: ready when its models are, the
+export's metadata, REST's binary inputs kept as bytes), KServe's REST and gRPC servers on
+``--host`` with the size limit (``ExportServer``: KServe's own bind every interface and read
+gRPC's limit from KServe's module globals, which nothing here writes; ``BodyLimit``: a body
+streamed in chunks too), one line in the log for a refused request.
 
-- the model: a ``kserve.Model`` that reads a request through ``ServedExport`` and runs it
-  through the ``Batcher``; ready once the warm-up has run (``serve.py``);
-- its data plane: the server is ready when its models are (KServe's says ready at once), a
-  model's metadata carries the export's parameters (classes, backend, precision,
-  sparsity: over REST; gRPC's ModelMetadataResponse has no field for them, its platform
-  names backend and precision), and REST's binary data extension keeps a BYTES input as
-  bytes: KServe 0.21 turns every binary input into JSON values, which fails on bytes that
-  are not UTF-8 (an encoded image: a 500) and makes a float tensor a Python list;
-- a limit on a request's size (413 over REST, gRPC's own RESOURCE_EXHAUSTED);
-- the server's log: a refused request is one line, not KServe's traceback; KServe's lines
-  per request only with --verbose.
-
-kserve is optional (``core/optional.py``): the classes are made once it is imported."""
+kserve is optional (``core/optional.py``): ``serve.py`` imports this module only where it is
+installed."""
 
 import asyncio
 import json
 import logging
 import warnings
+from concurrent import futures
+
+from PIL import Image
 
 from paddle_resnet.core.optional import require
 from paddle_resnet.deploy.open_inference import RequestError
 
 PURPOSE = "paddle-resnet-serve"
+kserve = require("kserve", PURPOSE)
+aio = require("grpc.aio", PURPOSE)
+constants = require("kserve.constants.constants", PURPOSE)
+dataplane = require("kserve.protocol.dataplane", PURPOSE)
+errors = require("kserve.errors", PURPOSE)
+grpc_interceptors = require("kserve.protocol.grpc.interceptors", PURPOSE)
+grpc_servicer = require("kserve.protocol.grpc.servicer", PURPOSE)
+grpc_services = require("kserve.protocol.grpc.grpc_predict_v2_pb2_grpc", PURPOSE)
+grpc_server = require("kserve.protocol.grpc.server", PURPOSE)
+infer_type = require("kserve.protocol.infer_type", PURPOSE)
+kserve_logging = require("kserve.logging", PURPOSE)
+rest_server = require("kserve.protocol.rest.server", PURPOSE)
+v2_datamodels = require("kserve.protocol.rest.v2_datamodels", PURPOSE)
+fastapi_exceptions = require("fastapi.exceptions", PURPOSE)
+app = require("kserve.model_server", PURPOSE).app  # KServe's FastAPI app, its REST routes
+responses = require("fastapi.responses", PURPOSE)
+
 # the response's parameter naming how many images the batch its request ran in held
 BATCH_SIZE = "batch_size"
+# the binary data extension's header: the length of the JSON before the binary inputs
+JSON_LENGTH_HEADER = "Inference-Header-Content-Length"
+# KServe's gRPC server listens on [::] (every interface, IPv6 and IPv4), its REST on 0.0.0.0
+EVERY_INTERFACE = "0.0.0.0"
 
 
-def _refusal(status, message):
-    """An ASGI app answering ``status`` with KServe's error body."""
+def _refuse(status, message):
+    """An ASGI app answering ``status`` with KServe's error body; the log's one line."""
+    kserve_logging.logger.warning("refused: %s", message)
 
     async def respond(scope, receive, send):
         body = json.dumps({"error": message}).encode()
@@ -41,23 +60,42 @@ def _refusal(status, message):
 
 
 class BodyLimit:
-    """ASGI middleware: a request whose Content-Length exceeds ``limit`` bytes is answered
-    413 before its body is read."""
+    """ASGI middleware: a request body of more than ``limit`` bytes is answered 413: before
+    it is read where its Content-Length says so, else (a body streamed in chunks) once that
+    many bytes have come, the rest unread. A body without a length is read here and handed
+    on as it came."""
 
     def __init__(self, app, limit):
         self.app = app
         self.limit = limit
 
+    def _too_large(self, size):
+        return f"{size}: this server takes at most {self.limit} (--max-request-mb)"
+
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            length = dict(scope["headers"]).get(b"content-length", b"0")
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None:
             if length.isdigit() and int(length) > self.limit:
-                message = (
-                    f"request of {int(length)} bytes: this server takes at most "
-                    f"{self.limit} (--max-request-mb)"
-                )
-                return await _refusal(413, message)(scope, receive, send)
-        return await self.app(scope, receive, send)
+                refusal = self._too_large(f"request of {int(length)} bytes")
+                return await _refuse(413, refusal)(scope, receive, send)
+            return await self.app(scope, receive, send)
+        messages, size = [], 0
+        while not messages or messages[-1].get("more_body"):
+            messages.append(await receive())
+            if messages[-1]["type"] != "http.request":  # the client went away
+                break
+            size += len(messages[-1].get("body", b""))
+            if size > self.limit:
+                refusal = self._too_large(f"request of more than {self.limit} bytes")
+                return await _refuse(413, refusal)(scope, receive, send)
+        read = iter(messages)
+
+        async def replay():
+            return next(read, None) or await receive()
+
+        return await self.app(scope, replay, send)
 
 
 def quiet_refusals(client_errors, not_ready):
@@ -93,12 +131,21 @@ def describe_malformed(errors):
     return f"not a v2 inference request: {field}: {first.get('msg', 'malformed')}"
 
 
-def binary_request(kserve, body, json_length, model_name):
+def json_length(value, body):
+    """The binary data extension's header ``value``: the length of the JSON that starts
+    ``body``, checked."""
+    if not (value.isascii() and value.isdigit()) or int(value) > len(body):
+        raise errors.InvalidInput(
+            f"{JSON_LENGTH_HEADER} {value!r}: the length of the request's JSON, a whole number "
+            f"up to the body's {len(body)} bytes"
+        )
+    return int(value)
+
+
+def binary_request(body, json_length, model_name):
     """A REST request in the binary data extension's form (a JSON header of
     ``json_length`` bytes, then each binary input's bytes) as KServe's InferRequest, its
     binary inputs kept as the bytes they are."""
-    infer_type = require("kserve.protocol.infer_type", PURPOSE)
-    invalid = require("kserve.errors", PURPOSE).InvalidInput
     try:
         header = json.loads(body[:json_length])
         inputs, raw, offset = [], [], json_length
@@ -106,11 +153,11 @@ def binary_request(kserve, body, json_length, model_name):
             parameters = item.get("parameters") or {}
             tensor = kserve.InferInput(item["name"], item["shape"], item["datatype"], parameters)
             if "binary_data_size" in parameters:
-                end = offset + parameters["binary_data_size"]
-                if end > len(body):
-                    raise ValueError(f"input {item['name']!r} is cut short")
-                raw.append(body[offset:end])
-                offset = end
+                size = parameters["binary_data_size"]
+                if not isinstance(size, int) or not 0 <= size <= len(body) - offset:
+                    raise ValueError(f"input {item['name']!r}: binary_data_size {size!r}")
+                raw.append(body[offset : offset + size])
+                offset += size
             else:
                 tensor.data = item["data"]
                 raw.append(None)  # JSON values: no raw bytes
@@ -119,8 +166,8 @@ def binary_request(kserve, body, json_length, model_name):
             infer_type.RequestedOutput(output["name"], output.get("parameters"))
             for output in header.get("outputs") or ()
         ]
-    except (ValueError, KeyError, TypeError) as err:
-        raise invalid(f"not a request of the binary data extension ({err})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise errors.InvalidInput(f"not a request of the binary data extension ({err})") from None
     return kserve.InferRequest(
         model_name,
         inputs,
@@ -131,126 +178,230 @@ def binary_request(kserve, body, json_length, model_name):
     )
 
 
-def model_server(kserve, served, batcher, settings, verbose):
-    """(KServe's ModelServer with the model registered, not ready yet; the model)."""
-    dataplane = require("kserve.protocol.dataplane", PURPOSE)
-    errors = require("kserve.errors", PURPOSE)
-    infer_type = require("kserve.protocol.infer_type", PURPOSE)
-    server_module = require("kserve.model_server", PURPOSE)
-    header_name = require("kserve.constants.constants", PURPOSE).INFERENCE_CONTENT_LENGTH_HEADER
-    v2_datamodels = require("kserve.protocol.rest.v2_datamodels", PURPOSE)
+class ExportModel(kserve.Model):
+    """The export as KServe's model: requests read by ``served`` (a ServedExport), run by
+    ``batcher``."""
 
-    class ExportModel(kserve.Model):
-        def start(self):
-            """Ready only after the warm-up (KServe's would say ready now)."""
+    def __init__(self, served, batcher):
+        super().__init__(served.name)
+        self.served, self.batcher = served, batcher
 
-        def load(self):
-            """Ready only after the warm-up (KServe's data plane loads a model that is not
-            ready when a gRPC request asks for it)."""
-            return self.ready
+    def start(self):
+        """Ready only after the warm-up (KServe's would say ready now)."""
 
-        def stop(self):
-            # unloaded at a stop: the requests in flight still finish (the batcher runs on)
-            self.ready = False
+    def load(self):
+        """Ready only after the warm-up (KServe's data plane loads a model that is not
+        ready when a gRPC request asks for it)."""
+        return self.ready
 
-        def get_input_types(self):
-            return served.inputs()
+    def stop(self):
+        # unloaded at a stop: the requests in flight still finish (the batcher runs on)
+        self.ready = False
 
-        def get_output_types(self):
-            return served.outputs()
+    def get_input_types(self):
+        return self.served.inputs()
 
-        async def predict(self, request, headers=None):
-            try:
-                k = served.top_k(infer_type.to_http_parameters(request.parameters or {}))
-                kind, data = served.request_images(request.inputs)
-                if kind == "encoded":  # decoded off the event loop: Pillow lets go of the GIL
-                    loop = asyncio.get_running_loop()
-                    data = await loop.run_in_executor(None, served.decode, data)
-                probabilities, batch_size = await batcher(data)
-            except RequestError as err:
-                raise errors.InvalidInput(str(err)) from None
-            outputs = []
-            for name, datatype, array in served.outputs_of(probabilities, k):
-                outputs.append(kserve.InferOutput(name, list(array.shape), datatype))
-                # as bytes: KServe's gRPC answer fails on an array (its truth value), and
-                # turns these into JSON values for a REST answer that asks for them
-                outputs[-1].set_data_from_numpy(array, binary_data=True)
-            return kserve.InferResponse(
-                response_id=request.id or "",
-                model_name=self.name,
-                infer_outputs=outputs,
-                parameters={BATCH_SIZE: batch_size},
-                use_binary_outputs=request.use_binary_outputs,
-                requested_outputs=request.request_outputs,
-            )
+    def get_output_types(self):
+        return self.served.outputs()
 
-    class ExportDataPlane(dataplane.DataPlane):
-        async def get_model(self, name):
-            """The model of a request, refused (503, UNAVAILABLE) before the warm-up."""
-            model = self.get_model_from_registry(name)
-            if not await model.healthy():
-                raise errors.ModelNotReady(name)
-            return model
+    async def predict(self, request, headers=None):
+        if not isinstance(request, kserve.InferRequest):  # KServe's v1 route hands a dict
+            raise errors.InvalidInput("this model answers the v2 protocol: /v2/models/NAME/infer")
+        try:
+            k = self.served.top_k(infer_type.to_http_parameters(request.parameters or {}))
+            kind, data = self.served.request_images(request.inputs)
+            if kind == "encoded":  # decoded off the event loop: Pillow lets go of the GIL
+                loop = asyncio.get_running_loop()
+                data = await loop.run_in_executor(None, self.served.decode, data)
+            probabilities, batch_size = await self.batcher(data)
+        except RequestError as err:
+            raise errors.InvalidInput(str(err)) from None
+        outputs = []
+        for name, datatype, array in self.served.outputs_of(probabilities, k):
+            outputs.append(kserve.InferOutput(name, list(array.shape), datatype))
+            # as bytes: KServe's gRPC answer fails on an array (its truth value), and
+            # turns these into JSON values for a REST answer that asks for them
+            outputs[-1].set_data_from_numpy(array, binary_data=True)
+        return kserve.InferResponse(
+            response_id=request.id or "",
+            model_name=self.name,
+            infer_outputs=outputs,
+            parameters={BATCH_SIZE: batch_size},
+            use_binary_outputs=request.use_binary_outputs,
+            requested_outputs=request.request_outputs,
+        )
 
-        async def ready(self):
-            models = list(self.model_registry.get_models().values())
-            return bool(models) and all([await model.healthy() for model in models])
 
-        async def model_metadata(self, model_name):
-            metadata = await super().model_metadata(model_name)
-            return dict(metadata, platform=served.platform, parameters=served.parameters)
+class ExportDataPlane(dataplane.DataPlane):
+    """KServe's data plane, ready when its models are, with the export's metadata
+    (``served``) and binary inputs kept as bytes."""
 
-        def decode_inference_request(self, body, headers, model_name):
-            if not isinstance(body, bytes):
-                return super().decode_inference_request(body, headers, model_name)
-            if header_name in headers:
-                return binary_request(kserve, body, int(headers[header_name]), model_name)
-            try:  # JSON sent as another content type (curl -d): read as JSON
-                request = v2_datamodels.InferenceRequest.model_validate_json(body)
-            except ValueError as err:  # pydantic's ValidationError
-                raise errors.InvalidInput(describe_malformed(err.errors())) from None
-            return super().decode_inference_request(request, headers, model_name)
+    def __init__(self, model_registry, served):
+        super().__init__(model_registry=model_registry)
+        self.served = served
 
-    fastapi_exceptions = require("fastapi.exceptions", PURPOSE)
-    responses = require("fastapi.responses", PURPOSE)
-    kserve_logging = require("kserve.logging", PURPOSE)
-    # KServe's loggers with their own handlers: Paddle's import gave the root logger one
-    # that writes into the buffer bootstrap.paddle_chatter hid Paddle's prints in
+    async def get_model(self, name):
+        """The model of a request, refused (503, UNAVAILABLE) before the warm-up."""
+        model = self.get_model_from_registry(name)
+        if not await model.healthy():
+            raise errors.ModelNotReady(name)
+        return model
+
+    async def ready(self):
+        models = list(self.model_registry.get_models().values())
+        return bool(models) and all([await model.healthy() for model in models])
+
+    async def model_metadata(self, model_name):
+        metadata = await super().model_metadata(model_name)
+        return dict(metadata, platform=self.served.platform, parameters=self.served.parameters)
+
+    def decode_inference_request(self, body, headers, model_name):
+        if not isinstance(body, bytes):
+            return super().decode_inference_request(body, headers, model_name)
+        header = constants.INFERENCE_CONTENT_LENGTH_HEADER
+        if header in headers:
+            return binary_request(body, json_length(headers[header], body), model_name)
+        try:  # JSON sent as another content type (curl -d): read as JSON
+            request = v2_datamodels.InferenceRequest.model_validate_json(body)
+        except ValueError as err:  # pydantic's ValidationError
+            raise errors.InvalidInput(describe_malformed(err.errors())) from None
+        return super().decode_inference_request(request, headers, model_name)
+
+
+class ExportGRPCServer(grpc_server.GRPCServer):
+    """KServe's gRPC server on ``host`` (KServe's listens on every interface), taking
+    messages of at most ``limit`` bytes (KServe's reads its limit from its module's
+    command-line arguments)."""
+
+    def __init__(self, host, limit, *args, **kwargs):
+        super().__init__(*args, kwargs={}, **kwargs)
+        self.host, self.limit = host, limit
+
+    async def start(self, max_workers):
+        self._server = aio.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers),
+            interceptors=(
+                grpc_interceptors.LoggingInterceptor(),
+                grpc_interceptors.ExceptionToStatusInterceptor(),
+            ),
+            options=[
+                ("grpc.max_send_message_length", constants.MAX_GRPC_MESSAGE_LENGTH),
+                ("grpc.max_receive_message_length", self.limit),
+            ],
+        )
+        servicer = grpc_servicer.InferenceServicer(
+            self._data_plane, self._model_repository_extension
+        )
+        grpc_services.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
+        host = "::" if self.host == EVERY_INTERFACE else self.host
+        self._server.add_insecure_port(
+            f"[{host}]:{self._port}" if ":" in host else f"{host}:{self._port}"
+        )
+        await self._server.start()
+        await self._server.wait_for_termination()
+
+
+class ExportRESTServer(rest_server.RESTServer):
+    """KServe's REST server on ``host`` (KServe's listens on every interface), its FastAPI
+    app (KServe's ``app``, which KServe's ``create_application`` fills) with the toolkit's
+    additions: the limit on a body, the metadata with the export's parameters, one line
+    and a 4xx for a body that is no v2 request or asks for what is not served."""
+
+    def __init__(self, host, limit, *args, **kwargs):
+        super().__init__(constants.FASTAPI_APP_IMPORT_STRING, *args, **kwargs)
+        self.config.host, self.limit = host, limit
+
+    def create_application(self):
+        async def model_metadata(model_name: str):
+            """The v2 metadata with the export's parameters (KServe's route keeps the v2
+            fields only); registered before KServe's routes, so it answers first."""
+            return await self.dataplane.model_metadata(model_name)
+
+        app.add_api_route("/v2/models/{model_name}", model_metadata, methods=["GET"])
+        app.add_middleware(BodyLimit, limit=self.limit)
+        super().create_application()
+        # after KServe's handlers, which these replace
+        app.add_exception_handler(fastapi_exceptions.RequestValidationError, _malformed)
+        app.add_exception_handler(NotImplementedError, _not_served)
+
+
+async def _malformed(request, error):
+    """A body that is no v2 request: 400 and one line, as KServe answers bad input
+    (FastAPI's own answer is a 422 listing its validation)."""
+    message = describe_malformed(error.errors())
+    kserve_logging.logger.warning("refused: %s", message)
+    return responses.JSONResponse({"error": message}, status_code=400)
+
+
+async def _not_served(request, error):
+    """What KServe's routes do not implement (a model version, an explainer): 404, as a
+    model of that name would be, and one line (KServe's is a 501 and a traceback)."""
+    message = f"{request.url.path}: {error}"
+    kserve_logging.logger.warning("refused: %s", message)
+    return responses.JSONResponse({"error": message}, status_code=404)
+
+
+class ExportServer(kserve.ModelServer):
+    """KServe's ModelServer serving ``model`` (an ExportModel of ``served``) on ``host``,
+    refusing requests of more than ``limit`` bytes."""
+
+    def __init__(self, model, served, host, limit, **settings):
+        super().__init__(**settings)
+        self.host, self.limit = host, limit
+        self.dataplane = ExportDataPlane(self.registered_models, served)
+        self.register_model(model)
+
+    def start(self):
+        """Serve until SIGTERM or SIGINT has drained the requests in flight: KServe's
+        ``start`` with one REST process, its servers given the host and the limit."""
+        shared = (self.dataplane, self.model_repository_extension)
+        self._rest_server = ExportRESTServer(
+            self.host,
+            self.limit,
+            *shared,
+            self.http_port,
+            grace_period=self.grace_period,
+            timeout_keep_alive=self.timeout_keep_alive,
+        )
+        self._grpc_server = ExportGRPCServer(
+            self.host, self.limit, self.grpc_port, *shared, grace_period=self.grace_period
+        )
+        self.servers = [self._rest_server.start(), self._grpc_server.start(self.max_threads)]
+        self.setup_event_loop()
+        self.register_signal_handler()
+        asyncio.run(self._serve())
+
+
+def configure_logging(verbose):
+    """KServe's loggers with their own handlers (Paddle's import gave the root logger one
+    that writes into the buffer bootstrap.paddle_chatter hid Paddle's prints in); refusals
+    in one line; KServe's and uvicorn's lines per request only when ``verbose``."""
     kserve_logging.configure_logging(kserve_logging.KSERVE_LOG_CONFIG)
-    limit = int(settings.max_request_mb * 2**20)
-    server_module.args.grpc_max_receive_message_length = limit  # KServe's own flag
-    server = kserve.ModelServer(
-        http_port=settings.http_port,
-        grpc_port=settings.grpc_port,
-        enable_latency_logging=verbose,
-    )
-    server.dataplane = ExportDataPlane(model_registry=server.registered_models)
-    app = server_module.app
-    app.add_middleware(BodyLimit, limit=limit)
-
-    async def model_metadata(model_name: str):
-        """The v2 metadata with the export's parameters (KServe's route keeps the v2
-        fields only); registered before KServe's routes, so it answers first."""
-        return await server.dataplane.model_metadata(model_name)
-
-    app.add_api_route("/v2/models/{model_name}", model_metadata, methods=["GET"])
-
-    async def malformed(request, error):
-        """A body that is no v2 request: 400 and one line, as KServe answers bad input
-        (FastAPI's own answer is a 422 listing its validation)."""
-        message = describe_malformed(error.errors())
-        kserve_logging.logger.warning("refused: %s", message)
-        return responses.JSONResponse({"error": message}, status_code=400)
-
-    app.add_exception_handler(fastapi_exceptions.RequestValidationError, malformed)
     refusals = quiet_refusals(
         (errors.InvalidInput, errors.ModelNotFound), (errors.ModelNotReady, errors.ServerNotReady)
     )
     kserve_logging.logger.addFilter(refusals)
+    # the size an image's header claims is checked against --max-image-pixels right after
+    # Pillow's own check, which warns in two lines above 89 M px
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
     if not verbose:  # KServe's and uvicorn's lines per request, and FastAPI's advice to KServe
         for name in ("kserve", "kserve.trace", "uvicorn.access"):
             logging.getLogger(name).setLevel(logging.WARNING)
         warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
-    model = ExportModel(served.name)
-    server.register_model(model)
+
+
+def model_server(served, batcher, settings, verbose):
+    """(KServe's ModelServer serving ``served`` through ``batcher``, not ready yet; the
+    model)."""
+    configure_logging(verbose)
+    model = ExportModel(served, batcher)
+    server = ExportServer(
+        model,
+        served,
+        settings.host,
+        int(settings.max_request_mb * 2**20),
+        http_port=settings.http_port,
+        grpc_port=settings.grpc_port,
+        enable_latency_logging=verbose,
+    )
     return server, model

@@ -16,10 +16,12 @@ INVALID_ARGUMENT)."""
 import base64
 import binascii
 import os
+import struct
 
 import numpy as np
 
 from paddle_resnet.core import feeds
+from paddle_resnet.core.config.deploy import IMAGE_PIXELS_PER_INPUT_PIXEL
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.metrics import top_k
 from paddle_resnet.deploy import exported
@@ -44,13 +46,15 @@ class ServedExport:
     """What the server knows of the exported model in ``model_dir``: its name, metadata,
     and how a request becomes images and probabilities become outputs."""
 
-    def __init__(self, model_dir, info, backend, precision, max_batch, name=None):
+    def __init__(self, model_dir, info, backend, precision, max_batch, name=None, max_pixels=None):
         self.name = name or os.path.basename(os.path.abspath(model_dir))
         self.info = info
         self.classes = exported.read_classes(model_dir)
         self.input_shape = tuple(info["input_shape"])
         self.max_batch = max_batch
-        self.preprocess = ImagePreprocessing(info)
+        crop = info["preprocess"]["crop_size"]
+        self.max_pixels = max_pixels or IMAGE_PIXELS_PER_INPUT_PIXEL * crop * crop
+        self.preprocess = ImagePreprocessing(info, self.max_pixels)
         sparsity = exported.sparsity(info)
         self.parameters = {
             "arch": info["arch"],
@@ -127,7 +131,9 @@ class ServedExport:
     def _array(self, request_input):
         try:
             return request_input.as_numpy()
-        except ValueError as err:  # data that does not fill the shape it declares
+        # data that does not fill the shape it declares, BYTES whose length prefixes run past
+        # their end (struct.error)
+        except (ValueError, TypeError, struct.error) as err:
             raise RequestError(
                 f"input {request_input.name!r}: its data does not fit its shape "
                 f"{_shape(request_input.shape)} ({err})"
@@ -138,6 +144,10 @@ class ServedExport:
         images, still to decode (``decode``), or ("tensor", float32 batch)."""
         request_input = self._one_input(inputs)
         shape = list(request_input.shape)
+        if any(size < 0 for size in shape):  # [-1] would pass for any number of images
+            raise RequestError(
+                f"input {request_input.name!r} has shape {_shape(shape)}: sizes are counts"
+            )
         if request_input.name == IMAGES:
             if len(shape) != 1 and not (len(shape) == 2 and shape[1] == 1):
                 raise RequestError(
@@ -166,6 +176,11 @@ class ServedExport:
                         f"{IMAGES}[{index}]: a JSON string must be the image in base64 "
                         "(raw bytes: gRPC or REST's binary data extension)"
                     ) from None
+            elif not isinstance(item, (bytes, bytearray)):  # a JSON number, list, ...:
+                # bytes(-1) fails, bytes(2**34) is 16 GB of zeros
+                raise RequestError(
+                    f"{IMAGES}[{index}] is {item!r:.40}, not an encoded image (base64 text in JSON)"
+                )
             if not item:
                 raise RequestError(f"{IMAGES}[{index}] is empty")
             try:

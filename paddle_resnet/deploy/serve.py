@@ -22,16 +22,20 @@ import threading
 import time
 
 from paddle_resnet.core import bootstrap, optional
-from paddle_resnet.core.cli import main_with
 from paddle_resnet.core.config import REPOSITORY
 from paddle_resnet.core.errors import UserError, describe
-from paddle_resnet.deploy import backends, kserve_server
+from paddle_resnet.deploy import backends
 from paddle_resnet.deploy.batching import Batcher
 from paddle_resnet.deploy.open_inference import ServedExport
+
+if optional.has_kserve:  # its classes subclass KServe's; inference.py hands over without it
+    from paddle_resnet.deploy import kserve_server
 
 # The interpreter ``inference.py --mode serve`` starts the server with where KServe is not
 # installed beside it: this variable, else the repository's serving environment.
 SERVING_PYTHON = "PADDLE_RESNET_SERVE_PYTHON"
+# the module of paddle-resnet-serve, which that interpreter runs
+SERVING_COMMAND = "paddle_resnet.commands.serve"
 
 
 def _precision(backend, inference_config, info):
@@ -62,19 +66,25 @@ def _warm_up(batcher, served, model, failures, stopped):
 
 
 def check_ports(settings):
-    """UserError, before anything loads, for a port another process listens on."""
+    """UserError, before anything loads, for a --host that names no address, or a port
+    another process listens on."""
+    try:
+        family = socket.getaddrinfo(settings.host, None, type=socket.SOCK_STREAM)[0][0]
+    except OSError as err:
+        raise UserError(f"--host {settings.host}: {err.strerror}") from None
     for flag, port in (("--http-port", settings.http_port), ("--grpc-port", settings.grpc_port)):
-        with socket.socket() as probe:
+        with socket.socket(family) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                probe.bind(("", port))
+                probe.bind((settings.host, port))
             except OSError as err:
                 raise UserError(f"{flag} {port}: {err.strerror}: choose another port") from None
 
 
 def run(config):
     """Serve the export of ``config`` until SIGTERM or SIGINT; 0 once drained."""
-    kserve = optional.require("kserve", kserve_server.PURPOSE)
+    if not optional.has_kserve:
+        raise optional.not_installed("kserve", "paddle-resnet-serve")
     inference_config, settings = config.inference, config.serve
     check_ports(settings)
     classifier, info, backend, notes = backends.build_classifier(
@@ -87,24 +97,23 @@ def run(config):
         _precision(backend, inference_config, info),
         settings.max_batch,
         settings.model_name,
+        settings.max_image_pixels,
     )
     batcher = Batcher(classifier, settings.max_batch, settings.max_wait_ms / 1000)
-    server, model = kserve_server.model_server(
-        kserve, served, batcher, settings, bootstrap.verbose()
-    )
+    server, model = kserve_server.model_server(served, batcher, settings, bootstrap.verbose())
     for line in notes:
         print(line, flush=True)
     print(
         f"serving {served.name!r} ({backend.name} {served.parameters['precision']}) over "
-        f"the Open Inference Protocol: REST on port {settings.http_port}, gRPC on "
-        f"{settings.grpc_port}; batches of up to {settings.max_batch} images, "
-        f"{settings.max_wait_ms:g} ms wait",
+        f"the Open Inference Protocol on {settings.host}: REST on port {settings.http_port}, "
+        f"gRPC on {settings.grpc_port}; batches of up to {settings.max_batch} images, "
+        f"{settings.max_wait_ms:g} ms wait; images of up to {served.max_pixels:,} px",
         flush=True,
     )
     failures, stopped = [], threading.Event()
     warm_up = (batcher, served, model, failures, stopped)
     threading.Thread(target=_warm_up, args=warm_up, daemon=True).start()
-    server.start([])  # returns once a SIGTERM or SIGINT has drained the requests in flight
+    server.start()  # returns once a SIGTERM or SIGINT has drained the requests in flight
     stopped.set()
     if failures:
         raise failures[0]
@@ -115,7 +124,7 @@ def run(config):
 
 
 def serving_command(config):
-    """The arguments of ``python -m paddle_resnet.deploy.serve`` for ``config``."""
+    """The arguments of ``python -m paddle_resnet.commands.serve`` for ``config``."""
     inference_config, settings = config.inference, config.serve
     argv = ["--inference-dir", inference_config.directory]
     argv += ["--backend", inference_config.backend]
@@ -123,9 +132,12 @@ def serving_command(config):
     argv += ["--cpu-threads", str(inference_config.cpu_threads)]
     if settings.model_name:
         argv += ["--model-name", settings.model_name]
+    argv += ["--host", settings.host]
     argv += ["--http-port", str(settings.http_port), "--grpc-port", str(settings.grpc_port)]
     argv += ["--max-batch", str(settings.max_batch), "--max-wait-ms", str(settings.max_wait_ms)]
     argv += ["--max-request-mb", str(settings.max_request_mb)]
+    if settings.max_image_pixels:
+        argv += ["--max-image-pixels", str(settings.max_image_pixels)]
     return argv + (["--verbose"] if config.run.verbose else [])
 
 
@@ -142,21 +154,4 @@ def hand_over(config):
             raise optional.not_installed("kserve", "inference.py --mode serve")
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(python, [python, "-m", __name__, *serving_command(config)])
-
-
-def main(argv=None):
-    """paddle-resnet-serve: the tool's command line (its ``main`` lives here, not in
-    commands/, whose package loads the data formats' registry, and with it DALI, which a
-    serving machine has not)."""
-    return main_with(
-        "serve",
-        __doc__.splitlines()[0],
-        run,
-        argv,
-        choices={"inference.backend": backends.CHOICES},
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    os.execv(python, [python, "-m", SERVING_COMMAND, *serving_command(config)])

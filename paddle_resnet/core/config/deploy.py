@@ -182,12 +182,24 @@ class InferenceConfig:
         return self.model_dir or DEFAULT_INFERENCE_DIR
 
 
+# --max-image-pixels' default, per pixel of the export's input: a 20 M px photo for a 224 px
+# model (a decode of 60 MB), a 640 x 640 image for a 32 px one
+IMAGE_PIXELS_PER_INPUT_PIXEL = 400
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     model_name: Optional[str] = key(
         None,
         "--model-name",
         "the model's name on the endpoints (/v2/models/NAME); default: the export folder's name",
+        tools=SERVE,
+    )
+    host: str = key(
+        "0.0.0.0",
+        "--host",
+        "the address the REST and gRPC ports listen on; the default is KServe's own, every "
+        "interface (gRPC on [::]); 127.0.0.1: this machine only",
         tools=SERVE,
     )
     http_port: int = key(
@@ -214,8 +226,17 @@ class ServeConfig:
     max_request_mb: float = key(
         64.0,
         "--max-request-mb",
-        "largest request: a REST body or gRPC message above it is refused (413, "
-        "RESOURCE_EXHAUSTED)",
+        "largest request: a REST body (with a Content-Length or streamed in chunks) or gRPC "
+        "message above it is refused (413, RESOURCE_EXHAUSTED)",
         positive,
+        tools=SERVE,
+    )
+    max_image_pixels: Optional[int] = key(
+        None,
+        "--max-image-pixels",
+        "largest encoded image decoded, in pixels (width x height, read from its header "
+        "before decoding): a larger one is refused (400, INVALID_ARGUMENT); default: "
+        f"{IMAGE_PIXELS_PER_INPUT_PIXEL} times the export's input (20.1 M px at 224 x 224)",
+        at_least(1),
         tools=SERVE,
     )
