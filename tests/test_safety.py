@@ -187,6 +187,7 @@ def test_auto_refuses_a_folder_of_another_run_and_evaluates_the_newest(trained, 
     assert f"evaluating checkpoint {newest} (epoch 3)" in out
 
 
+@once  # the run folder's policy (training/run_folder.py) is plain Python over files
 def test_auto_skips_a_damaged_newest_checkpoint_with_a_warning(trained, tmp_path):
     """A checkpoint damaged after it was written (the writes are atomic: storage, a
     person) is skipped, named in a warning, and the run continues from the one before."""
@@ -215,6 +216,7 @@ def copy_of_trained(trained, tmp_path, damaged=(), **values):
 REWOUND = r"\.rewound-\d{8}T\d{6}Z"
 
 
+@once  # the run folder's policy (training/run_folder.py) is plain Python over files
 def test_a_rewind_moves_the_newer_checkpoints_aside_and_auto_follows_the_new_branch(
     trained, tmp_path
 ):
@@ -255,6 +257,7 @@ def test_a_rewind_moves_the_newer_checkpoints_aside_and_auto_follows_the_new_bra
     assert ckpt.read_checkpoint(str(folder / "2"))[0]["code"] == dict(now, ir=ir.chosen(config)[0])
 
 
+@once  # the run folder's policy (training/run_folder.py) is plain Python over files
 def test_damaged_newer_checkpoints_never_cost_a_good_one(trained, tmp_path):
     """The case found by hand: epochs 2 and 3 damaged, --from-checkpoint auto
     --keep-checkpoints 1 resumed from 1, and after saving 2 removed 1 and 2, leaving the
@@ -466,6 +469,7 @@ def test_a_checkpoint_replacement_left_by_a_dead_node_is_finished(trained, tmp_p
     assert sorted(os.listdir(arch)) == ["1", "2", "3"]
 
 
+@once  # the console's lines are plain Python
 def test_a_terminal_of_no_columns_gets_the_lines(fmnist_root, tmp_path):
     """tqdm draws nothing on a 0-column terminal (some schedulers' pseudo-terminals): the
     run prints its DLLogger lines there instead."""
