@@ -488,6 +488,19 @@ def test_commands_parse_and_call():
     assert not long, long
 
 
+def test_the_step_loop_reads_on_one_screen():
+    """loop.train_one_epoch reads, trains and asks its parts (StepLog: what is shown and
+    logged; the stop and divergence agreement; the timed save) whether to act: at most 40
+    lines, with its signature and docstring (88 when every part lived inside it)."""
+    tree = ast.parse(open(os.path.join(ROOT, "paddle_resnet", "training", "loop.py")).read())
+    (function,) = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "train_one_epoch"
+    ]
+    assert function.end_lineno - function.lineno + 1 <= 40
+
+
 # Paddle APIs moved to C++ bindings that take only dygraph tensors and PIR values (a
 # legacy static variable gets "must be Value, but got Variable"): Paddle's
 # paddle/phi/ops/yaml/python_api_info.yaml, as of Paddle 3.3 (PRs #74592, #78198).

@@ -56,6 +56,81 @@ def train_step(exe, programs, feed, mixup_weight=None, class_feeds=None, fetches
     return dict(values, lr=lr)
 
 
+class StepLog:
+    """What a person and the trackers see of an epoch's steps: the progress bar, a LOG
+    record every ``--print-interval`` steps, a Kubeflow TrainJob's progress, and the
+    epoch's averages and timings."""
+
+    def __init__(self, session, epoch, total):
+        self.session, self.epoch, self.total = session, epoch, total
+        # window: every step since the last logged line, whose means the line carries, so a
+        # curve of the logged lines follows every step, not one batch in print_interval
+        self.meter, self.window, self.timing = Meter(), Meter(), Meter()
+        self.bar = session.report.progress(total, f"epoch {epoch}")
+        self.epoch_start = self.tic = self.fed = time.perf_counter()
+
+    def feeding(self):
+        """The batch is read: the step's compute starts."""
+        self.fed = time.perf_counter()
+
+    def stepped(self, step, values, images):
+        done = time.perf_counter()
+        self.meter.update(values, images)
+        self.window.update(values, images)
+        fed, tic = self.fed, self.tic
+        times = {"data_time": fed - tic, "compute_time": done - fed, "batch_time": done - tic}
+        self.timing.update(times, 1)
+        ips = images * self.session.world_size / times["batch_time"]
+        self.bar.set_postfix_str(f"loss {values['loss']:.3f}, {ips:.0f} img/s", refresh=False)
+        self.bar.update()
+        if (step + 1) % self.session.config.run.print_interval == 0 or step + 1 == self.total:
+            self._log(step, values, ips, times)
+        self.tic = time.perf_counter()
+
+    def _log(self, step, values, ips, times):
+        session, epoch, total = self.session, self.epoch, self.total
+        means = {f"{k}_mean": v for k, v in self.window.averages().items() if k != "lr"}
+        session.report.log(
+            [epoch, step + 1],
+            dict(values, ips=ips, progress=f"{step + 1}/{total}", **times, **means),
+            console=not session.report.interactive,
+        )
+        self.window = Meter()
+        if session.trainer_status is not None:  # a Kubeflow TrainJob's progress
+            session.trainer_status.post(
+                (epoch - 1) * total + step + 1,
+                session.config.run.epochs * total,
+                epoch,
+                {"loss": values["loss"], "ips": round(ips)},
+            )
+
+    def summary(self, steps):
+        """The epoch's averages, with ``train.steps`` done."""
+        self.bar.close()
+        elapsed = time.perf_counter() - self.epoch_start
+        images = self.meter.count * self.session.world_size
+        summary = {f"train.{k}": v for k, v in self.meter.averages().items() if k != "lr"}
+        summary.update({f"train.{k}": v for k, v in self.timing.averages().items()})
+        summary.update({"train.ips": images / elapsed, "train.images": images})
+        return dict(summary, **{"train.seconds": elapsed, "train.steps": steps})
+
+
+def _stops_after(session, watch, stop, values, at):
+    """Whether the pass ends after this step (``stop``: every rank at the same step); a
+    loss that is not finite on any rank raises ``errors.Diverged`` on every rank, after
+    the step's LOG record and before any save. ``at``: (epoch, steps done, steps)."""
+    diverged = watch.step_diverged(values)
+    stopping = stop.should_stop(diverged) if stop is not None else diverged
+    ranks_diverged = stop.diverged if stop is not None else int(diverged)
+    if ranks_diverged:  # every rank, at this step: nothing is saved
+        epoch, steps, total = at
+        record = dict(values, ranks=ranks_diverged)
+        session.report.log([epoch, steps], record, kind="DIVERGED", console=False)
+        where = f"in epoch {epoch} at step {steps} of {total}"
+        raise watch.stop_at_step(values, where, (ranks_diverged, session.world_size))
+    return stopping
+
+
 def train_one_epoch(
     session,
     loader,
@@ -66,84 +141,36 @@ def train_one_epoch(
     save_within=None,
     watch=None,
 ):
-    """One pass of ``loader`` through the train program; returns the epoch's averages,
-    with ``train.steps`` done. ``profiler`` (profiling.step_profiler) wraps each step.
-    The first ``skip`` batches are read but not trained on (a mid-epoch resume: the data
-    and MixUp streams advance as they did); the pass ends early once
-    ``stop.should_stop()`` (``lifecycle.StopRequests``: every rank at the same step),
-    after the step in flight; where ``stop.save_due`` there, ``save_within(epoch, steps
-    done)`` saves a checkpoint within the epoch (--save-every-minutes). A step whose loss
-    is not finite raises ``errors.Diverged`` on every rank, after the step's LOG record
-    and before any save (``watch``: ``divergence.Watch``, made here where not given)."""
-    config, report, world_size = session.config, session.report, session.world_size
-    print_interval = config.run.print_interval
-    watch = watch or divergence.Watch(config, session.programs.train)
-    weights = mixup_weights(config.loss.mixup_alpha, config.data.seed, epoch)
+    """One pass of ``loader`` through the train program; returns the epoch's averages
+    (``StepLog.summary``). ``profiler`` (profiling.step_profiler) wraps each step. The
+    first ``skip`` batches are read but not trained on (a mid-epoch resume: the data and
+    MixUp streams advance as they did); the pass ends early once ``stop.should_stop()``
+    (``lifecycle.StopRequests``), after the step in flight; where ``stop.save_due`` there,
+    ``save_within(epoch, steps done)`` saves a checkpoint within the epoch
+    (--save-every-minutes). ``watch``: ``divergence.Watch``, made here where not given."""
+    watch = watch or divergence.Watch(session.config, session.programs.train)
+    weights = mixup_weights(session.config.loss.mixup_alpha, session.config.data.seed, epoch)
     class_feeds = session.class_feeds(epoch)
-    # window: every step since the last logged line, whose means the line carries, so a
-    # curve of the logged lines follows every step, not one batch in print_interval
-    meter, window, timing = Meter(), Meter(), Meter()
     total = len(loader)
-    bar = report.progress(total, f"epoch {epoch}")
-    epoch_start = tic = time.perf_counter()
+    log = StepLog(session, epoch, total)
     done_steps = 0
     for step, feed in enumerate(loader):
         if step < skip:
             next(weights)
-            bar.update()
+            log.bar.update()
             continue
-        fed = time.perf_counter()
+        log.feeding()
         with profiler.step((epoch - 1) * total + step):
             values = train_step(
                 session.exe, session.programs, feed, next(weights), class_feeds, watch.fetches
             )
-        done = time.perf_counter()
-        images = _num_images(feed)
-        meter.update(values, images)
-        window.update(values, images)
-        times = {"data_time": fed - tic, "compute_time": done - fed, "batch_time": done - tic}
-        timing.update(times, 1)
-        ips = images * world_size / times["batch_time"]
-        bar.set_postfix_str(f"loss {values['loss']:.3f}, {ips:.0f} img/s", refresh=False)
-        bar.update()
-        if (step + 1) % print_interval == 0 or step + 1 == total:
-            means = {f"{k}_mean": v for k, v in window.averages().items() if k != "lr"}
-            report.log(
-                [epoch, step + 1],
-                dict(values, ips=ips, progress=f"{step + 1}/{total}", **times, **means),
-                console=not report.interactive,
-            )
-            window = Meter()
-            if session.trainer_status is not None:  # a Kubeflow TrainJob's progress
-                session.trainer_status.post(
-                    (epoch - 1) * total + step + 1,
-                    config.run.epochs * total,
-                    epoch,
-                    {"loss": values["loss"], "ips": round(ips)},
-                )
-        tic = time.perf_counter()
+        log.stepped(step, values, _num_images(feed))
         done_steps = step + 1
-        diverged = watch.step_diverged(values)
-        stopping = stop.should_stop(diverged) if stop is not None else diverged
-        ranks_diverged = stop.diverged if stop is not None else int(diverged)
-        if ranks_diverged:  # every rank, at this step: nothing is saved
-            where = f"in epoch {epoch} at step {step + 1} of {total}"
-            record = dict(values, ranks=ranks_diverged)
-            report.log([epoch, step + 1], record, kind="DIVERGED", console=False)
-            raise watch.stop_at_step(values, where, (ranks_diverged, world_size))
-        if stopping:
+        if _stops_after(session, watch, stop, values, (epoch, done_steps, total)):
             break
-        if stop is not None and stop.save_due and step + 1 < total and save_within:
-            save_within(epoch, step + 1)  # --save-every-minutes
-    bar.close()
-    elapsed = time.perf_counter() - epoch_start
-    summary = {f"train.{k}": v for k, v in meter.averages().items() if k != "lr"}
-    summary.update({f"train.{k}": v for k, v in timing.averages().items()})
-    summary["train.ips"] = meter.count * world_size / elapsed
-    summary["train.images"] = meter.count * world_size
-    summary["train.seconds"] = elapsed
-    summary["train.steps"] = done_steps
-    return summary
+        if stop is not None and stop.save_due and done_steps < total and save_within:
+            save_within(epoch, done_steps)  # --save-every-minutes
+    return log.summary(done_steps)
 
 
 def evaluate(session, split, epoch):
