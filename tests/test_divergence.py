@@ -136,7 +136,7 @@ def test_a_stop_by_signal_never_saves_weights_that_are_not_finite(session):
     train_program = session.programs.train
     weight = ir.parameters(train_program)[0].name
     watch = divergence.Watch(session.config, train_program)
-    stop = lifecycle.StopRequests()
+    stop = lifecycle.StepAgreement()
     stop.signal_number = signal.SIGTERM
     with pytest.raises(lifecycle.Stopped):  # finite: saved, then the stop
         epochs._save_stopped(session, 1, 3, stop, (0, 0), watch)

@@ -173,7 +173,7 @@ def test_the_first_signal_asks_to_stop_sigterms_never_end_it_a_second_ctrl_c_doe
     code = (
         "import os, signal, time\n"
         "from paddle_resnet.training import lifecycle\n"
-        "with lifecycle.StopRequests() as stop:\n"
+        "with lifecycle.StepAgreement() as stop:\n"
         "    os.kill(os.getpid(), signal.SIGINT); time.sleep(0.2)\n"
         "    os.kill(os.getpid(), signal.SIGTERM); time.sleep(0.2)\n"
         "    print(stop.received, stop.should_stop(), stop.signal_number, flush=True)\n"

@@ -3,7 +3,7 @@ what to change, in one line (``errors.Diverged``: status 2, which no scheduler r
 a restart from the last checkpoint would diverge again).
 
 Where it is seen: the loss each step fetches anyway (every rank's, agreed through the
-per-step all-reduce of ``lifecycle.StopRequests``, so every rank stops at the same step),
+per-step all-reduce of ``lifecycle.StepAgreement``, so every rank stops at the same step),
 and the weights before every save and at every epoch's end. That check is the job's
 decision, not one rank's: each rank holds batch-norm statistics of its own batches, so
 one rank alone may find a nan; it ended that rank with 2 while rank 0 saved and then

@@ -30,7 +30,7 @@ def train_epochs(session, train_split, val_split, start):
     start_epoch, skip = start
     validated = False  # this start's first validation: a lost one of ``start`` comes first
     # closed however the epochs end: a window that outlasted the training, or a stop
-    stop_requests = lifecycle.StopRequests(
+    agreement = lifecycle.StepAgreement(
         session.all_reduce, run_cfg.save_every_minutes * 60, session.rank
     )
     # the checkpoint this run resumed from was refused at load had it held nan or inf
@@ -44,7 +44,7 @@ def train_epochs(session, train_split, val_split, start):
     )
     with (
         contextlib.closing(step_profiler(run_cfg)) as profiler,
-        stop_requests as stop,
+        agreement as stop,
     ):
         for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
             metrics = train_one_epoch(

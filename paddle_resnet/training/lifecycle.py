@@ -10,7 +10,7 @@ default action: no traceback, no Paddle dump); the checkpoints already written a
 complete, as ever. Outside the steps (``stops_reported``) a stop ends the run in one line.
 
 With several ranks every rank stops after the same step: after each step the ranks sum
-who was asked (``StopRequests.should_stop``, one small all-reduce), so a signal that
+who was asked (``StepAgreement.should_stop``, one small all-reduce), so a signal that
 reached one rank, or reached them during different steps, stops them all at the next
 common step; rank 0 saves and the others wait for its checkpoint before they exit.
 
@@ -60,9 +60,11 @@ class Stopped(Exception):
         self.exit_code = exit_code
 
 
-class StopRequests:
-    """While entered (main thread), SIGINT and SIGTERM ask the training to stop after its
-    current step. ``all_reduce`` (``distributed.all_reduce_sum``) with several ranks.
+class StepAgreement:
+    """What every rank agrees on after each step, in one small all-reduce: whether to stop
+    (while entered, in the main thread, SIGINT and SIGTERM ask the training to stop after
+    its current step; a step that diverged on some rank stops every rank), and whether a
+    timed save is due. ``all_reduce`` (``distributed.all_reduce_sum``) with several ranks.
     With ``save_every_seconds``, a save is due once that long has passed since the last
     (``saved``) by rank 0's clock: ``save_due`` after the step where the ranks learn it."""
 
@@ -180,7 +182,7 @@ def stopped(number, where, directory):
 
 class StoppedBySignal(Exception):
     """SIGTERM or SIGINT arrived outside the training steps (which stop at a step:
-    ``StopRequests``); ``number`` is the signal."""
+    ``StepAgreement``); ``number`` is the signal."""
 
     def __init__(self, number):
         super().__init__(number)
@@ -197,9 +199,14 @@ def _ranks_launched(environ):
 
 class Stops:
     """What ``stops_reported`` knows of the run: its start's ``rendezvous`` once the ranks
-    have met (where another rank's end of the start is read)."""
+    have met (``met``; where another rank's end of the start is read)."""
 
     rendezvous = None
+
+    def met(self, rendezvous):
+        """The ranks have met through ``rendezvous``; returns it."""
+        self.rendezvous = rendezvous
+        return rendezvous
 
 
 @contextlib.contextmanager

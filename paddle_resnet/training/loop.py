@@ -145,7 +145,7 @@ def train_one_epoch(
     (``StepLog.summary``). ``profiler`` (profiling.step_profiler) wraps each step. The
     first ``skip`` batches are read but not trained on (a mid-epoch resume: the data and
     MixUp streams advance as they did); the pass ends early once ``stop.should_stop()``
-    (``lifecycle.StopRequests``), after the step in flight; where ``stop.save_due`` there,
+    (``lifecycle.StepAgreement``), after the step in flight; where ``stop.save_due`` there,
     ``save_within(epoch, steps done)`` saves a checkpoint within the epoch
     (--save-every-minutes). ``watch``: ``divergence.Watch``, made here where not given."""
     watch = watch or divergence.Watch(session.config, session.programs.train)

@@ -59,7 +59,7 @@ def run(config, report_stream=None, after_training=None):
             devices.check_training_options(config)
         guard.phase("rendezvous of the ranks")
         rank, world_size = distributed.init_fleet()
-        meeting = stops.rendezvous = Rendezvous.of_job(rank, world_size)
+        meeting = stops.met(Rendezvous.of_job(rank, world_size))
         with meeting.start():
             guard.phase("output folder lock")
             # one run per output folder, from before its checks to its last line
