@@ -6,10 +6,8 @@ evaluate, benchmark (``benchmark``) or train the epochs (``epochs``); last, the 
 ``run(config, report_stream, after_training)`` is what the train command calls."""
 
 import contextlib
-import dataclasses
 import os
 import sys
-from typing import Any, Optional, Sequence
 
 from paddle_resnet.core import affinity, bootstrap, devices, trackers
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
@@ -64,8 +62,8 @@ def run(config, report_stream=None, after_training=None):
             guard.phase("output folder lock")
             # one run per output folder, from before its checks to its last line
             steps.enter_context(run_folder.claimed(config.run.output_dir, rank))
-            resolved = resolve_start(config, rank, world_size, meeting.share, guard)
-            session = prepare_session(resolved, steps, guard, meeting, report_stream)
+            session = resolve_start(config, rank, world_size, meeting.share, guard)
+            prepare_session(session, steps, guard, meeting, report_stream)
         guard.started()
         config, report = session.config, session.report
         with lifecycle.peers_watched(
@@ -75,7 +73,7 @@ def run(config, report_stream=None, after_training=None):
             config.run.collective_timeout,
             roll_call=meeting.roll_call,
         ):
-            metrics = work(session, resolved)
+            metrics = work(session)
         if session.training and not config.run.benchmark and rank == 0 and after_training:
             metrics.update(after_training(config, report))
         report.log("SUMMARY", metrics, kind="SUMMARY", console=False)
@@ -83,32 +81,11 @@ def run(config, report_stream=None, after_training=None):
         return metrics
 
 
-@dataclasses.dataclass
-class Resolved:
-    """The start of a run, resolved: the one final ``config`` (``--from-checkpoint auto``'s
-    checkpoint, the CPU kernels), its start weights read and checked (``start``), the
-    data (splits, classes, the screening of its tree, the loss's per-class vectors), the
-    run folder's ``checkpoints``, this process's place and the sum over the ranks."""
-
-    config: Any
-    start: Any  # start_weights.Start
-    train_split: Any
-    val_split: Any
-    classes: Sequence[str]
-    screening: Any  # screening.Screening, or None (record files)
-    kernels: Any  # cpu_kernels.Choice, or None
-    class_balance: Any  # class_weights.ClassBalance, or None
-    checkpoints: Any  # run_folder.Checkpoints
-    steps_per_epoch: Optional[int]
-    place: Any
-    device_id: Optional[int]
-    all_reduce: Any
-
-
 def resolve_start(config, rank, world_size, share, guard):
     """Once the run owns its folder: the data opened, the start weights chosen (rank 0's
     choice for ``auto``, ``share``d) and checked, the tree screened once per job, the CPU
-    kernels decided: the ``Resolved`` start, whose ``config`` everything after reads."""
+    kernels decided: the run's ``Session``, whose ``config`` everything after reads, not
+    yet prepared."""
     training = config.run.run_scope != "eval_only"
     evaluating = config.run.run_scope != "train_only" and not config.run.benchmark
     place, device_id, all_reduce = this_process(config.run, world_size)
@@ -127,47 +104,34 @@ def resolve_start(config, rank, world_size, share, guard):
     steps_per_epoch = (
         train_steps(len(train_split), final.data.batch_size, world_size) if training else None
     )
-    return Resolved(
-        final, start, train_split, val_split, classes, screening, kernels, balance,
-        checkpoints, steps_per_epoch, place, device_id, all_reduce,
+    return Session(
+        config=final, rank=rank, world_size=world_size, place=place, device_id=device_id,
+        all_reduce=all_reduce, start=start, train_split=train_split, val_split=val_split,
+        classes=classes, screening=screening, kernels=kernels, steps_per_epoch=steps_per_epoch,
+        class_balance=balance, checkpoints=checkpoints,
     )  # fmt: skip
 
 
-def prepare_session(resolved, steps, guard, meeting, report_stream):
+def prepare_session(session, steps, guard, meeting, report_stream):
     """The programs built and run (on GPUs the startup program makes NCCL's rings, so the
     ranks meet first), the report opened (closed by ``steps``), the run's first lines, the
     start weights loaded, 2:4 masks, classes.json; the ranks agree to take their first
-    step. The ``Session`` of the run."""
-    config, rank = resolved.config, meeting.rank
-    training = config.run.run_scope != "eval_only"
+    step. The ``Session``, prepared."""
+    config, rank = session.config, session.rank
     guard.phase("programs")
     meeting.agree("programs")
-    programs, exe = prepare.ready_for_weights(
-        config, training, meeting.world_size, resolved.steps_per_epoch, resolved.place
+    session.programs, session.exe = prepare.ready_for_weights(
+        config, session.training, session.world_size, session.steps_per_epoch, session.place
     )
     guard.phase("weights")
-    session = Session(
-        config=config,
-        exe=exe,
-        programs=programs,
-        report=steps.enter_context(open_report(config, rank, report_stream)),
-        rank=rank,
-        world_size=meeting.world_size,
-        place=resolved.place,
-        device_id=resolved.device_id,
-        all_reduce=resolved.all_reduce,
-        classes=resolved.classes,
-        steps_per_epoch=resolved.steps_per_epoch,
-        class_balance=resolved.class_balance,
-        checkpoints=resolved.checkpoints,
-    )
+    session.report = steps.enter_context(open_report(config, rank, report_stream))
     if rank == 0:  # the statuses of several ranks would overwrite each other
         session.trainer_status = TrainerStatus.from_environment(report=session.report.print)
-    introduce(session, resolved)
-    session.progress = start_weights.load(session, resolved.start)
+    introduce(session)
+    session.progress = start_weights.load(session, session.start)
     prepare.prune(session, session.progress)
     if rank == 0:
-        write_class_index(os.path.join(config.run.output_dir, CLASSES_FILE), resolved.classes)
+        write_class_index(os.path.join(config.run.output_dir, CLASSES_FILE), session.classes)
     meeting.agree("steps")
     return session
 
@@ -223,15 +187,15 @@ def open_report(config, rank, stream):
     )
 
 
-def introduce(session, resolved):
+def introduce(session):
     """The first lines of a run: its allocator, where it starts, its parameters (in the
     report only), the CPU kernels where they were chosen for it, the class weights and
     logit offsets, the model, its classes and this process's place, and what the data
     check found (its counts and notes in the report only)."""
     report, config = session.report, session.config
-    kernels, screening = resolved.kernels, resolved.screening
+    kernels, screening = session.kernels, session.screening
     report.print(bootstrap.allocator_note())
-    for line in resolved.start.lines:
+    for line in session.start.lines:
         report.print(line)
     # the IR chosen (``run.ir`` unset: ``ir.chosen``), the allocator and the kernels, beside
     # the configuration
@@ -266,14 +230,14 @@ def introduce(session, resolved):
         report.log("DATA_CHECK", screening.record, kind="DATA_CHECK", console=False)
 
 
-def work(session, resolved):
+def work(session):
     """What the run is for: evaluate the start weights, measure throughput, or train
     the epochs from ``session.progress`` (epochs done, steps done in the next); its
     metrics."""
     config, report, progress = session.config, session.report, session.progress
-    train_split, val_split = resolved.train_split, resolved.val_split
+    train_split, val_split = session.train_split, session.val_split
     if not session.training:
-        epoch = evaluated_epoch(config, resolved.start.meta, report)
+        epoch = evaluated_epoch(config, session.start.meta, report)
         return evaluate(session, val_split, epoch)
     metrics = {}
     if config.asp.prune_model and val_split is not None:

@@ -1,6 +1,7 @@
-"""What the steps of one training run share (``Session``): the prepared programs and
-their executor, the report, the data's classes and steps per epoch, and this
-process's place among the ranks."""
+"""One run's state (``Session``): its start, resolved (the one final config, the start
+weights, the data and its screening, the CPU kernels, the run folder's checkpoints, this
+process's place among the ranks), then the prepared programs with their executor and the
+report, and where the work goes on."""
 
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Tuple
@@ -10,26 +11,33 @@ from paddle_resnet.data.dali import make_loader
 from paddle_resnet.training.programs import Programs
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Session:
-    """Built once by ``run.run`` once the programs are prepared; the epochs, the
-    benchmark and the evaluation read it instead of a dozen parameters each."""
+    """Resolved once by ``run.resolve_start`` (what everything after reads: ``config`` is
+    the final one), given its programs and report by ``run.prepare_session``; the epochs,
+    the benchmark and the evaluation read it instead of a dozen parameters each."""
 
     config: Any
-    exe: Any
-    programs: Programs
-    report: Report
     rank: int
     world_size: int
     place: Any
     device_id: Optional[int]
     all_reduce: Optional[Callable]  # sums over the ranks (None with one rank)
+    start: Any  # start_weights.Start: the start weights read and checked, their lines
+    train_split: Any
+    val_split: Any
     classes: Sequence[str]
+    screening: Any  # screening.Screening, or None (record files)
+    kernels: Any  # cpu_kernels.Choice, or None where the run does not train
     steps_per_epoch: Optional[int]  # None when the run does not train
     # the per-class vectors of the loss (class_weights.ClassBalance), None for the plain loss
     class_balance: Optional[Any] = None
     # the run folder's checkpoints and their policy (run_folder.Checkpoints): retention
     checkpoints: Optional[Any] = None
+    # once prepared (``run.prepare_session``)
+    exe: Any = None
+    programs: Optional[Programs] = None
+    report: Optional[Report] = None
     # where the work goes on: (epochs done, steps done in the next), once weights are in
     progress: Tuple[int, int] = (0, 0)
     # rank 0's poster of progress to a Kubeflow TrainJob's status (trainer_status), or None
@@ -38,7 +46,7 @@ class Session:
     @property
     def training(self):
         """Whether the run trains (eval_only builds no train program)."""
-        return self.programs.train is not None
+        return self.config.run.run_scope != "eval_only"
 
     def class_feeds(self, epoch):
         """{feed name: vector} of the loss's per-class inputs in training epoch ``epoch``
