@@ -23,13 +23,13 @@ class Session:
     place: Any
     device_id: Optional[int]
     all_reduce: Optional[Callable]  # sums over the ranks (None with one rank)
-    start: Any  # start_weights.Start: the start weights read and checked, their lines
-    train_split: Any
-    val_split: Any
     classes: Sequence[str]
-    screening: Any  # screening.Screening, or None (record files)
-    kernels: Any  # cpu_kernels.Choice, or None where the run does not train
     steps_per_epoch: Optional[int]  # None when the run does not train
+    start: Any = None  # start_weights.Start: the start weights read and checked, their lines
+    train_split: Any = None
+    val_split: Any = None
+    screening: Any = None  # screening.Screening, or None (record files)
+    kernels: Any = None  # cpu_kernels.Choice, or None where the run does not train
     # the per-class vectors of the loss (class_weights.ClassBalance), None for the plain loss
     class_balance: Optional[Any] = None
     # the run folder's checkpoints and their policy (run_folder.Checkpoints): retention
