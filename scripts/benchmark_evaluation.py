@@ -29,8 +29,7 @@ from paddle_resnet.core.config import build_config, read_recipe, resolve_config_
 from paddle_resnet.core.errors import exit_status
 from paddle_resnet.data.folder import linked_subset
 from paddle_resnet.deploy import export, inference_modes
-from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import eval_predictor
+from paddle_resnet.training import eval_predictor, run_folder
 
 
 def config(args, output_dir, **values):
@@ -61,7 +60,7 @@ def main():
             },
         )
         train.run(trained, report_stream=quiet)
-        checkpoint = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 1)
+        checkpoint = run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 1)
         evaluation = config(
             args,
             os.path.join(scratch, "eval"),

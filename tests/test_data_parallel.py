@@ -36,6 +36,7 @@ from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import RESTARTABLE
 from paddle_resnet.core.report import read_report
 from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import run_folder
 from paddle_resnet.training.optim import lr_at_step
 
 TOY = os.path.join(ROOT, "tests", "ranks", "toy_reduction.py")
@@ -46,7 +47,7 @@ pytestmark = pytest.mark.cpu_only
 
 
 def weights(output_dir, epoch):
-    return ckpt.read_checkpoint(ckpt.checkpoint_dir(str(output_dir), "resnet18", epoch))[1]
+    return ckpt.read_checkpoint(run_folder.checkpoint_dir(str(output_dir), "resnet18", epoch))[1]
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +135,7 @@ def test_two_ranks_train_with_agreeing_parameters_and_exact_evaluation(two_ranks
     assert [v["val.images"] for v in val] == [130, 130]  # every image once, 130 = 2 x 65
     steps = [r for r in records if r["type"] == "LOG"]
     assert steps[-1]["data"]["progress"] == "5/5"
-    meta, _ = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(two_ranks), "resnet18", 2))
+    meta, _ = ckpt.read_checkpoint(run_folder.checkpoint_dir(str(two_ranks), "resnet18", 2))
     assert meta["world_size"] == 2 and meta["global_step"] == 10
 
 
@@ -259,7 +260,7 @@ def test_resume_across_world_sizes_keeps_the_epoch_schedule(two_ranks, fmnist_ro
     assert logged, "the resumed run logged no step"
     for step, lr in logged.items():  # step counts from 1 within epoch 2
         assert lr == pytest.approx(lr_at_step(lr_config, 10 + step - 1, 10, 2, 16))
-    meta, _ = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(out), "resnet18", 2))
+    meta, _ = ckpt.read_checkpoint(run_folder.checkpoint_dir(str(out), "resnet18", 2))
     assert meta["world_size"] == 1 and meta["global_step"] == 20
     # 1 -> 2 ranks: the run's last checkpoint leaves no epoch to train, but the resume
     # itself (restore, schedule position, the world-size notice) runs with two ranks.

@@ -18,7 +18,7 @@ from paddle_resnet.data.dali import DataSplit
 from paddle_resnet.data.folder import ImageList
 from paddle_resnet.models import model_entry
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import class_weights, finetune, ir, programs
+from paddle_resnet.training import class_weights, finetune, ir, programs, run_folder
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
 IRS = ("legacy", "pir") if PADDLE3 else ("legacy",)
@@ -110,7 +110,7 @@ def stage_parameters(config, stage):
 def fine_tune(trained, image_root, output_dir, ir_name, **values):
     """One epoch from the ``trained`` fixture's last weights with ``values`` set; (its
     config, the start state, the end state)."""
-    start = os.path.join(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model")
+    start = os.path.join(run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model")
     config = small_config(
         image_root,
         output_dir,
@@ -124,7 +124,7 @@ def fine_tune(trained, image_root, output_dir, ir_name, **values):
     )
     train.run(config, report_stream=open(os.devnull, "w"))
     before = ckpt.read_state(start, optimizer=False)
-    after = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(output_dir), "resnet18", 1))[1]
+    after = ckpt.read_checkpoint(run_folder.checkpoint_dir(str(output_dir), "resnet18", 1))[1]
     return config, before, after
 
 

@@ -20,7 +20,7 @@ from paddle_resnet.core import feeds
 from paddle_resnet.core.config import build_config
 from paddle_resnet.models import model_entry
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import gpu_tuning, prepare
+from paddle_resnet.training import gpu_tuning, prepare, run_folder
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.qat import quantize_eval_program
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
@@ -210,7 +210,7 @@ def test_pretrained_weights_reach_the_pure_fp16_masters(trained):
     place = paddle.CPUPlace()
     paddle.static.Executor(place).run(programs.startup)
     prepare.init_pure_fp16(programs, place)
-    folder = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3)
+    folder = run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3)
     state = ckpt.read_checkpoint(folder)[1]
     into_program.load_pretrained(programs.train, state, folder, "resnet18")
     scope = paddle.static.global_scope()

@@ -22,7 +22,7 @@ from paddle_resnet.data.folder import scan_split
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported, inference_modes, predictor
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import gpu_tuning, profiling
+from paddle_resnet.training import gpu_tuning, profiling, run_folder
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.weights import pretrained_file, read_weights
 
@@ -171,7 +171,9 @@ def test_export_at_the_end_equals_export_model(four_channel_run, tmp_path):
         dict(
             flat(config),
             **{
-                "run.from_checkpoint": ckpt.checkpoint_dir(config.run.output_dir, "resnet18", 1),
+                "run.from_checkpoint": run_folder.checkpoint_dir(
+                    config.run.output_dir, "resnet18", 1
+                ),
                 "inference.model_dir": str(tmp_path / "again"),
                 "inference.export_log_path": str(tmp_path / "export.json"),
             },

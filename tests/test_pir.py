@@ -23,7 +23,7 @@ from paddle_resnet.core.report import read_report
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported, onnx_int8, pir_tensorrt, predictor, sparsity_report
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import ir, programs, qat
+from paddle_resnet.training import ir, programs, qat, run_folder
 from paddle_resnet.training.loop import train_step
 from paddle_resnet.training.sparsity import pattern
 
@@ -240,7 +240,7 @@ def test_pir_prunes_trains_exports_json_and_serves(fmnist_root, tmp_path, capsys
     assert os.path.isfile(os.path.join(model_dir, exported.PIR_MODEL_FILE))
     assert not os.path.exists(os.path.join(model_dir, exported.MODEL_FILE))
     assert sparsity_report.report(model_dir) == []
-    saved = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(tmp_path / "out"), "resnet18", 1))[1]
+    saved = ckpt.read_checkpoint(run_folder.checkpoint_dir(str(tmp_path / "out"), "resnet18", 1))[1]
     assert len(pattern.sparse_parameters(saved)) == 19
     # paddle2onnx 2.x's default constant folding pip-installs packages (numpy 2) into
     # the running environment: the export takes the path that installs nothing
@@ -300,7 +300,7 @@ def test_a_legacy_checkpoint_resumes_on_pir_as_on_legacy_and_exports(trained, tm
                     "run.epochs": 4,
                     "run.cpu_onednn": False,  # plain kernels on both: the same sums
                     "run.output_dir": str(tmp_path / name),
-                    "run.from_checkpoint": ckpt.checkpoint_dir(
+                    "run.from_checkpoint": run_folder.checkpoint_dir(
                         trained.run.output_dir, "resnet18", 3
                     ),
                 },
@@ -313,7 +313,9 @@ def test_a_legacy_checkpoint_resumes_on_pir_as_on_legacy_and_exports(trained, tm
         dict(
             flat(resumed),
             **{
-                "run.from_checkpoint": ckpt.checkpoint_dir(str(tmp_path / "pir"), "resnet18", 4),
+                "run.from_checkpoint": run_folder.checkpoint_dir(
+                    str(tmp_path / "pir"), "resnet18", 4
+                ),
                 "inference.model_dir": str(tmp_path / "model"),
             },
         )
@@ -432,7 +434,7 @@ def test_a_pir_qat_model_exports_and_serves_at_the_accuracy_training_measured(
     measured; oneDNN int8, which has no PIR passes, refused."""
     model_dir = str(tmp_path / "model")
     fp32 = os.path.join(
-        ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+        run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
     )
     config = small_config(
         fmnist_root,
@@ -476,7 +478,7 @@ def test_pir_prunes_a_dense_model_and_retrains_it_with_qat_to_a_2to4_export(
             "asp.prune_model": True,
             "lr.base": 0.08,  # a fine-tune, at a tenth of the training LR
             "run.from_pretrained_params": os.path.join(
-                ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+                run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
             ),
         },
     )
@@ -489,7 +491,7 @@ def test_pir_prunes_a_dense_model_and_retrains_it_with_qat_to_a_2to4_export(
         **{
             "qat.enabled": True,
             "run.from_pretrained_params": os.path.join(
-                ckpt.checkpoint_dir(str(tmp_path / "pruned"), "resnet18", 1), "model.pdparams"
+                run_folder.checkpoint_dir(str(tmp_path / "pruned"), "resnet18", 1), "model.pdparams"
             ),
             "inference.model_dir": model_dir,
             "inference.onnx": True,
@@ -507,7 +509,7 @@ def test_pir_prunes_a_dense_model_and_retrains_it_with_qat_to_a_2to4_export(
     assert sum(row["precision"].startswith("int8") for row in onnx_rows) == 21
     assert all(row["holds_pattern"] for row in onnx_rows if row["param"] in marked)
     served_in_int8(model_dir, fmnist_root, metrics["val.top1"])
-    saved = ckpt.read_checkpoint(ckpt.checkpoint_dir(str(tmp_path / "qat"), "resnet18", 1))[1]
+    saved = ckpt.read_checkpoint(run_folder.checkpoint_dir(str(tmp_path / "qat"), "resnet18", 1))[1]
     assert len(pattern.sparse_parameters(saved)) == 19
 
 
@@ -543,7 +545,7 @@ def test_pir_post_training_quantization_writes_an_int8_model_onnx(trained, fmnis
     model_dir = str(tmp_path / "model")
     values = {
         "run.ir": "pir",
-        "run.from_checkpoint": ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3),
+        "run.from_checkpoint": run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3),
         "inference.model_dir": model_dir,
         "inference.onnx": True,
         "inference.ptq_algo": "hist",

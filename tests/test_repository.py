@@ -4,6 +4,7 @@ of docs/architecture.md holds."""
 import ast
 import builtins
 import glob
+import itertools
 import json
 import os
 import re
@@ -368,6 +369,47 @@ def test_the_export_folder_module_holds_its_format_only():
     assert len(text.splitlines()) < 200
     assert {folder_of(m) for m in package_edges(path, modules)} == {"core"}
     assert "require(" not in text
+
+
+def identifiers(node):
+    """The names and attribute names in ``node``: ``config.model.arch`` -> config, model, arch."""
+    return {
+        n.id if isinstance(n, ast.Name) else n.attr
+        for n in ast.walk(node)
+        if isinstance(n, (ast.Name, ast.Attribute))
+    }
+
+
+def run_folder_joins(path):
+    """The lines of ``path`` that join an output folder and a model's arch into a path
+    (``os.path.join(config.run.output_dir, config.model.arch, ...)``, ``Path(output_dir) /
+    arch``): the run folder <output-dir>/<arch> built by hand."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read())
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("path.join"):
+            parts = node.args
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            parts = [node.left, node.right]
+        else:
+            continue
+        named = [identifiers(part) for part in parts]  # two of the parts, not one call's
+        if any("output_dir" in a and "arch" in b for a, b in itertools.permutations(named, 2)):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_run_folder_module_builds_the_run_folder():
+    """docs/architecture.md, checkpoints: <output-dir>/<arch> is built in
+    training/run_folder.py alone (``arch_folder``) and every other module asks it, so the
+    saves, ``--from-checkpoint auto``, the Slurm scripts' progress and the summary cannot
+    disagree on where a run's checkpoints are."""
+    joins = {module: run_folder_joins(path) for module, path in package_modules().items()}
+    # the one room's own join, found: the check sees the shape it looks for
+    assert joins.pop("paddle_resnet.training.run_folder")
+    elsewhere = sorted(f"{module}:{line}" for module, lines in joins.items() for line in lines)
+    assert not elsewhere, elsewhere
 
 
 def test_private_paddle_apis_only_in_paddle_internals():

@@ -63,7 +63,7 @@ def test_resume_refuses_a_checkpoint_of_another_run(trained, fmnist_root, tmp_pa
 def test_resuming_an_asp_checkpoint_without_asp_is_refused(trained, fmnist_root, tmp_path):
     sparse_out = tmp_path / "sparse"
     params = os.path.join(
-        ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+        run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
     )
     sparse = small_config(
         fmnist_root,
@@ -88,7 +88,7 @@ def test_resuming_an_asp_checkpoint_without_asp_is_refused(trained, fmnist_root,
 
 def test_asp_without_prune_model_on_dense_weights_is_refused(trained, fmnist_root, tmp_path):
     params = os.path.join(
-        ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+        run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
     )
     config = small_config(
         fmnist_root,
@@ -182,7 +182,7 @@ def test_auto_refuses_a_folder_of_another_run_and_evaluates_the_newest(trained, 
     values["run.report_file"] = str(tmp_path / "report.json")  # not the shared run's report
     train.run(build_config(dict(flat(trained), **values)))
     out = capsys.readouterr().out
-    newest = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3)
+    newest = run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3)
     assert f"--from-checkpoint auto: {newest}, the newest checkpoint of this run" in out
     assert f"evaluating checkpoint {newest} (epoch 3)" in out
 

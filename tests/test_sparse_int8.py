@@ -19,6 +19,7 @@ from paddle_resnet.deploy import export as exporting
 from paddle_resnet.deploy import exported, pir_tensorrt, predictor
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
+from paddle_resnet.training import run_folder
 from paddle_resnet.training.sparsity.pattern import (
     MASK_SUFFIX,
     NVIDIA_2_4,
@@ -50,7 +51,8 @@ def pruned(trained, tmp_path_factory):
                 "run.epochs": 1,
                 "run.output_dir": str(tmp_path_factory.mktemp("pruned")),
                 "run.from_pretrained_params": os.path.join(
-                    ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+                    run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3),
+                    "model.pdparams",
                 ),
             },
         )

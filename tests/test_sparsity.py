@@ -16,6 +16,7 @@ from paddle_resnet.core.report import read_report
 from paddle_resnet.deploy import export as exporting
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import programs as program
+from paddle_resnet.training import run_folder
 from paddle_resnet.training.sparsity import pattern as sparsity
 
 # The GPU build of Paddle changes how these programs are built: also run there
@@ -28,7 +29,7 @@ def quiet():
 
 def weights_of(config, epoch):
     return ckpt.read_checkpoint(
-        ckpt.checkpoint_dir(config.run.output_dir, config.model.arch, epoch)
+        run_folder.checkpoint_dir(config.run.output_dir, config.model.arch, epoch)
     )[1]
 
 
@@ -87,7 +88,8 @@ def sparse_run(trained, tmp_path_factory):
                 "run.epochs": 2,
                 "run.output_dir": str(out),
                 "run.from_pretrained_params": os.path.join(
-                    ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+                    run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3),
+                    "model.pdparams",
                 ),
             },
         )
@@ -109,7 +111,9 @@ def test_pruned_weights_stay_2to4_with_the_same_zeros(sparse_run):
     pruned = sparsity.sparse_parameters(after_two)
     assert len(pruned) == sum(s == "pruned" for s in status.values()) == 18
     # the checkpoint names its pattern and the weights that hold it
-    meta = ckpt.read_checkpoint(ckpt.checkpoint_dir(sparse_run.run.output_dir, "resnet18", 2))[0]
+    meta = ckpt.read_checkpoint(
+        run_folder.checkpoint_dir(sparse_run.run.output_dir, "resnet18", 2)
+    )[0]
     assert meta["sparsity"] == {"pattern": "2:4", "weights": pruned}
     for name in pruned:
         assert sparsity.holds(after_two[name], sparsity.NVIDIA_2_4), name
@@ -132,7 +136,7 @@ def test_resume_keeps_the_masks(sparse_run, tmp_path):
                 "run.from_pretrained_params": None,
                 "run.epochs": 3,
                 "run.output_dir": str(tmp_path),
-                "run.from_checkpoint": ckpt.checkpoint_dir(
+                "run.from_checkpoint": run_folder.checkpoint_dir(
                     sparse_run.run.output_dir, "resnet18", 2
                 ),
             },
@@ -157,7 +161,7 @@ def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, t
                 "run.from_pretrained_params": None,
                 "inference.model_dir": model_dir,
                 "inference.export_log_path": str(tmp_path / "export.json"),
-                "run.from_checkpoint": ckpt.checkpoint_dir(
+                "run.from_checkpoint": run_folder.checkpoint_dir(
                     sparse_run.run.output_dir, "resnet18", 2
                 ),
             },
@@ -168,7 +172,7 @@ def test_export_keeps_the_pattern_and_checker_flags_a_dense_weight(sparse_run, t
     result = check(model_dir)
     assert result.returncode == 0, result.stderr
     assert "18 weights marked sparse, 0 violate 2:4" in result.stdout
-    checkpoint = ckpt.checkpoint_dir(sparse_run.run.output_dir, "resnet18", 2)
+    checkpoint = run_folder.checkpoint_dir(sparse_run.run.output_dir, "resnet18", 2)
     assert check(checkpoint).returncode == 0
     # De-sparsify one pruned weight in a copy of the checkpoint's parameters (which
     # hold the ASP masks too).
@@ -205,7 +209,7 @@ def test_bad_asp_input(trained, fmnist_root, tmp_path):
     with pytest.raises(ConfigError, match="'layer9.conv1' matches no layer"):
         program.build_programs(config, steps_per_epoch=10, global_batch=16)
     params = os.path.join(
-        ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+        run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
     )
     other = small_config(
         fmnist_root,

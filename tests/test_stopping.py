@@ -31,7 +31,7 @@ from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import UserError
 from paddle_resnet.core.report import read_report
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import eval_predictor, lifecycle
+from paddle_resnet.training import eval_predictor, lifecycle, run_folder
 
 # Signals and locks do not depend on the Paddle version: run once, on 2.6.2.
 pytestmark = once
@@ -262,7 +262,7 @@ def test_eval_only_names_its_checkpoint_and_matches_the_executor(
         **{
             "run.run_scope": "eval_only",
             "run.output_dir": str(tmp_path / "fast"),
-            "run.from_checkpoint": ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3),
+            "run.from_checkpoint": run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3),
         },
     )
     fast = train.run(build_config(values))

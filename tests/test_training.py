@@ -20,6 +20,7 @@ from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import CheckpointError
 from paddle_resnet.core.report import Report, read_report
 from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import run_folder
 
 
 def run(config):
@@ -93,7 +94,7 @@ def test_per_class_results_of_many_classes_are_compact():
 @pytest.mark.gpu_wheel
 def test_checkpoints_hold_everything_needed(trained):
     for epoch in (1, 2, 3):
-        directory = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", epoch)
+        directory = run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", epoch)
         meta, state = ckpt.read_checkpoint(directory)
         assert meta["epoch"] == epoch and meta["global_step"] == 10 * epoch
         assert meta["config"]["model"]["arch"] == "resnet18"
@@ -172,7 +173,7 @@ def test_resume_continues_exactly(fmnist_root, tmp_path):
 
 
 def test_crash_while_saving_keeps_previous_checkpoint(trained, tmp_path, monkeypatch):
-    source = ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 2)
+    source = run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 2)
     programs_dir = tmp_path / "resnet18"
     target = str(programs_dir / "2")
     shutil.copytree(source, target)
@@ -194,7 +195,7 @@ def test_crash_while_saving_keeps_previous_checkpoint(trained, tmp_path, monkeyp
 
 def test_truncated_checkpoint_is_named(trained, tmp_path):
     copy = str(tmp_path / "3")
-    shutil.copytree(ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), copy)
+    shutil.copytree(run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3), copy)
     params = os.path.join(copy, "model.pdparams")
     with open(params, "r+b") as handle:
         handle.truncate(os.path.getsize(params) // 2)
@@ -209,7 +210,7 @@ def test_truncated_checkpoint_is_named(trained, tmp_path):
 @once
 def test_pretrained_params_skip_mismatched_classifier(trained, fmnist_root, tmp_path, capsys):
     params = os.path.join(
-        ckpt.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
+        run_folder.checkpoint_dir(trained.run.output_dir, "resnet18", 3), "model.pdparams"
     )
     config = small_config(
         fmnist_root,

@@ -21,7 +21,7 @@ def main(argv=None):
 
     def progress():
         config = parse("train", sys.argv[1:] if argv is None else argv)
-        folder = os.path.join(config.run.output_dir, config.model.arch)
+        folder = run_folder.arch_folder(config.run.output_dir, config.model.arch)
         try:
             newest = run_folder.Checkpoints(folder).newest_verified(lambda line: None)
         except CheckpointError:  # every checkpoint damaged: none verifies

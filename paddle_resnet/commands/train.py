@@ -18,9 +18,9 @@ def export_final_model(config, report):
     """train.py --inference-dir (NVIDIA's behaviour): the last checkpoint exported by
     export_model.py's own code."""
     from paddle_resnet.deploy import export
-    from paddle_resnet.training import checkpoint as ckpt
+    from paddle_resnet.training import run_folder
 
-    final = ckpt.checkpoint_dir(config.run.output_dir, config.model.arch, config.run.epochs)
+    final = run_folder.checkpoint_dir(config.run.output_dir, config.model.arch, config.run.epochs)
     run_cfg = dataclasses.replace(
         config.run,
         from_checkpoint=final,

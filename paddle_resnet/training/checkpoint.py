@@ -42,10 +42,6 @@ def _sha256(path):
     return digest.hexdigest()
 
 
-def checkpoint_dir(output_dir, arch, epoch):
-    return os.path.join(output_dir, arch, str(epoch))
-
-
 def checkpoint_name(epochs_done, steps_done):
     """The folder name of a checkpoint after ``epochs_done`` epochs and ``steps_done``
     steps of the next: "<epochs>" or "<epoch in progress>-step<steps>"."""

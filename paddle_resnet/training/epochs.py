@@ -11,7 +11,7 @@ import numpy as np
 
 from paddle_resnet.core import provenance
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import distributed, divergence, ir, lifecycle
+from paddle_resnet.training import distributed, divergence, ir, lifecycle, run_folder
 from paddle_resnet.training.loop import evaluate, train_one_epoch
 from paddle_resnet.training.profiling import step_profiler
 from paddle_resnet.training.sparsity import masks as sparse_masks
@@ -82,7 +82,7 @@ def train_epochs(session, train_split, val_split, start):
             if session.rank == 0 and (
                 epoch % run_cfg.save_interval == 0 or last or stop.clock_says_save()
             ):
-                directory = ckpt.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
+                directory = run_folder.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
                 _save(session, directory, epoch, 0, start, watch)
                 stop.saved()
             if val_split is not None and (epoch % run_cfg.eval_interval == 0 or last):
@@ -121,7 +121,7 @@ def _validation_lost(session, start):
     # a checkpoint of this output folder: one resumed from elsewhere was validated there
     own = run_cfg.from_checkpoint and os.path.dirname(
         os.path.abspath(run_cfg.from_checkpoint)
-    ) == os.path.abspath(os.path.join(run_cfg.output_dir, config.model.arch))
+    ) == os.path.abspath(run_folder.arch_folder(run_cfg.output_dir, config.model.arch))
     due = (
         own
         and steps_done == 0
@@ -220,7 +220,7 @@ def _save_timed(session, epoch, steps_done, stop, start, watch):
     wait for it, so a rank lost right after finds it complete."""
     config = session.config
     name = ckpt.checkpoint_name(epoch - 1, steps_done)
-    directory = os.path.join(config.run.output_dir, config.model.arch, name)
+    directory = run_folder.checkpoint_dir(config.run.output_dir, config.model.arch, name)
     watch.check_weights(f"in epoch {epoch} at step {steps_done}")  # every rank
     if session.rank == 0:
         _save(session, directory, epoch - 1, steps_done, start, watch)
@@ -237,7 +237,7 @@ def _save_stopped(session, epoch, steps_done, stop, start, watch):
     steps_per_epoch = session.steps_per_epoch
     epochs_done, within = (epoch - 1, steps_done) if steps_done < steps_per_epoch else (epoch, 0)
     name = ckpt.checkpoint_name(epochs_done, within)
-    directory = os.path.join(config.run.output_dir, config.model.arch, name)
+    directory = run_folder.checkpoint_dir(config.run.output_dir, config.model.arch, name)
     watch.check_weights(f"in epoch {epoch} at step {steps_done}, stopped by a signal")
     if rank == 0:
         _save(session, directory, epochs_done, within, start, watch)

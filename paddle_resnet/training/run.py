@@ -69,7 +69,7 @@ def run(config, report_stream=None, after_training=None):
         with lifecycle.peers_watched(
             rank,
             world_size,
-            checkpoint_folder(config),
+            resolved.checkpoints.folder,
             config.run.collective_timeout,
             roll_call=meeting.roll_call,
         ):
@@ -93,7 +93,8 @@ def resolve_start(config, rank, world_size, share, guard):
     train_split, val_split, classes = open_data(config, training, evaluating)
     balance = class_weights.for_run(config, train_split) if training else None
     guard.phase("start weights")
-    checkpoints = run_folder.Checkpoints(checkpoint_folder(config))
+    folder = run_folder.arch_folder(config.run.output_dir, config.model.arch)
+    checkpoints = run_folder.Checkpoints(folder)
     start = start_weights.choose(config, classes, training, checkpoints, rank, share)
     guard.phase("data check")  # after the quick refusals: ImageNet has 1.3 M headers
     screening, train_split, val_split = screened(start.config, train_split, val_split, rank, share)
@@ -134,10 +135,6 @@ def prepare_session(session, steps, guard, meeting, report_stream):
         write_class_index(os.path.join(config.run.output_dir, CLASSES_FILE), session.classes)
     meeting.agree("steps")
     return session
-
-
-def checkpoint_folder(config):
-    return os.path.join(config.run.output_dir, config.model.arch)
 
 
 def this_process(run_cfg, world_size):
@@ -291,6 +288,7 @@ def summary_rows(config, metrics, world_size, device_id):
     if "train.ips" in metrics and "run.train.seconds" not in metrics:
         rows.append(("throughput", f"{metrics['train.ips']:.1f} img/s"))
     if metrics.get("run.train.images"):
-        rows.append(("checkpoints", os.path.join(config.run.output_dir, config.model.arch)))
+        folder = run_folder.arch_folder(config.run.output_dir, config.model.arch)
+        rows.append(("checkpoints", folder))
     rows.append(("report", config.report_file))
     return rows

@@ -23,6 +23,16 @@ SET_ASIDE_DAYS = 30
 REWOUND = ".rewound-"
 
 
+def arch_folder(output_dir, arch):
+    """<output-dir>/<arch>, one run's checkpoints; built here alone, so all agree on it."""
+    return os.path.join(output_dir, arch)
+
+
+def checkpoint_dir(output_dir, arch, name):
+    """The checkpoint ``name`` (epochs done, or ``checkpoint.checkpoint_name``) there."""
+    return os.path.join(arch_folder(output_dir, arch), str(name))
+
+
 @contextlib.contextmanager
 def claimed(output_dir, rank):
     """While entered, the run owns ``output_dir``: rank 0 checks it can write there and
@@ -59,7 +69,7 @@ def continues_the_run(meta, config, training):
 def check_output_free(config, resuming_meta):
     """A training run writes <output-dir>/<arch>/<epoch>: refuse to mix its checkpoints
     with those of another run already there."""
-    folder = os.path.join(config.run.output_dir, config.model.arch)
+    folder = arch_folder(config.run.output_dir, config.model.arch)
     saved = ckpt.saved_checkpoints(folder)
     if not saved:
         return
@@ -89,7 +99,7 @@ def resolve_auto(config, checkpoints, rank, share=None):
     run_cfg = config.run
     if run_cfg.from_checkpoint != ckpt.AUTO:
         return config, []
-    folder = os.path.join(run_cfg.output_dir, config.model.arch)
+    folder = arch_folder(run_cfg.output_dir, config.model.arch)
     lines, name = [], None
     if rank == 0:
         newest = checkpoints.newest_verified(lines.append)
