@@ -69,7 +69,7 @@ def run(config, report_stream=None, after_training=None):
         with lifecycle.peers_watched(
             rank,
             world_size,
-            resolved.checkpoints.folder,
+            session.checkpoints.folder,
             config.run.collective_timeout,
             roll_call=meeting.roll_call,
         ):
