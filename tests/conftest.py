@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -123,6 +124,37 @@ def pytest_sessionfinish(session, exitstatus):
         f"\nerror: {len(left)} process(es) started by the tests outlived them (killed now):\n{listing}"
     )
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# Where the suite's CPU time goes (it is CPU-bound on two cores): with this variable set,
+# each test appends one JSON line, its CPU seconds (this worker's and the children it
+# reaped: the runs, launchers and ranks it started) and wall seconds, fixtures it built
+# included. scripts/suite_cpu.py sums them by file and track.
+CPU_LOG = os.environ.get("PADDLE_RESNET_TEST_CPU_LOG")
+
+
+def cpu_seconds():
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not CPU_LOG:
+        yield
+        return
+    cpu, wall = cpu_seconds(), time.monotonic()
+    yield
+    line = {
+        "test": item.nodeid,
+        "track": os.path.basename(sys.prefix) + ("-pir-only" if bootstrap.pir_only() else ""),
+        "cpu": round(cpu_seconds() - cpu, 2),
+        "wall": round(time.monotonic() - wall, 2),
+    }
+    with open(CPU_LOG, "a") as log:
+        log.write(json.dumps(line) + "\n")
 
 
 def pytest_collection_modifyitems(config, items):
