@@ -64,34 +64,18 @@ class StepAgreement:
     """What every rank agrees on after each step, in one small all-reduce: whether to stop
     (while entered, in the main thread, SIGINT and SIGTERM ask the training to stop after
     its current step; a step that diverged on some rank stops every rank), and whether a
-    timed save is due. ``all_reduce`` (``distributed.all_reduce_sum``) with several ranks.
-    With ``save_every_seconds``, a save is due once that long has passed since the last
-    (``saved``) by rank 0's clock: ``save_due`` after the step where the ranks learn it."""
+    timed save is due (``save_due``: ``clock``, rank 0's answer, ``run_folder.Saves``).
+    ``all_reduce`` (``distributed.all_reduce_sum``) with several ranks."""
 
-    def __init__(self, all_reduce=None, save_every_seconds=0, rank=0):
+    def __init__(self, all_reduce=None, clock=None):
         self.all_reduce = all_reduce
         self.received = None  # this process's first signal
         self.first_sigint_at = None
         self.signal_number = None  # the signal the run stops for, the same on every rank
-        self.save_every_seconds = save_every_seconds
-        self.rank = rank
-        self.last_save = time.monotonic()
+        self.clock = clock or (lambda: False)
         self.save_due = False  # the same on every rank
         self.diverged = 0  # how many ranks' last step diverged, the same on every rank
         self._previous = {}
-
-    def saved(self):
-        """A checkpoint was written now: the next timed save is due a period later."""
-        self.last_save = time.monotonic()
-        self.save_due = False
-
-    def clock_says_save(self):
-        """Rank 0's view: a timed save is due."""
-        return (
-            self.rank == 0
-            and self.save_every_seconds > 0
-            and time.monotonic() - self.last_save >= self.save_every_seconds
-        )
 
     def __enter__(self):
         for number in EXIT_CODES:
@@ -123,13 +107,13 @@ class StepAgreement:
         ``save_due`` (rank 0's clock; in the same all-reduce)."""
         if self.all_reduce is None:
             self.signal_number = self.received
-            self.save_due = self.clock_says_save()
+            self.save_due = self.clock()
             self.diverged = int(diverged)
         else:
             # [asked, sigint, sigterm, timed save, diverged]
             asked = [self.received is not None]
             asked += [self.received == number for number in EXIT_CODES]
-            asked += [self.clock_says_save(), diverged]
+            asked += [self.clock(), diverged]
             counts = self.all_reduce(np.array(asked, dtype=np.float64))
             if counts[0]:
                 sigints, sigterms = counts[1:3]

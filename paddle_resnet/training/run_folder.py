@@ -1,9 +1,11 @@
 """A run's output folder and the policy over its checkpoints: which run it belongs to
 (one run at a time: rank 0's lock; a checkpoint resumed only by the run that wrote it; no
-fresh run mixing its checkpoints with another's), and ``Checkpoints``: the newest that
+fresh run mixing its checkpoints with another's), ``Checkpoints``: the newest that
 verifies (``--from-checkpoint auto``'s choice), retention (``--keep-checkpoints``), a
-rewind's set-aside copies and their pruning. ``checkpoint.py`` is the format: names,
-the atomic save, verification, reading."""
+rewind's set-aside copies and their pruning; and ``Saves``: when a training run saves
+(``--save-interval``, ``--save-every-minutes``, a stop) and the save itself. The epochs
+ask it whether a save is due and to save, nothing more. ``checkpoint.py`` is the format:
+names, the atomic save, verification, reading."""
 
 import contextlib
 import dataclasses
@@ -11,11 +13,16 @@ import os
 import shutil
 import time
 
+import numpy as np
+
+from paddle_resnet.core import provenance
 from paddle_resnet.core.atomic import check_writable_folder, remove_directory, run_lock
 from paddle_resnet.core.config import run_differences
 from paddle_resnet.core.errors import CheckpointError, RestartableError
 from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import ir
 from paddle_resnet.training.rendezvous import checkpoint_name_problem
+from paddle_resnet.training.sparsity import masks as sparse_masks
 
 # Copies a rewind set aside (``<name>.rewound-<UTC time>``) are removed this many days
 # after they were set aside, at the next rewind or retention.
@@ -262,3 +269,105 @@ class Checkpoints:
                 shutil.rmtree(os.path.join(self.folder, name))
                 pruned.append(name)
         return pruned
+
+
+class Saves:
+    """A training run's saves from ``start`` (epochs done, steps done in the next; its
+    checkpoint is never removed), decided and written here: an epoch's end every
+    --save-interval epochs, after the last, or where a timed save is due; within an epoch
+    once --save-every-minutes has passed since the last save by rank 0's clock
+    (``clock_says_save``, which ``lifecycle.StepAgreement`` makes every rank's answer);
+    and a stop by a signal. Rank 0 writes each, then retention (--keep-checkpoints).
+    ``watch`` (``divergence.Watch``) checks the weights before a save (every rank: nothing
+    non-finite is saved) and learns each checkpoint saved."""
+
+    def __init__(self, session, start, watch):
+        self.session, self.start, self.watch = session, start, watch
+        self.every_seconds = session.config.run.save_every_minutes * 60
+        self.last_save = time.monotonic()
+
+    def clock_says_save(self):
+        """Rank 0's view: a timed save is due."""
+        return (
+            self.session.rank == 0
+            and self.every_seconds > 0
+            and time.monotonic() - self.last_save >= self.every_seconds
+        )
+
+    def due_at_epoch_end(self, epoch):
+        """Whether rank 0 saves at the end of ``epoch`` (the other ranks never do)."""
+        run_cfg = self.session.config.run
+        return self.session.rank == 0 and (
+            epoch % run_cfg.save_interval == 0 or epoch == run_cfg.epochs or self.clock_says_save()
+        )
+
+    def save(self, epochs_done, steps_done):
+        """Rank 0's checkpoint after ``epochs_done`` epochs and ``steps_done`` steps of the
+        next, and the retention after it; its directory. The caller has every rank check
+        the weights first (``watch.check_weights``: ``errors.Diverged`` where one is not
+        finite)."""
+        session = self.session
+        config = session.config
+        directory = self._directory(epochs_done, steps_done)
+        ckpt.save_checkpoint(
+            session.programs.train,
+            directory,
+            {
+                "epoch": epochs_done,
+                "step_in_epoch": steps_done,
+                "global_step": epochs_done * session.steps_per_epoch + steps_done,
+                "world_size": session.world_size,
+                "arch": config.model.arch,
+                "classes": list(session.classes),
+                "config": config.to_dict(),
+                # the pattern --asp holds and which weights hold it (None when dense)
+                "sparsity": sparse_masks.sparsity_record(session.programs.train)
+                if config.asp.enabled
+                else None,
+                "code": dict(provenance.code(), ir=ir.record(config)["name"]),
+            },
+            prefix=config.run.model_prefix,
+        )
+        session.report.saved(directory)
+        self.watch.saved(directory)
+        removed = session.checkpoints.remove_superseded(
+            directory,
+            config.run.keep_checkpoints,
+            self.start,
+            drop_mid_epoch=self.every_seconds > 0,
+        )
+        if removed:
+            session.report.print(
+                f"removed older checkpoints (--keep-checkpoints): {', '.join(removed)}"
+            )
+        self.last_save = time.monotonic()
+        return directory
+
+    def timed(self, epoch, steps_done):
+        """--save-every-minutes: the checkpoint ``<epoch - 1>-step<steps_done>`` within
+        ``epoch``, at the step where every rank learnt it was due."""
+        self._within(epoch - 1, steps_done, f"in epoch {epoch} at step {steps_done}")
+
+    def stopped(self, epoch, steps_done):
+        """The checkpoint of a run stopped by a signal in ``epoch`` after ``steps_done``
+        steps (``<epoch - 1>-step<k>``, or ``<epoch>`` after its last step); its directory."""
+        whole = steps_done >= self.session.steps_per_epoch
+        epochs_done, within = (epoch, 0) if whole else (epoch - 1, steps_done)
+        where = f"in epoch {epoch} at step {steps_done}, stopped by a signal"
+        return self._within(epochs_done, within, where)
+
+    def _within(self, epochs_done, steps_done, where):
+        """Every rank checks the weights, rank 0 saves, the others wait for it (so a rank
+        lost right after, or ending the job, finds the checkpoint complete)."""
+        session = self.session
+        self.watch.check_weights(where)
+        if session.rank == 0:
+            self.save(epochs_done, steps_done)
+        if session.all_reduce:
+            session.all_reduce(np.zeros(4))
+        return self._directory(epochs_done, steps_done)
+
+    def _directory(self, epochs_done, steps_done):
+        config = self.session.config
+        name = ckpt.checkpoint_name(epochs_done, steps_done)
+        return checkpoint_dir(config.run.output_dir, config.model.arch, name)
