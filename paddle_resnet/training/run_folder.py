@@ -1,11 +1,8 @@
 """A run's output folder and the policy over its checkpoints: which run it belongs to
-(one run at a time: rank 0's lock; a checkpoint resumed only by the run that wrote it; no
-fresh run mixing its checkpoints with another's), ``Checkpoints``: the newest that
-verifies (``--from-checkpoint auto``'s choice), retention (``--keep-checkpoints``), a
-rewind's set-aside copies and their pruning; and ``Saves``: when a training run saves
-(``--save-interval``, ``--save-every-minutes``, a stop) and the save itself. The epochs
-ask it whether a save is due and to save, nothing more. ``checkpoint.py`` is the format:
-names, the atomic save, verification, reading."""
+(rank 0's lock, the same-run checks), ``Checkpoints``: the newest that verifies
+(``--from-checkpoint auto``), retention, a rewind's set-aside copies; and ``Saves``: when
+a training run saves and the save itself, which the epochs ask for. ``checkpoint.py`` is
+the format: names, the atomic save, verification, reading."""
 
 import contextlib
 import dataclasses
@@ -42,9 +39,7 @@ def checkpoint_dir(output_dir, arch, name):
 
 @contextlib.contextmanager
 def claimed(output_dir, rank):
-    """While entered, the run owns ``output_dir``: rank 0 checks it can write there and
-    holds its lock from before the run's checks to its last line; the other ranks
-    follow rank 0 or end with it."""
+    """While entered, rank 0 holds ``output_dir``'s lock (checked writable first)."""
     if rank != 0:
         yield
         return
@@ -65,17 +60,15 @@ def check_same_run(meta, config, source):
 
 
 def continues_the_run(meta, config, training):
-    """Training from a checkpoint resumes its run, unless it starts quantization-aware
-    training from a model trained without (NVIDIA's QAT phase, e.g. of a 2:4 model: new
-    optimizer state and schedule; the weights, and the ASP masks, are kept)."""
+    """Training from a checkpoint resumes its run, unless it starts QAT from a model
+    trained without (NVIDIA's QAT phase: new optimizer state and schedule)."""
     if not training or meta is None:
         return False
     return not (config.qat.enabled and not meta["config"].get("qat", {}).get("enabled"))
 
 
 def check_output_free(config, resuming_meta):
-    """A training run writes <output-dir>/<arch>/<epoch>: refuse to mix its checkpoints
-    with those of another run already there."""
+    """Refuse to mix a training run's checkpoints with another run's already there."""
     folder = arch_folder(config.run.output_dir, config.model.arch)
     saved = ckpt.saved_checkpoints(folder)
     if not saved:
@@ -97,12 +90,9 @@ def check_output_free(config, resuming_meta):
 
 def resolve_auto(config, checkpoints, rank, share=None):
     """``config`` with --from-checkpoint auto replaced by the newest checkpoint of this
-    run in <output-dir>/<arch> (at an epoch's end or within one), or by none when the
-    folder holds none yet: what a scheduler restarting a job with the same command line
-    needs. Rank 0 chooses, after finishing any save a killed process left, and the
-    other ranks take its choice (``share``, the job's store: no collective op, whose ring
-    may not exist yet). Returns (config, the lines to print: which start, and any damaged
-    checkpoint skipped)."""
+    run, or by none where there is none yet (a scheduler restarting the same command).
+    Rank 0 chooses and ``share``s it (the job's store: the ring may not exist yet).
+    Returns (config, the lines to print)."""
     run_cfg = config.run
     if run_cfg.from_checkpoint != ckpt.AUTO:
         return config, []
@@ -126,9 +116,8 @@ def resolve_auto(config, checkpoints, rank, share=None):
 
 
 def rewind(config, checkpoints, meta):
-    """A resume from a checkpoint older than others in <output-dir>/<arch> (named, or
-    the newest that verifies): the newer ones, a branch this run abandons, are moved
-    aside under names neither --from-checkpoint auto nor retention takes; one line."""
+    """A resume from a checkpoint older than others: the newer ones, a branch this run
+    abandons, are moved aside (``set_aside_newer``); its line."""
     moved = checkpoints.set_aside_newer((meta["epoch"], meta.get("step_in_epoch", 0)))
     if not moved:
         return []
@@ -141,17 +130,15 @@ def rewind(config, checkpoints, meta):
 
 
 class Checkpoints:
-    """The checkpoints of one run's folder (<output-dir>/<arch>) and the policy over them.
-    Each checkpoint's files are verified (sizes, SHA-256) once per ``Checkpoints`` while
-    they are unchanged (its inode, size and mtime): retention reads a checkpoint once per
-    run, not at every save."""
+    """The checkpoints of one run's folder and the policy over them. Each checkpoint's files
+    are verified once per ``Checkpoints`` while unchanged (inode, size, mtime): retention
+    reads a checkpoint once per run, not at every save."""
 
     def __init__(self, folder):
         self.folder = folder
         self._verified = set()
 
     def verify(self, path):
-        """``checkpoint.verify_checkpoint(path)``, once for unchanged files."""
         path = os.path.abspath(path)
         files = []
         for name in sorted(os.listdir(path)):
@@ -170,11 +157,8 @@ class Checkpoints:
         return True
 
     def newest_verified(self, warn):
-        """The newest checkpoint whose files verify, or None; each newer one that does
-        not (damaged outside the toolkit's atomic writes) is passed to ``warn`` as one
-        line and skipped, so a restarted job continues from the one before. When every
-        checkpoint is damaged, a CheckpointError says so and what to do (a fresh start
-        would be refused: the folder holds the run's checkpoints)."""
+        """The newest checkpoint whose files verify, or None; each newer damaged one is
+        passed to ``warn`` and skipped. A CheckpointError where every one is damaged."""
         saved = ckpt.saved_checkpoints(self.folder)
         damage = []
         for _, path in reversed(saved):
@@ -194,17 +178,13 @@ class Checkpoints:
         return None
 
     def remove_superseded(self, written, keep_epochs, resumed_from, drop_mid_epoch=False):
-        """Retention (--keep-checkpoints N) by verified progress, after ``written`` was
-        saved: counting from it, keep the newest N epoch checkpoints whose files verify
-        and remove the older ones and every mid-epoch checkpoint older than ``written``;
-        with N = 0 (keep all) and ``drop_mid_epoch`` (timed saves: one every few minutes),
-        the older mid-epoch checkpoints alone. Never removed: ``written`` itself (read back
-        first: a save that does not verify removes nothing), the checkpoint at progress
-        ``resumed_from`` (where this run started; a restart before ``written`` is complete
-        still has it), and anything newer than ``written``. A damaged checkpoint is never
-        counted among the N, so it never costs a good one. Set-aside copies older than
-        ``SET_ASIDE_DAYS`` go too. Returns the names removed; each removal is crash-safe
-        (``atomic.remove_directory``)."""
+        """Retention after ``written`` was saved: keep the newest ``keep_epochs`` epoch
+        checkpoints that verify and remove the older ones and every older mid-epoch one;
+        with 0 (keep all) and ``drop_mid_epoch`` (timed saves), the older mid-epoch ones
+        alone. Never removed: ``written`` (read back first: a save that does not verify
+        removes nothing), the one at ``resumed_from`` (a restart before ``written`` is
+        complete still has it), anything newer. A damaged checkpoint is never counted
+        among the kept. Old set-aside copies go too. Returns the names removed."""
         if not keep_epochs and not drop_mid_epoch:
             return []
         keep_epochs = keep_epochs or float("inf")
@@ -229,10 +209,8 @@ class Checkpoints:
         return removed + self.prune_set_aside()
 
     def set_aside_newer(self, progress):
-        """A rewind: move the checkpoints newer than ``progress`` (those of the branch a
-        run abandons by resuming an older checkpoint) aside as ``<name>.rewound-<UTC
-        time>``, a name neither --from-checkpoint auto nor retention takes (and pruned
-        after ``SET_ASIDE_DAYS``); returns (old name, new name) pairs."""
+        """Move the checkpoints newer than ``progress`` aside as ``<name>.rewound-<UTC
+        time>``, a name neither auto nor retention takes; (old name, new name) pairs."""
         if not os.path.isdir(self.folder):
             return []
         self.prune_set_aside()
@@ -253,8 +231,7 @@ class Checkpoints:
         return moved
 
     def prune_set_aside(self, now=None):
-        """Remove the copies a rewind set aside more than ``SET_ASIDE_DAYS`` ago (by the
-        time in their name); their names."""
+        """Remove the copies set aside more than ``SET_ASIDE_DAYS`` ago; their names."""
         now = time.time() if now is None else now
         pruned = []
         for name in sorted(os.listdir(self.folder)) if os.path.isdir(self.folder) else []:
@@ -272,14 +249,11 @@ class Checkpoints:
 
 
 class Saves:
-    """A training run's saves from ``start`` (epochs done, steps done in the next; its
-    checkpoint is never removed), decided and written here: an epoch's end every
-    --save-interval epochs, after the last, or where a timed save is due; within an epoch
-    once --save-every-minutes has passed since the last save by rank 0's clock
-    (``clock_says_save``, which ``lifecycle.StepAgreement`` makes every rank's answer);
-    and a stop by a signal. Rank 0 writes each, then retention (--keep-checkpoints).
-    ``watch`` (``divergence.Watch``) checks the weights before a save (every rank: nothing
-    non-finite is saved) and learns each checkpoint saved."""
+    """A training run's saves from ``start`` (epochs done, steps done in the next; never
+    removed): at an epoch's end every --save-interval and after the last; timed, once
+    --save-every-minutes has passed by rank 0's clock (``lifecycle.StepAgreement`` makes
+    it every rank's); at a stop. Rank 0 writes each, then retention. ``watch``
+    (``divergence.Watch``) checks the weights first and learns each checkpoint saved."""
 
     def __init__(self, session, start, watch):
         self.session, self.start, self.watch = session, start, watch
@@ -302,10 +276,8 @@ class Saves:
         )
 
     def save(self, epochs_done, steps_done):
-        """Rank 0's checkpoint after ``epochs_done`` epochs and ``steps_done`` steps of the
-        next, and the retention after it; its directory. The caller has every rank check
-        the weights first (``watch.check_weights``: ``errors.Diverged`` where one is not
-        finite)."""
+        """Rank 0's checkpoint after ``epochs_done`` epochs and ``steps_done`` steps, then
+        retention; its directory. Every rank has checked the weights first."""
         session = self.session
         config = session.config
         directory = self._directory(epochs_done, steps_done)
@@ -344,13 +316,11 @@ class Saves:
         return directory
 
     def timed(self, epoch, steps_done):
-        """--save-every-minutes: the checkpoint ``<epoch - 1>-step<steps_done>`` within
-        ``epoch``, at the step where every rank learnt it was due."""
+        """--save-every-minutes: the checkpoint within ``epoch`` after ``steps_done``."""
         self._within(epoch - 1, steps_done, f"in epoch {epoch} at step {steps_done}")
 
     def stopped(self, epoch, steps_done):
-        """The checkpoint of a run stopped by a signal in ``epoch`` after ``steps_done``
-        steps (``<epoch - 1>-step<k>``, or ``<epoch>`` after its last step); its directory."""
+        """The checkpoint of a stop in ``epoch`` after ``steps_done`` steps; its directory."""
         whole = steps_done >= self.session.steps_per_epoch
         epochs_done, within = (epoch, 0) if whole else (epoch - 1, steps_done)
         where = f"in epoch {epoch} at step {steps_done}, stopped by a signal"
@@ -358,7 +328,7 @@ class Saves:
 
     def _within(self, epochs_done, steps_done, where):
         """Every rank checks the weights, rank 0 saves, the others wait for it (so a rank
-        lost right after, or ending the job, finds the checkpoint complete)."""
+        lost right after finds it complete)."""
         session = self.session
         self.watch.check_weights(where)
         if session.rank == 0:
