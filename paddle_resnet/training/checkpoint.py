@@ -40,7 +40,7 @@ def _sha256(path):
 
 
 def checkpoint_name(epochs_done, steps_done):
-    """"<epochs>", or "<epoch in progress>-step<steps>" within an epoch."""
+    """ "<epochs>", or "<epoch in progress>-step<steps>" within an epoch."""
     return f"{epochs_done + 1}-step{steps_done}" if steps_done else str(epochs_done)
 
 

@@ -1,7 +1,5 @@
-"""The epochs of a training run: train, check that the ranks agree, verify sparsity,
-save, validate; and the stop that Ctrl-C or SIGTERM asks for (``lifecycle.py``): the
-checkpoint at the step in flight, each rank's line, and ``lifecycle.Stopped`` raised for
-the tool to exit with its status."""
+"""The epochs of a training run: train, check that the ranks agree, verify sparsity, save
+(``run_folder.Saves``), validate; and the stop that Ctrl-C or SIGTERM asks for."""
 
 import contextlib
 import json
@@ -19,10 +17,7 @@ from paddle_resnet.training.weights import into_program
 
 def train_epochs(session, train_split, val_split, start):
     """From ``start`` (epochs done, steps done in the next) to ``run.epochs``, validating
-    on ``val_split`` unless it is None; returns the last epoch's metrics and the run's
-    (``run.*``). Ctrl-C / SIGTERM stop the run after the step in flight (every rank
-    after the same step), saved; a step or weights not finite stop it unsaved
-    (``divergence.py``: ``errors.Diverged``)."""
+    on ``val_split`` unless None; the last epoch's metrics and the run's (``run.*``)."""
     config, programs, report = session.config, session.programs, session.report
     run_cfg = config.run
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
@@ -90,8 +85,8 @@ def train_epochs(session, train_split, val_split, start):
 
 
 def _revalidate(session, val_split, start, history):
-    """At this start's first validation (or its end): the validation of ``start``'s epoch
-    that an earlier start lost, where it did (``_validation_lost``); True."""
+    """At this start's first validation: the one of ``start``'s epoch an earlier start
+    lost, where it did; True."""
     if _validation_lost(session, start):
         lost = _validate_lost(session, val_split, start[0])
         history.update({"val.best_top1": lost["val.top1"], "val.best_epoch": start[0]})
@@ -99,13 +94,10 @@ def _revalidate(session, val_split, start, history):
 
 
 def _validation_lost(session, start):
-    """Whether the epoch's checkpoint this run starts from (``start``: (epochs done, 0))
-    was due a validation that the report lacks: each epoch is saved before it is
-    validated, so a start that ended in the validation (out of memory, a lost peer, a
-    kill) left a checkpoint whose resume went on to the next epoch, and a job requeued
-    once per epoch could end with no validation figure. Rank 0 reads its report; the
-    ranks agree through one all-reduce (the validation is collective), at the first
-    validation point of this start, where they meet anyway."""
+    """Whether the epoch's checkpoint this run starts from was due a validation the report
+    lacks: each epoch is saved before it is validated, so a start that ended in the
+    validation left a checkpoint whose resume went on (a job requeued once per epoch
+    could end with no validation figure). Rank 0 reads its report; one all-reduce."""
     epochs_done, steps_done = start
     config = session.config
     run_cfg = config.run
@@ -128,11 +120,9 @@ def _validation_lost(session, start):
 
 
 def _validate_lost(session, val_split, epoch):
-    """The validation of epoch ``epoch`` that an earlier start lost, run now, at this
-    start's first validation, on the weights of the checkpoint it resumed from (put in the
-    scope, then the current ones put back, exactly): not before the first step, where an
-    evaluation changed how the later steps round (2-rank resumes departed by 4e-9 from the
-    run never stopped). Its EPOCH record; its metrics."""
+    """The lost validation of ``epoch``, on the checkpoint's weights (then the current
+    ones put back, exactly): not before the first step, where an evaluation changed how
+    the later steps round (2-rank resumes departed by 4e-9). Its metrics."""
     config, programs, report = session.config, session.programs, session.report
     report.print(
         f"validating epoch {epoch} now: {config.report_file} holds no validation of it "
@@ -149,8 +139,7 @@ def _validate_lost(session, val_split, epoch):
 
 
 def _validated_epochs(report_file):
-    """The epochs a VAL record of ``report_file`` holds (none where it is missing; a line
-    that a killed start left half-written is skipped)."""
+    """The epochs of ``report_file``'s VAL records (a half-written line skipped)."""
     epochs = set()
     if not os.path.exists(report_file):
         return epochs

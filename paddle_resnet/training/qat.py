@@ -57,8 +57,7 @@ PIR_QAT_PREFIX = "quant_dequant."
 
 
 def int8_ops(program):
-    """The op types of ``program`` (either IR) that int8 quantizes, as model.json lists
-    them."""
+    """The op types of ``program`` that int8 quantizes, as model.json lists them."""
     return sorted(set(ir.op_sequence(program)) & set(INT8_OP_TYPES))
 
 
@@ -123,10 +122,8 @@ def freeze_qat(eval_program, place):
 
 
 def quantize_eval_program(eval_program, place):
-    """Insert the quantize/dequantize ops of QAT into ``eval_program`` in place, their
-    scales named as the train program's (shared through the scope, saved in checkpoints).
-    Fleet's ``qat_init`` does the same, but only for a run that built the optimizer; this
-    serves evaluation-only runs and export too, before any weights are loaded."""
+    """QAT's quantize/dequantize ops into ``eval_program``, their scales named as the
+    train program's (Fleet's ``qat_init`` does so only where the optimizer was built)."""
     with paddle_chatter(bootstrap.verbose()):  # progress bars
         quantized = quant_aware(
             eval_program,
