@@ -169,7 +169,7 @@ def read_meta(meta_path):
 
 
 def verify_checkpoint(path):
-    """(folder, meta) of a checkpoint whose files match their recorded sizes and SHA-256."""
+    """(folder, meta) of a checkpoint whose files match their sizes and SHA-256."""
     directory = resolve_checkpoint(path)
     meta = read_meta(os.path.join(directory, META))
     for name, expected in meta.get("files", {}).items():

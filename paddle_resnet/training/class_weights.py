@@ -24,9 +24,8 @@ from paddle_resnet.core.errors import ConfigError, DataError
 from paddle_resnet.core.text_files import parse_json, read_text
 
 BALANCED = "balanced"
-# The largest weight a file may give: the loss multiplies each image's cross-entropy by
-# its weight and sums the batch in float32 (at most 3.4e38), which leaves room for a
-# batch of 65,536 images of loss 5,000 (at the start ln(classes): 7 for 1,000).
+# The largest weight a file may give: the batch's weighted float32 sum (at most 3.4e38)
+# leaves room for 65,536 images of loss 5,000.
 MAX_WEIGHT = 1e30
 
 

@@ -110,9 +110,7 @@ def parameter_checksum(program):
 
 
 class RanksDisagree(RestartableError):
-    """The ranks hold different parameters after the same steps, which the program cannot
-    do by itself: silent data corruption, a hardware fault; a restart continues from the
-    last checkpoint, saved while the ranks agreed."""
+    """The ranks hold different parameters after the same steps: a hardware fault."""
 
 
 def check_ranks_agree(program, all_reduce, where):

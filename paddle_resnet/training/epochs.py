@@ -155,9 +155,7 @@ def _validated_epochs(report_file):
 
 
 def _stopped(session, saves, epoch, steps_done, stop):
-    """A run stopped by a signal in ``epoch`` after ``steps_done`` steps: its checkpoint
-    (``saves.stopped``), each rank's one line; raises ``lifecycle.Stopped``, which the
-    tool turns into its exit."""
+    """A stop by a signal: its checkpoint, each rank's line, ``lifecycle.Stopped``."""
     report, rank, steps_per_epoch = session.report, session.rank, session.steps_per_epoch
     directory = saves.stopped(epoch, steps_done)
     where = f"in epoch {epoch} after step {steps_done} of {steps_per_epoch}"

@@ -103,9 +103,8 @@ def apply_cudnn_flags():
 
 @contextlib.contextmanager
 def passes_applied(on_gpu):
-    """Around Fleet's ``minimize`` with ``on_gpu``: Fleet applies the build strategy's
-    passes (it reads the switch there only); put back after, so later CPU programs of
-    the process build unfused."""
+    """Around Fleet's ``minimize`` with ``on_gpu``: the build strategy's passes applied
+    (put back after: later CPU programs build unfused)."""
     if not on_gpu:
         yield
         return

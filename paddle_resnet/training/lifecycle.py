@@ -44,11 +44,9 @@ class Stopped(Exception):
 
 
 class StepAgreement:
-    """What every rank agrees on after each step, in one small all-reduce: whether to stop
-    (while entered, in the main thread, SIGINT and SIGTERM ask the training to stop after
-    its current step; a step that diverged on some rank stops every rank), and whether a
-    timed save is due (``save_due``: ``clock``, rank 0's answer, ``run_folder.Saves``).
-    ``all_reduce`` (``distributed.all_reduce_sum``) with several ranks."""
+    """What every rank agrees on after each step, in one all-reduce: whether to stop (while
+    entered, SIGINT and SIGTERM ask to stop after the step; a divergence on any rank),
+    and whether a timed save is due (``clock``: rank 0's answer, ``run_folder.Saves``)."""
 
     def __init__(self, all_reduce=None, clock=None):
         self.all_reduce = all_reduce
@@ -84,9 +82,8 @@ class StepAgreement:
             os.kill(os.getpid(), number)
 
     def should_stop(self, diverged=False):
-        """After each step, on every rank: whether the run stops here (some rank was
-        asked, or its step ``diverged``); sets ``signal_number`` (most ranks'),
-        ``diverged`` (how many ranks) and ``save_due``."""
+        """After each step, on every rank: whether the run stops here; sets
+        ``signal_number`` (most ranks'), ``diverged`` (how many ranks) and ``save_due``."""
         if self.all_reduce is None:
             self.signal_number = self.received
             self.save_due = self.clock()
@@ -174,12 +171,10 @@ class Stops:
 
 @contextlib.contextmanager
 def stops_reported(environ=os.environ):
-    """For a whole run: SIGTERM or SIGINT outside the training steps end the run with one
-    line, where Python printed a KeyboardInterrupt traceback and Paddle a C++
-    "Termination signal" dump. A launched rank gets SIGTERM when another rank ended: a
-    crash that one's log explains (``RestartableError``), or, during the start, that
-    rank's own end and status (``Rendezvous.ended_by_peer``). A single process was
-    stopped, resumable: status 128 + the signal."""
+    """SIGTERM or SIGINT outside the training steps end the run in one line (not a
+    traceback and Paddle's C++ dump): for a launched rank, another rank ended
+    (``RestartableError``, or that rank's own end during the start); a single process
+    was stopped: status 128 + the signal."""
     launched = _ranks_launched(environ)
     rank = environ.get("PADDLE_TRAINER_ID", "?")
     numbers = (signal.SIGTERM, signal.SIGINT)
@@ -229,13 +224,11 @@ class _Unguarded:
 
 @contextlib.contextmanager
 def guarded(start_timeout, environ=os.environ):
-    """For a process started by ``paddle.distributed.launch``, a watcher process
-    (``core/rank_guard.py``) that ends it when the launcher dies (not to live on as an
-    orphan holding the output folder's lock) or when its start takes more than
-    ``start_timeout`` seconds; yields the ``RankGuard``. A process, not a thread: the
-    rank's main thread can block in Paddle's C++ holding the GIL. (PR_SET_PDEATHSIG would
-    fire on the death of the launcher's thread that started the rank.) After the block,
-    the teardown has PADDLE_RESNET_TEARDOWN_SECONDS, then the rank ends with status 0."""
+    """For a launched process, a watcher process (``core/rank_guard.py``) that ends it
+    when the launcher dies (an orphan would hold the folder's lock) or its start outlasts
+    ``start_timeout``; yields the ``RankGuard``. A process, not a thread: the main thread
+    can block in Paddle's C++ holding the GIL (PR_SET_PDEATHSIG would fire on the death
+    of the launcher's thread). The teardown has PADDLE_RESNET_TEARDOWN_SECONDS."""
     if not bootstrap.launched(environ):
         yield _Unguarded()
         return
@@ -254,12 +247,9 @@ def guarded(start_timeout, environ=os.environ):
 
 
 def tell_launcher_console(line, environ=os.environ):
-    """Also write ``line`` on the console of ``paddle.distributed.launch``: once the
-    launcher is stopping itself it closes the rank's log it echoes, and the console
-    showed only "Terminating with signal 15". Whether it still echoes is read from its
-    open files (two handles on this rank's log while it does). Written only to a
-    terminal, a pipe or a file opened for appending: a file the launcher writes at its
-    own offset (``> file``) would have its next line written over this one."""
+    """Also write ``line`` on the launcher's console: stopping, it closes the rank's log it
+    echoes (the console showed only "Terminating with signal 15"). Not to a file the
+    launcher writes at its own offset (``> file``): its next line would overwrite it."""
     if not bootstrap.launched(environ):
         return
     launcher = f"/proc/{os.getppid()}"
@@ -290,12 +280,9 @@ def _same_file(a, b):
 
 @contextlib.contextmanager
 def peers_watched(rank, world_size, checkpoints, timeout, roll_call=None):
-    """Turn another rank's death, or its being stuck for ``timeout`` seconds, into one
-    line naming it. A death fails the survivors' next all-reduce (Paddle says only
-    "std::exception"), or the launcher sends SIGTERM first; either way the survivors
-    answer a ``roll_call`` in the job's store and name the ranks that did not (rank 0's
-    death takes the store with it). A rank stuck but alive: ``watchdog`` ends the others.
-    """
+    """Another rank's death (a failed all-reduce: "std::exception", or the launcher's
+    SIGTERM), or its being stuck for ``timeout`` seconds, in one line naming it (the
+    survivors' ``roll_call``)."""
     if world_size == 1:
         yield
         return

@@ -166,9 +166,8 @@ def train_one_epoch(
 
 
 def evaluate(session, split, epoch):
-    """Exact top-1 / top-k / loss and per-class results over every image of ``split`` at
-    the weights of this moment (a predictor where one serves, else the executor); counts
-    summed on the host (the loader cuts the padded last batch), then across ranks."""
+    """Exact top-1 / top-k / loss and per-class results over every image of ``split``
+    now; counts summed on the host (no padded images), then across ranks."""
     exe, programs, report = session.exe, session.programs, session.report
     loader = session.loader(split, training=False)
     fast = eval_predictor.usable(session.config, session.device_id is not None)

@@ -92,9 +92,8 @@ def _scaled(scaler, loss, amp_config):
 
 @contextlib.contextmanager
 def _gradients_averaged_over_ranks(optimizer, ranks):
-    """Within: ``optimizer.minimize`` sums each gradient over the ranks and divides it by
-    their number between its backward pass and its update. Paddle's minimize (plain and
-    AMP-decorated) offers no hook there, so its ``backward`` is wrapped for the call."""
+    """Within, ``optimizer.minimize`` averages each gradient over the ranks before its
+    update: Paddle offers no hook there, so its ``backward`` is wrapped."""
     if ranks == 1:
         yield
         return

@@ -26,8 +26,7 @@ from paddle_resnet.core.errors import UNEXPECTED, RestartableError, UserError, d
 from paddle_resnet.training.lifecycle import StoppedBySignal
 
 PREFIX = "paddle_resnet/start"
-# A wait's pauses between two polls: the first short (the peer is usually there already),
-# then doubling to the longest, which bounds how late a peer's arrival is seen.
+# A wait's pauses between two polls: the first short, then doubling to the longest.
 FIRST_POLL_SECONDS = 0.01
 LONGEST_POLL_SECONDS = 1.0
 # The checkpoint folder names the toolkit writes (``checkpoint.checkpoint_name``): ASCII
@@ -35,12 +34,10 @@ LONGEST_POLL_SECONDS = 1.0
 CHECKPOINT_NAME = re.compile(r"[0-9]+(-step[0-9]+)?")
 # Where a rank runs, as ``start`` writes it: "<host> <process id>" (the id names /proc/<id>).
 PLACE = re.compile(r"(\S+) ([0-9]{1,10})")
-# A rank that ended the start, and rank 0, which serves the store, wait this long at most
-# for the other ranks to read why (they look at their next wait) before they exit.
+# A rank that ended the start, and rank 0, wait this long at most for the others to read why.
 LINGER_SECONDS = 60.0
-# After a collective failed, how long the survivors wait for each other's answer in the
-# store before they name the ranks that did not answer: well within the 30 s the
-# launcher gives its ranks between its SIGTERM and its SIGKILL.
+# After a collective failed, how long the survivors wait for each other's answer: well
+# within the 30 s the launcher gives between its SIGTERM and its SIGKILL.
 ROLL_CALL_SECONDS = 2.0
 # Rank 0 keeps the store up for the survivors' roll call at most this long after it began
 # its own, and ends before the launcher's kill, which comes 3 s after its SIGTERM at the
@@ -236,15 +233,11 @@ class Rendezvous:
                 self.sleep(pause)
 
     def roll_call(self, seconds=ROLL_CALL_SECONDS):
-        """Once a collective has failed (gloo only says "std::exception", or the launcher's
-        SIGTERM came first): the ranks that stopped, sorted, or None where the store (rank
-        0) is gone. Each survivor answers in the store; one that answered is never named.
-        A silent peer on this host is looked up by its process (gone or a zombie:
-        stopped); one elsewhere silent for ``seconds`` is named. Rank 0 then keeps the
-        store up until the others have read (its exit would make every later reader name
-        rank 0), within the launcher's grace: it kills the ranks no sooner than 3 s after
-        a death. (The caller ignores SIGTERM meanwhile: a Python handler would interrupt
-        the store's socket calls.)"""
+        """Once a collective has failed: the ranks that stopped, sorted, or None where the
+        store (rank 0) is gone. A silent peer on this host is looked up by its process;
+        one elsewhere silent for ``seconds`` is named. Rank 0 then keeps the store up
+        until the others have read (else they would name rank 0), within the launcher's
+        grace (it kills no sooner than 3 s after a death)."""
         try:
             self._count(f"roll-call/{self.rank}", 1)
             peers = [peer for peer in range(self.world_size) if peer != self.rank]
@@ -294,9 +287,8 @@ class Rendezvous:
 
 
 def _verdict_path(environ=os.environ):
-    """Where the survivors of this host leave their roll call's verdict (the launcher's
-    log folder, per store), for a rank freed from a collective only once rank 0, and the
-    store with it, is gone."""
+    """Where this host's survivors leave their roll call's verdict, for a rank freed only
+    once rank 0, and the store, is gone."""
     folder, master = environ.get("PADDLE_LOG_DIR"), environ.get("PADDLE_MASTER", "")
     if not folder:
         return None

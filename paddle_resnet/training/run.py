@@ -34,16 +34,9 @@ from paddle_resnet.training.session import Session
 
 
 def run(config, report_stream=None, after_training=None):
-    """Run ``config.run.run_scope``; returns the final metrics (rank 0's view).
+    """Run ``config.run.run_scope``; the final metrics (rank 0's view).
     ``after_training(config, report)``: rank 0's last step of a training run (the export
-    of train.py --inference-dir), its {metric: value} added to the summary.
-
-    1. A watcher beside a launched rank, stops outside the steps reported, the IR.
-    2. The ranks meet: Fleet and the job's store (``rendezvous``).
-    3. The start, in named phases, an end of it published to every rank: the output
-       folder claimed, ``resolve_start``, ``prepare_session``.
-    4. The work, the peers watched.
-    5. The summary."""
+    of --inference-dir), its {metric: value} added to the summary."""
     with contextlib.ExitStack() as steps:
         guard = steps.enter_context(lifecycle.guarded(config.run.start_timeout))
         stops = steps.enter_context(lifecycle.stops_reported())

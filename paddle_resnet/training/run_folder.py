@@ -89,10 +89,8 @@ def check_output_free(config, resuming_meta):
 
 
 def resolve_auto(config, checkpoints, rank, share=None):
-    """``config`` with --from-checkpoint auto replaced by the newest checkpoint of this
-    run, or by none where there is none yet (a scheduler restarting the same command).
-    Rank 0 chooses and ``share``s it (the job's store: the ring may not exist yet).
-    Returns (config, the lines to print)."""
+    """(``config`` with --from-checkpoint auto replaced by this run's newest checkpoint or
+    none, the lines to print); rank 0 chooses and ``share``s it (no ring may exist yet)."""
     run_cfg = config.run
     if run_cfg.from_checkpoint != ckpt.AUTO:
         return config, []
@@ -130,9 +128,8 @@ def rewind(config, checkpoints, meta):
 
 
 class Checkpoints:
-    """The checkpoints of one run's folder and the policy over them. Each checkpoint's files
-    are verified once per ``Checkpoints`` while unchanged (inode, size, mtime): retention
-    reads a checkpoint once per run, not at every save."""
+    """The checkpoints of one run's folder; each verified once while unchanged (inode,
+    size, mtime): retention reads a checkpoint once per run, not at every save."""
 
     def __init__(self, folder):
         self.folder = folder
@@ -261,7 +258,6 @@ class Saves:
         self.last_save = time.monotonic()
 
     def clock_says_save(self):
-        """Rank 0's view: a timed save is due."""
         return (
             self.session.rank == 0
             and self.every_seconds > 0

@@ -86,9 +86,8 @@ def layer_table(programs):
 
 
 def enforce_masks(main, startup):
-    """Fleet's ASP after ``minimize``, done by the toolkit where Fleet cannot combine ASP
-    with QAT or masks only the weights that train (frozen stages): Paddle's own
-    ``ASPHelper`` steps, the ones ``asp.decorate`` runs."""
+    """Fleet's ASP after ``minimize`` where Fleet cannot (with QAT, frozen stages):
+    Paddle's own ``ASPHelper`` steps."""
     paddle_internals.insert_asp_masks(main, startup, prunable_shapes(ir.parameters(main)))
 
 

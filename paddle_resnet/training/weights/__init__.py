@@ -1,13 +1,6 @@
-"""Start weights: a checkpoint of this toolkit, or pretrained parameters users already
-have (this toolkit's files, torchvision or timm state dicts as PyTorch or safetensors
-files, PaddleClas ``.pdparams``).
-
-    meta, state = read_weights(config.run)        # before the programs are built
-    state, note = program_state(state, meta, programs.model, config, source)
-    into_program.load_pretrained(program, state, ...)   # variable name -> array
-
-``files`` reads a file by its content; ``naming`` finds which of the model family's
-weight namings (declared beside the network, ``models/*_family.py``) a file uses.
+"""Start weights: a checkpoint of this toolkit, or pretrained parameters (torchvision or
+timm as PyTorch or safetensors files, PaddleClas ``.pdparams``): ``read_weights`` before
+the programs are built, ``program_state``, then ``into_program.load_pretrained``.
 """
 
 import os
