@@ -136,15 +136,16 @@ def test_a_stop_by_signal_never_saves_weights_that_are_not_finite(session):
     train_program = session.programs.train
     weight = ir.parameters(train_program)[0].name
     watch = divergence.Watch(session.config, train_program)
+    saves = run_folder.Saves(session, (0, 0), watch)
     stop = lifecycle.StepAgreement()
     stop.signal_number = signal.SIGTERM
     with pytest.raises(lifecycle.Stopped):  # finite: saved, then the stop
-        epochs._save_stopped(session, 1, 3, stop, (0, 0), watch)
+        epochs._stopped(session, saves, 1, 3, stop)
     saved = os.path.join(session.config.run.output_dir, "resnet18", "1-step3")
     assert os.path.isdir(saved) and watch.last_finite == saved
     poison(weight)
     with pytest.raises(errors.Diverged) as refused:
-        epochs._save_stopped(session, 1, 4, stop, (0, 0), watch)
+        epochs._stopped(session, saves, 1, 4, stop)
     assert str(refused.value).startswith(
         f"training diverged in epoch 1 at step 4, stopped by a signal: {weight} holds nan or "
         f"inf values; nothing non-finite was saved; the last finite checkpoint: {saved} "
@@ -158,7 +159,7 @@ def test_a_checkpoint_holding_nan_is_refused_at_resume(session, tmp_path, capsys
     writes none) is refused in one line naming the tensor, status 2, before any step."""
     damaged = os.path.join(session.config.run.output_dir, "resnet18", "1")
     watch = divergence.Watch(session.config, session.programs.train)
-    epochs._save(session, damaged, 1, 0, (0, 0), watch)
+    assert run_folder.Saves(session, (0, 0), watch).save(1, 0) == damaged
     params = os.path.join(damaged, "model.pdparams")
     state = ckpt.read_pickle(params)
     name = sorted(key for key, value in state.items() if isinstance(value, np.ndarray))[0]

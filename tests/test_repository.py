@@ -400,16 +400,40 @@ def run_folder_joins(path):
     return lines
 
 
-def test_only_the_run_folder_module_builds_the_run_folder():
+# What decides or makes a save: a key of the save policy read, a checkpoint named or
+# written (``checkpoint.py`` defines the names and the save, the format; it calls neither)
+SAVE_POLICY = {"save_interval", "save_every_minutes", "keep_checkpoints"}
+SAVE_CALLS = {"save_checkpoint", "checkpoint_name"}
+
+
+def save_decisions(path):
+    """The lines of ``path`` that read a key of the save policy (``run_cfg.save_interval``)
+    or call ``save_checkpoint`` or ``checkpoint_name``: a save decided, named or made."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read())
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in SAVE_POLICY:
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in SAVE_CALLS:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_run_folder_module_builds_the_run_folder_and_decides_a_save():
     """docs/architecture.md, checkpoints: <output-dir>/<arch> is built in
     training/run_folder.py alone (``arch_folder``) and every other module asks it, so the
     saves, ``--from-checkpoint auto``, the Slurm scripts' progress and the summary cannot
-    disagree on where a run's checkpoints are."""
-    joins = {module: run_folder_joins(path) for module, path in package_modules().items()}
-    # the one room's own join, found: the check sees the shape it looks for
-    assert joins.pop("paddle_resnet.training.run_folder")
-    elsewhere = sorted(f"{module}:{line}" for module, lines in joins.items() for line in lines)
-    assert not elsewhere, elsewhere
+    disagree on where a run's checkpoints are; and whether a save is due (--save-interval,
+    --save-every-minutes), the save, its name and the retention after it
+    (--keep-checkpoints) are its ``Saves``' alone: the epochs ask it, nothing more."""
+    modules = package_modules()
+    for found in (run_folder_joins, save_decisions):
+        seen = {module: found(path) for module, path in modules.items()}
+        # the one room's own, found: the check sees the shape it looks for
+        assert seen.pop("paddle_resnet.training.run_folder"), found.__name__
+        elsewhere = sorted(f"{module}:{line}" for module, lines in seen.items() for line in lines)
+        assert not elsewhere, (found.__name__, elsewhere)
 
 
 def test_private_paddle_apis_only_in_paddle_internals():

@@ -1,13 +1,10 @@
 """Checkpoints: written atomically, verified before they are read.
 
-A checkpoint is a folder <output-dir>/<arch>/<epochs done>/ (or, for a run stopped
-in the middle of epoch E after K steps, <output-dir>/<arch>/<E>-step<K>/) holding
-``model.pdparams`` (parameters, BN statistics), ``model.pdopt`` (momentum,
-loss scaling, ASP masks, learning-rate variable), ``model.pdmodel`` and
-``meta.json`` (epoch, global step, config, classes, and the size and SHA-256 of
-each file). The folder is assembled under a temporary name and renamed into
-place (``staged_directory``), so a crash mid-save leaves the previous checkpoints
-as they were.
+A checkpoint is a folder <output-dir>/<arch>/<epochs done>/ (stopped in epoch E after K
+steps: <E>-step<K>/) holding ``model.pdparams`` (parameters, BN statistics),
+``model.pdopt`` (momentum, loss scaling, ASP masks, LR), ``model.pdmodel`` and
+``meta.json`` (progress, config, classes, each file's size and SHA-256), assembled under
+a temporary name and renamed into place (``staged_directory``).
 """
 
 import hashlib
@@ -43,8 +40,7 @@ def _sha256(path):
 
 
 def checkpoint_name(epochs_done, steps_done):
-    """The folder name of a checkpoint after ``epochs_done`` epochs and ``steps_done``
-    steps of the next: "<epochs>" or "<epoch in progress>-step<steps>"."""
+    """ "<epochs>", or "<epoch in progress>-step<steps>" within an epoch."""
     return f"{epochs_done + 1}-step{steps_done}" if steps_done else str(epochs_done)
 
 
@@ -59,9 +55,7 @@ def progress_of(name):
 
 
 def save_checkpoint(program, directory, meta, prefix=PREFIX):
-    """Write ``program``'s persistable variables (``<prefix>.pdparams`` ...) and ``meta`` to
-    ``directory``, atomically. A full disk or an unwritable folder is a CheckpointError;
-    earlier checkpoints stay."""
+    """Write ``program``'s persistables and ``meta`` to ``directory``, atomically."""
     meta = dict(meta, prefix=prefix)
     try:
         with staged_directory(directory) as staging:
@@ -85,9 +79,8 @@ def save_checkpoint(program, directory, meta, prefix=PREFIX):
 
 
 def saved_checkpoints(folder):
-    """[(progress, path)] of the complete checkpoints (those with a meta.json) in an
-    <output-dir>/<arch> folder, oldest first; progress as ``progress_of``. Folder
-    replacements and removals that a crash interrupted are finished first."""
+    """[(progress, path)] of the complete checkpoints in a run folder, oldest first
+    (replacements and removals a crash interrupted finished first)."""
     if not os.path.isdir(folder):
         return []
     recover_staged(folder)
@@ -100,8 +93,7 @@ def saved_checkpoints(folder):
 
 
 def describe_saved(saved):
-    """ "epochs 1-5 and 6-step31" for a message that names a folder's checkpoints
-    (``saved_checkpoints``)."""
+    """ "epochs 1-5 and 6-step31", of ``saved_checkpoints``."""
     epochs = [progress[0] for progress, _ in saved if not progress[1]]
     within = [os.path.basename(path) for progress, path in saved if progress[1]]
     parts = []
@@ -114,9 +106,8 @@ def describe_saved(saved):
 
 
 def resolve_checkpoint(path):
-    """A checkpoint folder, or an <output-dir>/<arch> folder (its newest checkpoint, at
-    an epoch's end or within one). Folder replacements that a crash interrupted are
-    finished first (``recover_staged``)."""
+    """A checkpoint folder, or a run folder's newest checkpoint (interrupted replacements
+    finished first)."""
     path = os.path.abspath(path)
     recover_staged(os.path.dirname(path))
     if not os.path.isdir(path):
@@ -138,8 +129,7 @@ def resolve_checkpoint(path):
 
 
 def classes_beside(weights_file):
-    """The class names of the checkpoint whose weights file is ``weights_file`` (a
-    checkpoint's model.pdparams given to --from-pretrained-params), else None."""
+    """The class names of the checkpoint holding ``weights_file``, else None."""
     meta_path = os.path.join(os.path.dirname(os.path.abspath(weights_file)), META)
     if not os.path.isfile(meta_path):
         return None
@@ -159,9 +149,8 @@ def read_checkpoint(path):
 
 
 def read_meta(meta_path):
-    """A checkpoint's meta.json; a CheckpointError naming it when it is not the JSON
-    object ``save_checkpoint`` writes (UTF-8, its files' sizes and SHA-256, the prefix
-    of its files in the folder)."""
+    """A checkpoint's meta.json, or a CheckpointError where it is not what
+    ``save_checkpoint`` writes."""
     meta = read_json_object(meta_path, CheckpointError, "a checkpoint's meta.json")
     files = meta.get("files", {})
     listed = isinstance(files, dict) and all(
@@ -180,7 +169,7 @@ def read_meta(meta_path):
 
 
 def verify_checkpoint(path):
-    """(folder, meta) of a checkpoint whose files match their recorded sizes and SHA-256."""
+    """(folder, meta) of a checkpoint whose files match their sizes and SHA-256."""
     directory = resolve_checkpoint(path)
     meta = read_meta(os.path.join(directory, META))
     for name, expected in meta.get("files", {}).items():
@@ -199,9 +188,8 @@ def verify_checkpoint(path):
 
 
 def read_state(prefix, optimizer=True):
-    """Variable name -> array from ``<prefix>.pdparams``, and with ``optimizer`` also
-    from ``<prefix>.pdopt`` if present (momentum, loss scaling, ASP masks); each file
-    read without running code and its arrays finite (``read_pickle``)."""
+    """Variable name -> array from ``<prefix>.pdparams``, and with ``optimizer`` from
+    ``<prefix>.pdopt`` where present (``read_pickle``)."""
     if prefix.endswith(".pdparams"):
         prefix = prefix[: -len(".pdparams")]
     if not os.path.exists(prefix + ".pdparams"):
@@ -213,10 +201,8 @@ def read_state(prefix, optimizer=True):
 
 
 def read_pickle(path):
-    """{name: value} of a Paddle parameter pickle (what ``paddle.save`` and
-    ``paddle.static.save`` write), whatever the file is named: read by
-    ``safe_pickle.load``, which runs no code of the file, and refused in one line when a
-    tensor holds nan or inf (``check_finite``)."""
+    """{name: value} of a Paddle parameter pickle, read by ``safe_pickle.load`` (which
+    runs no code of the file) and refused where a tensor is not finite."""
     try:
         with open(path, "rb") as handle:
             state = safe_pickle.load(handle)
@@ -245,8 +231,7 @@ def read_pickle(path):
 
 
 def _array_of(value):
-    """A Tensor as ``paddle.save`` pickles it outside a state dict, (name, array): the
-    array; any other value as it is."""
+    """The array of a Tensor as ``paddle.save`` pickles it outside a state dict."""
     if (
         isinstance(value, tuple)
         and len(value) == 2
@@ -258,9 +243,7 @@ def _array_of(value):
 
 
 def check_finite(tensors, path):
-    """``tensors`` ({name: value}), or a CheckpointError naming ``path`` and the first
-    floating-point array holding nan or inf: such weights make every output nan (the
-    run that wrote them diverged)."""
+    """``tensors``, or a CheckpointError naming the first array holding nan or inf."""
     for name, value in tensors.items():
         if isinstance(value, np.ndarray) and value.dtype.kind in "fc":
             finite = np.isfinite(value)

@@ -2,25 +2,14 @@
 --class-weights-from-epoch, and --logit-adjustment. What a run feeds its train program
 per class each step is a ``ClassBalance`` (``for_run``); ``programs.py`` builds the loss.
 
-``balanced`` weighs a class by its inverse frequency in the training split, N / (C * n_c)
-(scikit-learn's "balanced"): a class of 30 images then counts as much as one of 3,000,
-and the weights average 1 over the training images. A FILE gives them by class name, as
-JSON ({"cat": 2.0, ...}) or CSV (``name,weight`` lines). The loss is the weighted mean
-over the batch, sum(w_i * loss_i) / sum(w_i), where an image's weight is its class's
-(PyTorch's ``CrossEntropyLoss(weight=...)`` normalises so too); label smoothing changes
-the target, not the weight; MixUp blends the two images' weights as it blends their
-targets. Validation loss and accuracy stay unweighted (the per-class results show what
-the weights changed).
-
-Deferred re-weighting (Cao et al. 2019's DRW): with --class-weights-from-epoch E the
-epochs before E are fed weights of 1 (the weighted mean is then the plain mean), E and
-later the class weights. The choice is by epoch, so a run resumed within an epoch feeds
-what the run never stopped fed.
-
-Logit adjustment (Menon et al. 2021): --logit-adjustment TAU adds TAU x log(prior) to the
-logits inside the training loss, the prior being each class's share of the training
-split; validation and the exported model use the logits as they are. TAU 1 is balanced
-softmax (Ren et al. 2020)."""
+``balanced`` weighs a class by its inverse frequency, N / (C * n_c) (scikit-learn's); a
+FILE gives the weights by class name (JSON or CSV). The loss is the weighted mean over
+the batch, sum(w_i * loss_i) / sum(w_i), as PyTorch's ``CrossEntropyLoss(weight=...)``;
+MixUp blends the two images' weights as it blends their targets. Validation stays
+unweighted. Deferred re-weighting (Cao et al. 2019): the epochs before
+--class-weights-from-epoch are fed weights of 1, chosen by epoch, so a resume within an
+epoch feeds the same. Logit adjustment (Menon et al. 2021): TAU x log(prior) added to
+the logits inside the training loss only; TAU 1 is balanced softmax."""
 
 import csv
 import heapq
@@ -35,16 +24,14 @@ from paddle_resnet.core.errors import ConfigError, DataError
 from paddle_resnet.core.text_files import parse_json, read_text
 
 BALANCED = "balanced"
-# The largest weight a file may give: the loss multiplies each image's cross-entropy by
-# its weight and sums the batch in float32 (at most 3.4e38), which leaves room for a
-# batch of 65,536 images of loss 5,000 (at the start ln(classes): 7 for 1,000).
+# The largest weight a file may give: the batch's weighted float32 sum (at most 3.4e38)
+# leaves room for 65,536 images of loss 5,000.
 MAX_WEIGHT = 1e30
 
 
 @dataclass(frozen=True)
 class ClassBalance:
-    """The per-class vectors a run feeds its train program: the class weights (or None)
-    and the first epoch (1-based) they apply to, the logit offsets (or None)."""
+    """The per-class vectors a run feeds its train program (None where not used)."""
 
     weights: Optional[np.ndarray]
     from_epoch: int
@@ -61,7 +48,6 @@ class ClassBalance:
         return fed
 
     def describe(self, loss_config, classes):
-        """Lines for people: the weights' source, range and first epoch; the offsets'."""
         lines = []
         if self.weights is not None:
             line = describe(loss_config.class_weights, self.weights, classes)
@@ -79,9 +65,8 @@ class ClassBalance:
 
 
 def for_run(config, split):
-    """The ``ClassBalance`` of a run training on ``split`` (a training ``DataSplit``), or
-    None when its loss is the plain one; refuses --sampling class-balanced on record files
-    (it draws by class from the counts of an image tree) in one line."""
+    """The ``ClassBalance`` of a run training on ``split``, or None for the plain loss;
+    refuses --sampling class-balanced on record files (it needs an image tree's counts)."""
     loss = config.loss
     spec, from_epoch, tau = loss.class_weights, loss.class_weights_from_epoch, loss.logit_adjustment
     if config.data.sampling == "class-balanced":
@@ -113,8 +98,7 @@ def logit_offsets(tau, split):
 
 
 def resolve(spec, split):
-    """The float32 weight of each class of ``split`` (a training ``DataSplit``), or None
-    without ``spec`` (--class-weights)."""
+    """The float32 weight of each class of ``split``, or None without ``spec``."""
     if spec is None:
         return None
     if spec == BALANCED:
@@ -124,8 +108,7 @@ def resolve(spec, split):
 
 
 def class_counts(split, needed_by=f"--class-weights {BALANCED}"):
-    """The number of images of each class of ``split`` (an image tree's); ``needed_by``
-    names the option that counts them, in the refusal for record files."""
+    """The number of images of each class of an image tree's ``split``."""
     if split.image_list is None:
         instead = (
             "give the weights as a file (--class-weights FILE: JSON or CSV of weights by "
@@ -180,7 +163,6 @@ def _from_file(path, classes):
 
 
 def describe(spec, weights, classes):
-    """One line for people: where the weights came from and their range."""
     low, high = int(np.argmin(weights)), int(np.argmax(weights))
     return (
         f"class weights ({spec}): {weights[low]:.3g} ({classes[low]}) to "

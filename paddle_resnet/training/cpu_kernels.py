@@ -1,19 +1,13 @@
 """Plain or oneDNN training kernels on the CPU (``onednn.py``), measured on the machine
-that trains rather than guessed: which is faster depends on the CPU as much as on the
-shapes (ResNet-50 at 224 px trained 1.93x faster on oneDNN on an AVX2 EPYC, 0.83x on an
-AMX Xeon; at 32 px oneDNN won on both).
+that trains: which is faster depends on the CPU as much as on the shapes (ResNet-50 at
+224 px trained 1.93x faster on oneDNN on an AVX2 EPYC, 0.83x on an AMX Xeon).
 
-Where ``--cpu-onednn`` / ``--no-cpu-onednn`` is not given (and oneDNN can train the run:
-``onednn.onednn_wanted``), a fresh process builds this run's train program both ways and
-times a few steps of each on random batches of its shape, alternating the two in short
-slices (``core/interleave.py``); the faster is taken, with a line naming both speeds.
-The answer is kept per CPU model, Paddle version, IR, model, input shape, batch and
-threads in the user's cache (``$XDG_CACHE_HOME/paddle-resnet/cpu_kernels.json``), so
-the next run of that kind starts at once. A process of its own, so that the training
-process has run no step before its first. ``PADDLE_RESNET_CPU_KERNELS=onednn``
-or ``plain`` takes one without measuring (the test suite: deterministic). Multi-process
-jobs do not measure (their ranks would have to agree): plain kernels unless
-``--cpu-onednn``.
+Where ``--cpu-onednn`` is not given, a fresh process (so that the training process has
+run no step before its first) times this run's train program both ways in alternating
+slices (``core/interleave.py``); the faster is taken, and kept in the user's cache
+(``$XDG_CACHE_HOME/paddle-resnet/cpu_kernels.json``) per ``cache_key``.
+``PADDLE_RESNET_CPU_KERNELS=onednn|plain`` takes one without measuring (the test suite);
+multi-process jobs do not measure (their ranks would have to agree): plain kernels.
 """
 
 import dataclasses
@@ -51,8 +45,7 @@ UNMEASURED = {
     "multi-process": "a multi-process job does not measure them; --cpu-onednn for oneDNN",
     "failed": "their measurement failed; --cpu-onednn for oneDNN",
 }
-# Slices of the measurement: each kernel path this often, for about this many seconds
-# each (at least one step), after one warm-up step each.
+# Slices of the measurement: each kernel path this often, for about this many seconds.
 ROUNDS, SLICE_SECONDS = 3, 1.0
 # A measurement taken while the 1-minute load average exceeded this share of the cores
 # this process may use is used for the run but not kept: another job shared the cores.
@@ -91,8 +84,7 @@ class Choice:
 
 
 def resolved(config, world_size):
-    """(``config`` with ``run.cpu_onednn`` decided, the Choice or None): None where the
-    run named its kernels or oneDNN cannot train it."""
+    """(``config`` with ``run.cpu_onednn`` decided, the Choice or None where not ours)."""
     if onednn_wanted(config) is not None:
         return config, None
     pin = os.environ.get(PIN_VARIABLE)
@@ -107,9 +99,8 @@ def resolved(config, world_size):
 
 
 def cache_key(config):
-    """What a measurement holds for: the CPU and its instruction set, the code (Paddle, the
-    toolkit's version and commit, the IR), the allocator, the model with the ops its family
-    marks for oneDNN, the input, the batch and the threads."""
+    """What a measurement holds for: the CPU, the code, the allocator, the model, the
+    input, the batch and the threads."""
     model, data = config.model, config.data
     shape = "x".join(map(str, input_shape(config)))
     code = provenance.code()
@@ -169,9 +160,8 @@ def _cached_or_measured(config):
 
 
 def _apart(speeds):
-    """Whether one path was faster in every round (the ratio of its slice to the other's,
-    taken in turn, on the same side of 1 each time: what a round's load shares, the ratio
-    cancels); None where the slices were not recorded."""
+    """Whether one path was faster in every round (paired slice ratios all on one side of
+    1: a round's load cancels); None where the slices were not recorded."""
     if "plain_slices" not in speeds:
         return None
     ratios = interleave.paired_ratio(speeds["onednn_slices"], speeds["plain_slices"])
@@ -183,8 +173,8 @@ def _speeds(entry):
 
 
 def measure(config):
-    """{"plain_ips", "onednn_ips"} of ``config``'s train program, timed in a fresh
-    process (``main``); None if that process failed (its error is not the run's)."""
+    """{"plain_ips", "onednn_ips"} timed in a fresh process (``main``); None if it failed
+    (its error is not the run's)."""
     try:
         out = child_process.run(
             ["-m", __name__], "the kernel measurement failed", stdin=json.dumps(config.flat())
@@ -197,8 +187,7 @@ def measure(config):
 
 def _slice(config, onednn):
     """A slice function (``interleave.alternate``) stepping ``config``'s train program on
-    the kernels asked for, prepared as a run prepares it (``prepare.ready_for_weights``),
-    in a scope of its own, after one warm-up step."""
+    the kernels asked for, in a scope of its own, after one warm-up step."""
     config = dataclasses.replace(config, run=dataclasses.replace(config.run, cpu_onednn=onednn))
     scope = paddle.static.Scope()
     batch = config.data.batch_size
@@ -226,8 +215,7 @@ def _slice(config, onednn):
 
 
 def main():
-    """The measuring process: the config (``Config.flat()`` as JSON) on stdin, the two
-    speeds as one JSON line on stdout."""
+    """The measuring process: ``Config.flat()`` JSON on stdin, one JSON line out."""
     config = build_config(json.load(sys.stdin), source="the kernel measurement")
     paddle.enable_static()
     with ir.selected(config):

@@ -1,7 +1,5 @@
-"""What the static programs of a config hold, without running them (root ``program.py``):
-ops by type, casts, parameters, multiply-accumulates per image, and the strategies
-applied (AMP, ASP, QAT, data parallelism, the GPU fusions); the program text on request.
-The GPU-build checks and the comparison of the two IRs read the same description."""
+"""What the static programs of a config hold, without running them (``program.py``):
+ops, casts, parameters, multiply-accumulates per image, the strategies applied."""
 
 import math
 

@@ -1,13 +1,9 @@
 """Processes and devices: Fleet's collective mode, this process's device, sums over ranks.
 
-One process per device, whether started by ``paddle.distributed.launch`` or plainly.
-Ring 0, which every collective of the job uses, is made by one function before any
-program, in every mode (``init_fleet``, ``paddle_internals.make_ring0``): NCCL between
-GPUs, gloo between CPU ranks, the backend the only difference; around ``minimize``
-(``collective_rewrite``) Fleet's own set-up of it is skipped. Where there is no GPU the
-stream-sync ops, which have no CPU kernel and mean nothing without streams, are removed,
-and on Paddle 3 AMP's per-parameter finite check for distributed runs (a GPU overlap
-optimisation whose ``paddle.any`` rejects legacy static variables) is not switched on.
+One process per device. Ring 0, which every collective uses, is made before any program
+(``init_fleet``): NCCL between GPUs, gloo between CPU ranks; around ``minimize``
+(``collective_rewrite``) Fleet's own set-up of it is skipped. Without a GPU the
+stream-sync ops, which have no CPU kernel, are removed.
 """
 
 import contextlib
@@ -26,8 +22,7 @@ STREAM_SYNC_OPS = ("c_sync_comm_stream", "c_sync_calc_stream")
 
 
 def launcher_ranks(environ=os.environ):
-    """(rank, endpoints) that ``paddle.distributed.launch`` gave this process; UserError
-    naming the variable when its environment is incomplete or inconsistent."""
+    """(rank, endpoints) that ``paddle.distributed.launch`` gave this process."""
     endpoints = [e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]
     if len(endpoints) <= 1:
         return 0, endpoints
@@ -58,8 +53,7 @@ def launcher_ranks(environ=os.environ):
 
 
 def uses_gloo():
-    """True for a multi-rank job without GPUs (after ``init_fleet``; a process that has not
-    joined a job, e.g. ``program.py`` building PIR programs, is one rank)."""
+    """A multi-rank job without GPUs (after ``init_fleet``; else one rank)."""
     return (
         paddle_internals.fleet_initialized()
         and fleet.worker_num() > 1
@@ -68,9 +62,8 @@ def uses_gloo():
 
 
 def init_fleet():
-    """Fleet in collective mode (once per process) and, for a job of several ranks, the
-    job's store and ring 0 (``paddle_internals.make_ring0``: gloo between CPU ranks, NCCL
-    between GPUs), before any program; returns (rank, world size)."""
+    """Fleet in collective mode (once per process) and, with several ranks, the job's
+    store and ring 0, before any program; (rank, world size)."""
     if paddle_internals.fleet_initialized():
         return fleet.worker_index(), fleet.worker_num()
     # Static mode first: in dynamic mode fleet.init starts a dygraph process group of
@@ -78,8 +71,7 @@ def init_fleet():
     paddle.enable_static()
     rank, endpoints = launcher_ranks()
     if len(endpoints) > 1:
-        # the job's key-value store, the start's channel (``rendezvous.py``): a rendezvous of
-        # every rank, before any ring (gloo's and NCCL's on Paddle 3 are made over it)
+        # the job's key-value store (``rendezvous.py``), before any ring (made over it)
         paddle_internals.job_store()
         place, device_id = devices.device()
         with paddle_chatter(bootstrap.verbose()):  # "server not ready, wait 3 sec" lines
@@ -92,8 +84,7 @@ def init_fleet():
 @contextlib.contextmanager
 def collective_rewrite(main, startup):
     """Around Fleet's ``minimize`` of a multi-rank job: ring 0 as ``init_fleet`` made it
-    (Fleet's own set-up of it skipped) and, on CPU ranks, no stream-sync ops in ``main``
-    and ``startup``. Changes nothing with one rank."""
+    and, on CPU ranks, no stream-sync ops in ``main`` and ``startup``."""
     if not (paddle_internals.fleet_initialized() and fleet.worker_num() > 1):
         yield
         return
@@ -106,8 +97,8 @@ def collective_rewrite(main, startup):
 
 
 def parameter_checksum(program):
-    """The sum of every trained parameter of ``program``, in float64. (BN running
-    statistics are parameters too, but each rank keeps its own, from its own batches.)"""
+    """The float64 sum of ``program``'s trained parameters (each rank's BN statistics
+    are its own)."""
     scope = paddle.static.global_scope()
     return float(
         sum(
@@ -119,17 +110,11 @@ def parameter_checksum(program):
 
 
 class RanksDisagree(RestartableError):
-    """The ranks hold different parameters after the same steps: the gradients they
-    summed were not summed alike, which the program cannot do by itself (every rank
-    applies the same all-reduced gradients): silent data corruption, a bit flipped in a
-    device's memory or on the wire. A hardware fault, not the user's: the job restarts
-    from its last checkpoint, which was verified when the ranks still agreed."""
+    """The ranks hold different parameters after the same steps: a hardware fault."""
 
 
 def check_ranks_agree(program, all_reduce, where):
-    """``RanksDisagree`` (on every rank: the sums are everyone's) unless every rank holds
-    the same parameters, compared by checksum: data parallelism whose ranks drift apart
-    trains N different models."""
+    """``RanksDisagree`` on every rank unless every rank's checksum is the same."""
     checksum = parameter_checksum(program)
     total, squares, ranks, _ = all_reduce(np.array([checksum, checksum**2, 1.0, 0.0]))
     spread = squares / ranks - (total / ranks) ** 2
@@ -149,9 +134,7 @@ def all_reduce_program(name, shape, dtype):
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
         values = paddle.static.data(name, shape, dtype)
-        if paddle_internals.is_pir_program(main):
-            paddle.distributed.all_reduce(values)
-        elif paddle_internals.PADDLE3:
+        if paddle_internals.PADDLE3 and not paddle_internals.is_pir_program(main):
             # paddle.distributed.all_reduce rejects legacy static variables on 3.x.
             main.global_block().append_op(
                 type="all_reduce",
@@ -167,9 +150,8 @@ def all_reduce_program(name, shape, dtype):
 
 
 def all_reduce_sum(place):
-    """A function summing a float64 vector over all ranks (a static collective op; one
-    program per vector length, built when first asked for: the stop requests' and
-    evaluation counts' 4 numbers, an evaluation's confusion matrix)."""
+    """A function summing a float64 vector over all ranks (one static program per vector
+    length, built when first asked for)."""
     exe = paddle.static.Executor(place)
     programs = {}
 

@@ -2,21 +2,14 @@
 what to change, in one line (``errors.Diverged``: status 2, which no scheduler retries:
 a restart from the last checkpoint would diverge again).
 
-Where it is seen: the loss each step fetches anyway (every rank's, agreed through the
-per-step all-reduce of ``lifecycle.StepAgreement``, so every rank stops at the same step),
-and the weights before every save and at every epoch's end. That check is the job's
-decision, not one rank's: each rank holds batch-norm statistics of its own batches, so
-one rank alone may find a nan; it ended that rank with 2 while rank 0 saved and then
-waited in the next collective until it was killed. The ranks sum what each found in one
-all-reduce (``check_weights``), and every rank stops with the same line naming the rank
-and the tensor. Which of the two checks sees a divergence first is the numerics' choice
-(on an AMX Xeon a run at --lr 1e5 kept a finite loss while its BN statistics went nan):
-both end the run alike. A step that AMP's dynamic
-loss scaling skips on purpose (its gradients overflowed; the update is skipped and the
-scale lowered) may fetch an inf or nan loss: that is no divergence, and the run goes on.
-Without those, a diverged run saved the epoch's checkpoint with nan weights, then failed
-in the evaluation predictor's conv_bn_fuse_pass with a traceback (a crash, requeued for
-ever under Slurm), or, with --run-scope train_only, ended with status 0."""
+Where it is seen: the loss each step fetches (agreed through ``lifecycle.StepAgreement``),
+and the weights before every save and at every epoch's end. That check is the job's,
+not one rank's: each rank's batch-norm statistics are its own, so one rank alone may find
+a nan (it ended with 2 while rank 0 saved and waited for it); the ranks sum what each
+found in one all-reduce. Either check may see a divergence first (a run at --lr 1e5 kept
+a finite loss while its BN statistics went nan). A step that AMP's dynamic loss scaling
+skips on purpose may fetch an inf loss: no divergence. Without this, a diverged run saved
+nan weights, then crashed in the evaluation predictor's conv_bn_fuse_pass."""
 
 import math
 
@@ -33,8 +26,7 @@ AMP_SKIPPED = "amp_skipped"
 
 class Watch:
     """One run's watch for divergence: what the steps fetch for it, the last checkpoint
-    whose weights are finite (the one it started from, then each it saved), and the
-    line that stops it."""
+    whose weights are finite, and the line that stops it."""
 
     def __init__(self, config, program, resumed_from=None, all_reduce=None, rank=0, world_size=1):
         self.config = config
@@ -46,18 +38,15 @@ class Watch:
         self.last_finite = resumed_from
 
     def saved(self, directory):
-        """``directory`` was saved with finite weights (checked first: ``check_weights``)."""
         self.last_finite = directory
 
     @staticmethod
     def step_diverged(values):
-        """Whether a step whose fetched ``values`` these are diverged: a loss that is not
-        finite, on a step AMP's dynamic loss scaling did not skip."""
+        """A loss that is not finite, on a step AMP's dynamic loss scaling did not skip."""
         return not math.isfinite(values["loss"]) and not values.get(AMP_SKIPPED)
 
     def stop_at_step(self, values, where, ranks=(1, 1)):
-        """The Diverged of a step ``where`` (e.g. "epoch 1, step 6 of 10") whose fetched
-        ``values`` these are; ``ranks``: (how many saw a non-finite loss, of how many)."""
+        """The Diverged of a step ``where``; ``ranks``: (how many diverged, of how many)."""
         seen, world = ranks
         if self.step_diverged(values):
             what = f"the loss is {values['loss']}"
@@ -68,13 +57,9 @@ class Watch:
         return Diverged(self._line(where, f"{what} at learning rate {values['lr']:.6g}"))
 
     def check_weights(self, where):
-        """Diverged on every rank when a persistable of the train program (weights,
-        batch-norm statistics, optimiser state; bf16 ones included) holds nan or inf on
-        any rank; before every save and at each epoch's end (``where``: "by the end of
-        epoch 2", ...). With several ranks (``all_reduce``: the sum over them) each rank
-        puts the position of its first non-finite persistable in its own slot of one
-        vector: the names are the same on every rank (one program), so every rank can
-        name the rank and the tensor."""
+        """Diverged on every rank when a persistable of the train program holds nan or inf
+        on any rank. Each rank puts the position of its first non-finite persistable in
+        its own slot of one summed vector (one program: the same names on every rank)."""
         all_reduce, rank, world_size = self.all_reduce, self.rank, self.world_size
         names = sorted(ir.persistable_names(self.program))
         found = first_non_finite(self.program, names)
@@ -110,7 +95,6 @@ class Watch:
         )
 
     def advice(self):
-        """What to change, for this run's settings."""
         config = self.config
         lines = [
             f"lower --lr (now {config.lr.base:g} per {config.lr.reference_batch} images) or lengthen --warmup-epochs "
@@ -127,8 +111,7 @@ class Watch:
 
 
 def first_non_finite(program, names=None):
-    """The name of the first floating-point persistable of ``program`` (of ``names``,
-    sorted, where given) whose value in the global scope holds nan or inf, else None."""
+    """The first persistable of ``program`` (of ``names``) holding nan or inf, else None."""
     scope = paddle.static.global_scope()
     for name in names if names is not None else sorted(ir.persistable_names(program)):
         found = scope.find_var(name)
@@ -145,8 +128,8 @@ def first_non_finite(program, names=None):
 
 
 def all_finite(value, bfloat16=False):
-    """Whether every element of ``value`` is finite: floating-point arrays, and bfloat16
-    bits (uint16: nan and inf have all eight exponent bits set)."""
+    """Whether every element of ``value`` is finite; bfloat16 bits (uint16): nan and inf
+    have all eight exponent bits set."""
     if bfloat16 and value.dtype == np.uint16:
         return not ((value & 0x7F80) == 0x7F80).any()
     return value.dtype.kind != "f" or bool(np.isfinite(value).all())

@@ -1,7 +1,5 @@
-"""The epochs of a training run: train, check that the ranks agree, verify sparsity,
-save, validate; and the stop that Ctrl-C or SIGTERM asks for (``lifecycle.py``): the
-checkpoint at the step in flight, each rank's line, and ``lifecycle.Stopped`` raised for
-the tool to exit with its status."""
+"""The epochs of a training run: train, check that the ranks agree, verify sparsity, save
+(``run_folder.Saves``), validate; and the stop that Ctrl-C or SIGTERM asks for."""
 
 import contextlib
 import json
@@ -9,9 +7,8 @@ import os
 
 import numpy as np
 
-from paddle_resnet.core import provenance
 from paddle_resnet.training import checkpoint as ckpt
-from paddle_resnet.training import distributed, divergence, ir, lifecycle, run_folder
+from paddle_resnet.training import distributed, divergence, lifecycle, run_folder
 from paddle_resnet.training.loop import evaluate, train_one_epoch
 from paddle_resnet.training.profiling import step_profiler
 from paddle_resnet.training.sparsity import masks as sparse_masks
@@ -20,19 +17,12 @@ from paddle_resnet.training.weights import into_program
 
 def train_epochs(session, train_split, val_split, start):
     """From ``start`` (epochs done, steps done in the next) to ``run.epochs``, validating
-    on ``val_split`` unless it is None; returns the last epoch's metrics and the run's
-    (``run.*``). Ctrl-C / SIGTERM stop the run after the step in flight (every rank
-    after the same step), saved; a step or weights not finite stop it unsaved
-    (``divergence.py``: ``errors.Diverged``)."""
+    on ``val_split`` unless None; the last epoch's metrics and the run's (``run.*``)."""
     config, programs, report = session.config, session.programs, session.report
     run_cfg = config.run
     metrics, history = {}, {"train.seconds": 0.0, "train.images": 0}
     start_epoch, skip = start
     validated = False  # this start's first validation: a lost one of ``start`` comes first
-    # closed however the epochs end: a window that outlasted the training, or a stop
-    agreement = lifecycle.StepAgreement(
-        session.all_reduce, run_cfg.save_every_minutes * 60, session.rank
-    )
     # the checkpoint this run resumed from was refused at load had it held nan or inf
     watch = divergence.Watch(
         config,
@@ -42,6 +32,9 @@ def train_epochs(session, train_split, val_split, start):
         rank=session.rank,
         world_size=session.world_size,
     )
+    saves = run_folder.Saves(session, start, watch)
+    # closed however the epochs end: a window that outlasted the training, or a stop
+    agreement = lifecycle.StepAgreement(session.all_reduce, saves.clock_says_save)
     with (
         contextlib.closing(step_profiler(run_cfg)) as profiler,
         agreement as stop,
@@ -54,13 +47,11 @@ def train_epochs(session, train_split, val_split, start):
                 profiler,
                 skip=skip if epoch == start_epoch + 1 else 0,
                 stop=stop,
-                save_within=lambda epoch, steps: _save_timed(
-                    session, epoch, steps, stop, start, watch
-                ),
+                save_within=saves.timed,
                 watch=watch,
             )
             if stop.signal_number is not None:
-                _save_stopped(session, epoch, metrics["train.steps"], stop, start, watch)
+                _stopped(session, saves, epoch, metrics["train.steps"], stop)
             # the job's decision (each rank's BN statistics are its own): before the save, and
             # where none is due
             watch.check_weights(f"by the end of epoch {epoch}")
@@ -78,13 +69,8 @@ def train_epochs(session, train_split, val_split, start):
             if config.asp.enabled:
                 sparse_masks.verify(programs, report, where=f"epoch {epoch}")
             # Saved before validating, so that a broken validation image never costs the epoch.
-            # rank 0 alone saves at an epoch's end, when the epoch is due or a timed save is
-            if session.rank == 0 and (
-                epoch % run_cfg.save_interval == 0 or last or stop.clock_says_save()
-            ):
-                directory = run_folder.checkpoint_dir(run_cfg.output_dir, config.model.arch, epoch)
-                _save(session, directory, epoch, 0, start, watch)
-                stop.saved()
+            if saves.due_at_epoch_end(epoch):
+                saves.save(epoch, 0)
             if val_split is not None and (epoch % run_cfg.eval_interval == 0 or last):
                 validated = validated or _revalidate(session, val_split, start, history)
                 metrics.update(evaluate(session, val_split, epoch))
@@ -99,8 +85,8 @@ def train_epochs(session, train_split, val_split, start):
 
 
 def _revalidate(session, val_split, start, history):
-    """At this start's first validation (or its end): the validation of ``start``'s epoch
-    that an earlier start lost, where it did (``_validation_lost``); True."""
+    """At this start's first validation: the one of ``start``'s epoch an earlier start
+    lost, where it did; True."""
     if _validation_lost(session, start):
         lost = _validate_lost(session, val_split, start[0])
         history.update({"val.best_top1": lost["val.top1"], "val.best_epoch": start[0]})
@@ -108,13 +94,10 @@ def _revalidate(session, val_split, start, history):
 
 
 def _validation_lost(session, start):
-    """Whether the epoch's checkpoint this run starts from (``start``: (epochs done, 0))
-    was due a validation that the report lacks: each epoch is saved before it is
-    validated, so a start that ended in the validation (out of memory, a lost peer, a
-    kill) left a checkpoint whose resume went on to the next epoch, and a job requeued
-    once per epoch could end with no validation figure. Rank 0 reads its report; the
-    ranks agree through one all-reduce (the validation is collective), at the first
-    validation point of this start, where they meet anyway."""
+    """Whether the epoch's checkpoint this run starts from was due a validation the report
+    lacks: each epoch is saved before it is validated, so a start that ended in the
+    validation left a checkpoint whose resume went on (a job requeued once per epoch
+    could end with no validation figure). Rank 0 reads its report; one all-reduce."""
     epochs_done, steps_done = start
     config = session.config
     run_cfg = config.run
@@ -137,11 +120,9 @@ def _validation_lost(session, start):
 
 
 def _validate_lost(session, val_split, epoch):
-    """The validation of epoch ``epoch`` that an earlier start lost, run now, at this
-    start's first validation, on the weights of the checkpoint it resumed from (put in the
-    scope, then the current ones put back, exactly): not before the first step, where an
-    evaluation changed how the later steps round (2-rank resumes departed by 4e-9 from the
-    run never stopped). Its EPOCH record; its metrics."""
+    """The lost validation of ``epoch``, on the checkpoint's weights (then the current
+    ones put back, exactly): not before the first step, where an evaluation changed how
+    the later steps round (2-rank resumes departed by 4e-9). Its metrics."""
     config, programs, report = session.config, session.programs, session.report
     report.print(
         f"validating epoch {epoch} now: {config.report_file} holds no validation of it "
@@ -158,8 +139,7 @@ def _validate_lost(session, val_split, epoch):
 
 
 def _validated_epochs(report_file):
-    """The epochs a VAL record of ``report_file`` holds (none where it is missing; a line
-    that a killed start left half-written is skipped)."""
+    """The epochs of ``report_file``'s VAL records (a half-written line skipped)."""
     epochs = set()
     if not os.path.exists(report_file):
         return epochs
@@ -174,75 +154,10 @@ def _validated_epochs(report_file):
     return epochs
 
 
-def _save(session, directory, epochs_done, steps_done, start, watch):
-    """A checkpoint after ``epochs_done`` epochs and ``steps_done`` steps of the next, and
-    the retention after it (the checkpoint at ``start``, where the run began, is kept).
-    Its callers have every rank check the weights first (``watch.check_weights``:
-    ``errors.Diverged`` where one is not finite), so nothing non-finite is saved; ``watch``
-    learns the checkpoint saved."""
-    config = session.config
-    ckpt.save_checkpoint(
-        session.programs.train,
-        directory,
-        {
-            "epoch": epochs_done,
-            "step_in_epoch": steps_done,
-            "global_step": epochs_done * session.steps_per_epoch + steps_done,
-            "world_size": session.world_size,
-            "arch": config.model.arch,
-            "classes": list(session.classes),
-            "config": config.to_dict(),
-            # the pattern --asp holds and which weights hold it (None when dense)
-            "sparsity": sparse_masks.sparsity_record(session.programs.train)
-            if config.asp.enabled
-            else None,
-            "code": dict(provenance.code(), ir=ir.record(config)["name"]),
-        },
-        prefix=config.run.model_prefix,
-    )
-    session.report.saved(directory)
-    watch.saved(directory)
-    removed = session.checkpoints.remove_superseded(
-        directory,
-        config.run.keep_checkpoints,
-        start,
-        drop_mid_epoch=config.run.save_every_minutes > 0,
-    )
-    if removed:
-        session.report.print(
-            f"removed older checkpoints (--keep-checkpoints): {', '.join(removed)}"
-        )
-
-
-def _save_timed(session, epoch, steps_done, stop, start, watch):
-    """--save-every-minutes: the checkpoint ``<epoch - 1>-step<steps_done>`` within
-    ``epoch``, by rank 0 at the step where every rank learnt it was due; the other ranks
-    wait for it, so a rank lost right after finds it complete."""
-    config = session.config
-    name = ckpt.checkpoint_name(epoch - 1, steps_done)
-    directory = run_folder.checkpoint_dir(config.run.output_dir, config.model.arch, name)
-    watch.check_weights(f"in epoch {epoch} at step {steps_done}")  # every rank
-    if session.rank == 0:
-        _save(session, directory, epoch - 1, steps_done, start, watch)
-    if session.all_reduce:
-        session.all_reduce(np.zeros(4))
-    stop.saved()
-
-
-def _save_stopped(session, epoch, steps_done, stop, start, watch):
-    """The checkpoint of a run stopped by a signal in ``epoch`` after ``steps_done``
-    steps (``<arch>/<epoch>-step<k>``, by rank 0; the other ranks wait for it), each
-    rank's one line; raises ``lifecycle.Stopped``, which the tool turns into its exit."""
-    config, report, rank = session.config, session.report, session.rank
-    steps_per_epoch = session.steps_per_epoch
-    epochs_done, within = (epoch - 1, steps_done) if steps_done < steps_per_epoch else (epoch, 0)
-    name = ckpt.checkpoint_name(epochs_done, within)
-    directory = run_folder.checkpoint_dir(config.run.output_dir, config.model.arch, name)
-    watch.check_weights(f"in epoch {epoch} at step {steps_done}, stopped by a signal")
-    if rank == 0:
-        _save(session, directory, epochs_done, within, start, watch)
-    if session.all_reduce:  # no rank ends the job before the checkpoint is complete
-        session.all_reduce(np.zeros(4))
+def _stopped(session, saves, epoch, steps_done, stop):
+    """A stop by a signal: its checkpoint, each rank's line, ``lifecycle.Stopped``."""
+    report, rank, steps_per_epoch = session.report, session.rank, session.steps_per_epoch
+    directory = saves.stopped(epoch, steps_done)
     where = f"in epoch {epoch} after step {steps_done} of {steps_per_epoch}"
     line, code = lifecycle.stopped(stop.signal_number, where, directory)
     report.log(

@@ -1,20 +1,13 @@
-"""Evaluation on the CPU through Paddle Inference, from the eval program in memory.
+"""Evaluation on the CPU through Paddle Inference, from the eval program in memory: the
+executor runs plain kernels one op at a time (ResNet-18 at 32 px: about 400 img/s on 2
+cores), Paddle Inference with its passes and oneDNN (about 3,500 img/s). Before each
+evaluation the program and the current weights are serialized in memory and handed to a
+predictor (on PIR, which has none, through a temporary ``save_inference_model``).
 
-The static executor runs the eval program's plain kernels one op at a time (ResNet-18 at
-32 px: about 400 img/s on 2 cores, no faster than training); Paddle Inference runs the
-same program with its graph passes and oneDNN (about 3,500 img/s). Before each
-evaluation the program and the current weights are serialized in memory
-(``paddle.static.serialize_program`` / ``serialize_persistables``) and handed to a
-predictor (``Config.set_model_buffer``): no files, the weights of that moment, under a
-second to build. On PIR, which has no in-memory serialization, the same through a
-temporary ``save_inference_model``. fp32 on the CPU; elsewhere the executor evaluates.
-
-The predictor runs on the training's math threads (``bootstrap.math_threads``), and
-gives them back after each run: Paddle Inference ends every run by setting the process's
-MKL and OpenMP to one thread ("recover the cpu_math_library_num_threads to 1",
-analysis_predictor.cc, 2.6 and 3.x), so the training after a validation ran on one core
-(measured: MKL and OpenMP at 2 threads before a run, 1 after) and rounded unlike a run
-resumed after that validation (PIR, oneDNN kernels: 0.05 apart after 4 steps).
+The predictor gives the training's math threads back after each run: Paddle Inference
+ends every run by setting MKL and OpenMP to one thread (analysis_predictor.cc, 2.6 and
+3.x), so the training after a validation ran on one core and rounded unlike a run
+resumed after it (0.05 apart after 4 steps).
 """
 
 import os
@@ -31,14 +24,13 @@ from paddle_resnet.training import ir
 
 def usable(config, on_gpu):
     """Where the predictor evaluates: the CPU, an fp32 eval program (a QAT eval program's
-    fake quantizers are a training form, not an inference model; bf16 AMP's O1, the one
-    AMP a CPU trains, evaluates in fp32)."""
+    fake quantizers are a training form; bf16 AMP's O1 evaluates in fp32)."""
     return not on_gpu and not config.qat.enabled and not config.amp.use_pure_fp16
 
 
 def _config(program, inputs, outputs, exe, prefix):
     """The predictor's Config of ``program`` and the scope's weights: in memory (legacy
-    IR), or through files at ``prefix`` (PIR, read when the predictor is created)."""
+    IR), or through files at ``prefix`` (PIR)."""
     if paddle_internals.is_pir_program(program):
         paddle.static.save_inference_model(prefix, inputs, outputs, exe, program=program)
         return paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")

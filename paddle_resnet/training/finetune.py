@@ -2,10 +2,9 @@
 first): --frozen-stages freezes a prefix of them, weights and batch-norm statistics,
 and --lr-mult-list scales each stage's learning rate (PaddleClas' ``lr_mult_list``).
 
-Both are applied to the training model once it is built and before its forward pass:
-a frozen stage's batch norms then run on their running statistics (no update ops), and
-its parameters get no gradient, so the optimizer neither moves nor decays them. A
-frozen prefix needs no backward pass at all: nothing before it trains."""
+Both are applied to the training model before its forward pass: a frozen stage's batch
+norms run on their running statistics, and its parameters get no gradient, so the
+optimizer neither moves nor decays them."""
 
 from paddle_resnet.core.errors import ConfigError
 

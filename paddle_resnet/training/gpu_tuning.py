@@ -4,17 +4,12 @@
 - ``build_strategy_fields``: the BuildStrategy fusions under AMP (batch norm + ReLU,
   add + ReLU, batch norm + add + ReLU, in-place gradient accumulation) and, for the eval
   program, ``fix_op_run_order``.
-- ``FLAGS``: cuDNN exhaustive algorithm search and a 4 GB workspace limit, set with
-  ``paddle.set_flags`` on GPU runs; ``FLAGS_apply_pass_to_program`` around ``minimize``,
-  without which Fleet does not apply the build strategy to a static program (NVIDIA sets
-  it only in its README's docker line). With it, the AMP train program of ResNet-50 in
-  NHWC has every batch norm fused with its ReLU (``fused_batch_norm_act``) or with the
-  residual addition and ReLU (``fused_bn_add_activation``), but for the 4 projection
-  shortcuts' (checked as data with paddlepaddle-gpu 2.6.2, tests/test_gpu_build.py).
-- ``--fuse-resunit``: the cuDNN v8 ResUnit fusion pass on the training program, applied
-  with Paddle's pass manager as Paddle's own test does (Fleet's build-strategy copy drops
-  the field). Paddle builds without the cuDNN frontend (every PyPI wheel, 2.6.2 included)
-  do not have the pass: a one-line error, not a silent dense run.
+- ``FLAGS``: cuDNN exhaustive search and a 4 GB workspace; ``FLAGS_apply_pass_to_program``
+  around ``minimize``, without which Fleet does not apply the build strategy to a static
+  program (NVIDIA sets it only in its README's docker line; tests/test_gpu_build.py).
+- ``--fuse-resunit``: the cuDNN v8 ResUnit fusion pass, applied with Paddle's pass
+  manager (Fleet's build-strategy copy drops the field); builds without the cuDNN
+  frontend (every PyPI wheel) refuse it in one line.
 
 On CPUs none of this applies: the fusions are CUDA kernels.
 """
@@ -102,17 +97,14 @@ def _has_resunit_pass():
 
 
 def apply_cudnn_flags():
-    """cuDNN's exhaustive algorithm search and workspace limit (GPU builds only: the CPU
-    build has no such flags)."""
+    """cuDNN's flags (GPU builds only: the CPU build has none)."""
     paddle.set_flags(FLAGS)
 
 
 @contextlib.contextmanager
 def passes_applied(on_gpu):
-    """Around Fleet's ``minimize``: with ``on_gpu``, Fleet applies the build strategy's
-    fusion passes to the train program (it reads the switch there and only there). The
-    switch is put back afterwards, so that a process that builds GPU programs (a test on
-    the GPU build) builds its CPU programs unfused."""
+    """Around Fleet's ``minimize`` with ``on_gpu``: the build strategy's passes applied
+    (put back after: later CPU programs build unfused)."""
     if not on_gpu:
         yield
         return

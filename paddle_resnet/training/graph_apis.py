@@ -6,10 +6,8 @@ import paddle
 
 from paddle_resnet.core import paddle_internals, preflight
 
-# The Paddle APIs the toolkit's program builders call (programs.py, the models,
-# pir_strategies.py), each as a tiny static graph over an image batch ``x`` and
-# its labels ``y``: a Paddle that moves one of them out of reach of an IR (APIs moved to
-# C++ bindings take no legacy variable) is named before a long job starts.
+# Each as a tiny static graph over an image batch ``x`` and its labels ``y`` (APIs moved
+# to C++ bindings take no legacy variable).
 GRAPH_APIS = {
     "paddle.static.data": lambda x, y: x,
     "paddle.nn.Conv2D": lambda x, y: paddle.nn.Conv2D(3, 4, 3, padding=1)(x),

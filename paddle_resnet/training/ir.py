@@ -9,20 +9,13 @@ questions about a built program whose answer differs between them.
   ``paddle.quantization`` before building (``programs._forward``).
 
 Which IR a run is on (``chosen``): ``--ir`` as given; unset, PIR on Paddle 3 wherever it
-loses nothing, measured (``scripts/benchmark_ir_parity.py``, benchmarks/ir_parity_*.json):
-at ImageNet's crops PIR trains as fast as the legacy IR or faster on the same kernels; at
-the demo's settings on oneDNN convolutions (``onednn.py``) PIR's train at 1.17x (AVX-512
-Xeon) and 1.31x (AVX2 EPYC) the legacy IR's; multi-process CPU jobs, whose ranks
-train on plain kernels, stay on the legacy IR's tested gradient exchange (docs/guide.md,
-"PIR first"); on GPUs nothing was measured, so
-NVIDIA's legacy-IR workflow stays. With ``PADDLE_RESNET_PIR_ONLY=1`` the
-legacy IR is unavailable: everything runs on PIR and what needs the legacy IR refuses.
+loses nothing, measured (benchmarks/ir_parity_*.json, docs/guide.md "PIR first"):
+multi-process CPU jobs stay on the legacy IR's tested gradient exchange, and GPUs on
+NVIDIA's legacy-IR workflow (not measured). ``PADDLE_RESNET_PIR_ONLY=1``: PIR alone.
 
-The process starts on the legacy IR (``core/bootstrap.py`` sets
-``FLAGS_enable_pir_api=0`` before Paddle loads, 1 in the rehearsal); a PIR run switches
-for its whole length with ``selected(config)`` (``paddle_internals.static_ir``: the flag,
-the Program classes and the dtypes change together), so one process can build and run
-either.
+The process starts on the legacy IR (``core/bootstrap.py``); a PIR run switches for its
+whole length with ``selected(config)`` (the flag, the Program classes and the dtypes
+change together), so one process can build and run either.
 """
 
 import collections
@@ -42,8 +35,7 @@ LEGACY_ONLY = {
 
 
 def chosen(config):
-    """(the IR ``config`` runs on, why, or None where that is the default of its Paddle):
-    module docstring."""
+    """(the IR ``config`` runs on, why, or None where that is its Paddle's default)."""
     if config.run.ir:
         return config.run.ir, None
     if not paddle_internals.PADDLE3:
@@ -65,9 +57,8 @@ def bf16_amp(config):
 
 
 def _multi_rank(config):
-    """Whether ``config`` is a multi-rank CPU job: its ranks train on plain kernels on
-    Paddle 3 (``onednn.onednn_wanted``), where PIR was 0.95x the legacy IR at the demo's
-    size (benchmarks/ir_parity_resnet18_demo_avx512.json) and 0.96-1.07x at 224 px."""
+    """A multi-rank job: on plain kernels (``onednn.onednn_wanted``) PIR was 0.95x the
+    legacy IR at the demo's size and 0.96-1.07x at 224 px."""
     return int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1
 
 
@@ -76,7 +67,6 @@ def is_pir(config):
 
 
 def record(config):
-    """The IR choice as the run's report records it."""
     name, why = chosen(config)
     return {"name": name, "why": why}
 
@@ -86,8 +76,7 @@ def label(config):
 
 
 def legacy_note(config):
-    """One line saying why a run on Paddle 3 is on the legacy IR when it did not ask;
-    None otherwise."""
+    """Why a run on Paddle 3 is on the legacy IR when it did not ask, or None."""
     name, why = chosen(config)
     if name == "legacy" and why:
         return f"on the legacy IR: {why} (--ir pir to choose PIR)"
@@ -147,8 +136,7 @@ def check(config):
 def selected(config):
     """The IR of ``config`` for the enclosed building and running."""
     _check_available(config)
-    pir = is_pir(config)
-    return paddle_internals.static_ir(pir)
+    return paddle_internals.static_ir(is_pir(config))
 
 
 def op_sequence(program):
@@ -160,7 +148,6 @@ def op_sequence(program):
 
 
 def op_types(program):
-    """{op type: count} of ``program``'s global block (``op_sequence``)."""
     return collections.Counter(op_sequence(program))
 
 
@@ -173,7 +160,6 @@ def persistable_names(program):
 
 
 def seed(main, startup, value):
-    """The seed of the parameter initialisers (and of random ops) of a program pair."""
     main.random_seed = startup.random_seed = value
 
 
@@ -189,8 +175,7 @@ _SLOTS = {
 
 
 def op_shapes(program):
-    """(op type, input shapes, output shapes) of the convolutions and matmuls of
-    ``program``, on either IR."""
+    """(op type, input shapes, output shapes) of ``program``'s convolutions and matmuls."""
     block = program.global_block()
     pir = paddle_internals.is_pir_program(program)
     for op in block.ops:
@@ -218,16 +203,14 @@ def feed_target(program, name):
 
 
 def fetch_target(program, fetched):
-    """What ``program`` computes for ``fetched`` (a legacy variable is looked up by name:
-    a cloned program has its own)."""
+    """What ``program`` computes for ``fetched`` (a legacy clone has its own variables)."""
     if paddle_internals.is_pir_program(program):
         return fetched
     return program.global_block().var(fetched.name)
 
 
 def computes_in_low_precision(program):
-    """Whether values of ``program`` are float16 or bfloat16 (on PIR: what AMP's casts
-    produce; the dtype's spelling differs between the IRs)."""
+    """Whether values of ``program`` are float16 or bfloat16 (on PIR: AMP's casts')."""
     if paddle_internals.is_pir_program(program):
         casts = (op for op in program.global_block().ops if op.name() == "pd_op.cast")
         dtypes = (op.result(0).dtype for op in casts)
@@ -253,10 +236,8 @@ def masks_applied(program, suffix):
 
 
 def loss_scaling_overflow(program):
-    """The boolean that AMP's dynamic loss scaling computes in ``program`` each step: the
-    gradients held nan or inf, so the update was skipped and the scale lowered (the
-    ``FoundInfinite`` input of its ``update_loss_scaling`` op, by Fleet on the legacy IR,
-    by ``GradScaler`` on PIR); None where the program scales no loss dynamically."""
+    """The boolean AMP's dynamic loss scaling computes each step (the gradients overflowed:
+    the update skipped; ``update_loss_scaling``'s ``FoundInfinite``), or None."""
     if paddle_internals.is_pir_program(program):
         for op in program.global_block().ops:
             if op.name() in ("pd_op.update_loss_scaling", "pd_op.update_loss_scaling_"):

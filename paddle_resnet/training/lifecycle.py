@@ -4,33 +4,17 @@ peers watched during the steps.
 
 Ctrl-C and SIGTERM during training (what Slurm, Kubernetes and preemptible clouds send
 before SIGKILL): the step in flight finishes, a checkpoint is written at that step, one
-line says what was saved and how to resume, and the training raises ``Stopped``: the
-tool exits 130 (SIGINT) or 143 (SIGTERM). A second Ctrl-C ends the process at once (the
-default action: no traceback, no Paddle dump); the checkpoints already written are
-complete, as ever. Outside the steps (``stops_reported``) a stop ends the run in one line.
+line says how to resume, and ``Stopped`` is raised: the tool exits 130 or 143. With
+several ranks the ranks sum who was asked after each step (``StepAgreement``), so all
+stop at the same step; rank 0 saves and the others wait for it. The grace this needs is
+one step plus the write (ResNet-50 on one A100: about 0.8 s; schedulers give 30 s).
 
-With several ranks every rank stops after the same step: after each step the ranks sum
-who was asked (``StepAgreement.should_stop``, one small all-reduce), so a signal that
-reached one rank, or reached them during different steps, stops them all at the next
-common step; rank 0 saves and the others wait for its checkpoint before they exit.
-
-Further SIGTERMs are the same request: ``paddle.distributed.launch`` passes a SIGINT or
-SIGTERM on to each rank as up to three SIGTERMs 0.2 s apart, Slurm signals every process
-of a job, and the sender follows with SIGKILL when its grace period is over. (Python
+Further SIGTERMs are the same request: ``paddle.distributed.launch`` passes a signal on
+as up to three SIGTERMs 0.2 s apart, and Slurm signals every process of a job. (Python
 runs a handler only when the main thread is back from Paddle's C++ code, up to a step
-later: the time a handler runs cannot tell a burst from a second request. Under load a
-1-second window did not: a rank 1.3 s into a step took the launcher's second SIGTERM for
-a new one and ended without saving.) A SIGINT more than ``REPEATS_SECONDS`` after the
-first is a person pressing Ctrl-C again.
-
-The grace period is one training step plus the checkpoint write (ResNet-50 on one
-A100: about 0.3 s and 0.5 s; on 2 CPU cores at 224 px about 5 s and 1 s): schedulers
-give 30 s (Kubernetes' default) or more, and the launcher itself waits 30 s before it
-kills the ranks.
-
-A rank whose launcher dies, or whose start passes its deadline, is ended by a watcher
-process beside it (``guarded``, ``core/rank_guard.py``); a peer that dies or is stuck
-during the steps ends the job in one line (``peers_watched``, ``core/watchdog.py``).
+later, so its timing cannot tell a burst from a second request: under load a rank 1.3 s
+into a step took the launcher's second SIGTERM for a new one.) A SIGINT more than
+``REPEATS_SECONDS`` after the first is Ctrl-C pressed again: the process ends at once.
 """
 
 import contextlib
@@ -52,8 +36,7 @@ REPEATS_SECONDS = 1.0
 
 
 class Stopped(Exception):
-    """A run stopped by a signal, its checkpoint saved and its line printed: the library
-    raises it, the tool that started the run exits with ``exit_code``."""
+    """A run stopped by a signal, saved and said: the tool exits with ``exit_code``."""
 
     def __init__(self, line, exit_code):
         super().__init__(line)
@@ -61,37 +44,19 @@ class Stopped(Exception):
 
 
 class StepAgreement:
-    """What every rank agrees on after each step, in one small all-reduce: whether to stop
-    (while entered, in the main thread, SIGINT and SIGTERM ask the training to stop after
-    its current step; a step that diverged on some rank stops every rank), and whether a
-    timed save is due. ``all_reduce`` (``distributed.all_reduce_sum``) with several ranks.
-    With ``save_every_seconds``, a save is due once that long has passed since the last
-    (``saved``) by rank 0's clock: ``save_due`` after the step where the ranks learn it."""
+    """What every rank agrees on after each step, in one all-reduce: whether to stop (while
+    entered, SIGINT and SIGTERM ask to stop after the step; a divergence on any rank),
+    and whether a timed save is due (``clock``: rank 0's answer, ``run_folder.Saves``)."""
 
-    def __init__(self, all_reduce=None, save_every_seconds=0, rank=0):
+    def __init__(self, all_reduce=None, clock=None):
         self.all_reduce = all_reduce
         self.received = None  # this process's first signal
         self.first_sigint_at = None
         self.signal_number = None  # the signal the run stops for, the same on every rank
-        self.save_every_seconds = save_every_seconds
-        self.rank = rank
-        self.last_save = time.monotonic()
+        self.clock = clock or (lambda: False)
         self.save_due = False  # the same on every rank
         self.diverged = 0  # how many ranks' last step diverged, the same on every rank
         self._previous = {}
-
-    def saved(self):
-        """A checkpoint was written now: the next timed save is due a period later."""
-        self.last_save = time.monotonic()
-        self.save_due = False
-
-    def clock_says_save(self):
-        """Rank 0's view: a timed save is due."""
-        return (
-            self.rank == 0
-            and self.save_every_seconds > 0
-            and time.monotonic() - self.last_save >= self.save_every_seconds
-        )
 
     def __enter__(self):
         for number in EXIT_CODES:
@@ -117,19 +82,17 @@ class StepAgreement:
             os.kill(os.getpid(), number)
 
     def should_stop(self, diverged=False):
-        """After each step, on every rank: whether the run stops here (some rank was
-        asked, or its step ``diverged``: ``divergence.py``); then ``signal_number`` is the
-        one most ranks received, and ``diverged`` how many ranks' step diverged. Also sets
-        ``save_due`` (rank 0's clock; in the same all-reduce)."""
+        """After each step, on every rank: whether the run stops here; sets
+        ``signal_number`` (most ranks'), ``diverged`` (how many ranks) and ``save_due``."""
         if self.all_reduce is None:
             self.signal_number = self.received
-            self.save_due = self.clock_says_save()
+            self.save_due = self.clock()
             self.diverged = int(diverged)
         else:
             # [asked, sigint, sigterm, timed save, diverged]
             asked = [self.received is not None]
             asked += [self.received == number for number in EXIT_CODES]
-            asked += [self.clock_says_save(), diverged]
+            asked += [self.clock(), diverged]
             counts = self.all_reduce(np.array(asked, dtype=np.float64))
             if counts[0]:
                 sigints, sigterms = counts[1:3]
@@ -140,8 +103,7 @@ class StepAgreement:
 
 
 def launcher_command(environ=os.environ):
-    """The start of the command that launched this rank: ``python -m
-    paddle.distributed.launch`` with its node and process counts, or ``python``."""
+    """``python -m paddle.distributed.launch`` with this job's counts, or ``python``."""
     local = environ.get("PADDLE_LOCAL_SIZE")
     if not local or int(environ.get("PADDLE_TRAINERS_NUM", "1")) <= 1:
         return ["python"]
@@ -155,8 +117,8 @@ def launcher_command(environ=os.environ):
 
 
 def resume_command(directory, argv=None, environ=os.environ):
-    """This run's command line with ``--from-checkpoint directory`` (replacing one given),
-    or the same command line where it says ``--from-checkpoint auto``."""
+    """This run's command line with ``--from-checkpoint directory``, or unchanged where
+    it says ``--from-checkpoint auto``."""
     argv = list(sys.argv if argv is None else argv)
     if "--from-checkpoint=auto" in argv or ("--from-checkpoint", "auto") in zip(argv, argv[1:]):
         return shlex.join([*launcher_command(environ), *argv])
@@ -181,8 +143,7 @@ def stopped(number, where, directory):
 
 
 class StoppedBySignal(Exception):
-    """SIGTERM or SIGINT arrived outside the training steps (which stop at a step:
-    ``StepAgreement``); ``number`` is the signal."""
+    """SIGTERM or SIGINT (``number``) outside the training steps."""
 
     def __init__(self, number):
         super().__init__(number)
@@ -198,8 +159,7 @@ def _ranks_launched(environ):
 
 
 class Stops:
-    """What ``stops_reported`` knows of the run: its start's ``rendezvous`` once the ranks
-    have met (``met``; where another rank's end of the start is read)."""
+    """What ``stops_reported`` knows of the run: its start's ``rendezvous`` once met."""
 
     rendezvous = None
 
@@ -211,16 +171,10 @@ class Stops:
 
 @contextlib.contextmanager
 def stops_reported(environ=os.environ):
-    """For a whole run: SIGTERM or SIGINT outside the training steps (start-up, the
-    summary; the steps themselves stop at one, saved) end the run with one line, where
-    Python printed a KeyboardInterrupt traceback and Paddle's handler a C++ "Termination
-    signal" dump. A rank of a multi-rank job gets SIGTERM from its launcher when another
-    rank ended (e.g. failed, or refused the same bad input first): a crash the other's
-    log explains (``RestartableError``; the launcher's status is the first rank's that
-    ended non-zero). A single process was stopped, resumable: status 128 + the signal.
-    ``peers_watched`` says more once training runs. A rank stopped during the start because
-    another rank ended it (a refusal: the launcher stops the others) ends with that rank's
-    status and says why (``rendezvous.Rendezvous.ended_by_peer``)."""
+    """SIGTERM or SIGINT outside the training steps end the run in one line (not a
+    traceback and Paddle's C++ dump): for a launched rank, another rank ended
+    (``RestartableError``, or that rank's own end during the start); a single process
+    was stopped: status 128 + the signal."""
     launched = _ranks_launched(environ)
     rank = environ.get("PADDLE_TRAINER_ID", "?")
     numbers = (signal.SIGTERM, signal.SIGINT)
@@ -270,15 +224,11 @@ class _Unguarded:
 
 @contextlib.contextmanager
 def guarded(start_timeout, environ=os.environ):
-    """For a process started by ``paddle.distributed.launch``, a watcher process
-    (``core/rank_guard.py``) that ends it when the launcher dies (the OOM killer's
-    SIGKILL: not to live on as an orphan holding the output folder's lock) or when its
-    start takes more than ``start_timeout`` seconds; yields the ``RankGuard`` to tell it
-    the start's phases. A process, not a thread: the rank's main thread can block in
-    Paddle's C++ holding the GIL. (PR_SET_PDEATHSIG would fire on the death of the
-    launcher's thread that started the rank, not of the launcher.) Once the block has
-    returned (the run finished: status 0), its teardown has PADDLE_RESNET_TEARDOWN_SECONDS
-    (``rank_guard.teardown_seconds``), after which the rank ends with status 0."""
+    """For a launched process, a watcher process (``core/rank_guard.py``) that ends it
+    when the launcher dies (an orphan would hold the folder's lock) or its start outlasts
+    ``start_timeout``; yields the ``RankGuard``. A process, not a thread: the main thread
+    can block in Paddle's C++ holding the GIL (PR_SET_PDEATHSIG would fire on the death
+    of the launcher's thread). The teardown has PADDLE_RESNET_TEARDOWN_SECONDS."""
     if not bootstrap.launched(environ):
         yield _Unguarded()
         return
@@ -297,15 +247,9 @@ def guarded(start_timeout, environ=os.environ):
 
 
 def tell_launcher_console(line, environ=os.environ):
-    """Also write ``line`` on the console of ``paddle.distributed.launch``, where it would
-    not appear: the launcher echoes its first rank's log (--log_dir) while it watches
-    the job, but once it is stopping itself (a SIGTERM from Slurm or Kubernetes, Ctrl-C)
-    it closes that log first, and the console showed only "Terminating with signal 15".
-    Whether it still echoes is read from its open files (two handles on this rank's log
-    while it does: the rank's output and the reader; none once it stops the ranks).
-    Written where the launcher's output goes if that is a terminal, a pipe or a file
-    opened for appending (Slurm's --open-mode=append); a file the launcher writes at its
-    own offset (``> file``) would have its next line written over this one."""
+    """Also write ``line`` on the launcher's console: stopping, it closes the rank's log it
+    echoes (the console showed only "Terminating with signal 15"). Not to a file the
+    launcher writes at its own offset (``> file``): its next line would overwrite it."""
     if not bootstrap.launched(environ):
         return
     launcher = f"/proc/{os.getppid()}"
@@ -336,19 +280,9 @@ def _same_file(a, b):
 
 @contextlib.contextmanager
 def peers_watched(rank, world_size, checkpoints, timeout, roll_call=None):
-    """Turn another rank's death, or its being stuck for ``timeout`` seconds, into one
-    line naming it, however it reaches this rank.
-
-    When a rank dies (killed, out of memory, a data error), the survivors' next
-    all-reduce fails at once (gloo: the connection closes), and Paddle's own error says
-    only "std::exception". Or the launcher, seeing the dead rank first, sends SIGTERM,
-    which would otherwise end this rank without a word. Either way the survivors then
-    answer a ``roll_call`` in the job's store (``Rendezvous.roll_call``) and name the
-    ranks that did not answer (with 16 ranks "one of the other 15" told nobody which
-    node to look at); rank 0's death takes the store with it, which names rank 0. A
-    rank that is stuck but alive (stopped, hung) makes the others wait inside a
-    collective: ``watchdog`` ends them.
-    """
+    """Another rank's death (a failed all-reduce: "std::exception", or the launcher's
+    SIGTERM), or its being stuck for ``timeout`` seconds, in one line naming it (the
+    survivors' ``roll_call``)."""
     if world_size == 1:
         yield
         return
@@ -366,9 +300,8 @@ def peers_watched(rank, world_size, checkpoints, timeout, roll_call=None):
         )
 
     def gone():
-        """Who stopped, as the roll call tells it (the launcher's SIGTERMs ignored
-        meanwhile: this rank is ending anyway, and a Python handler would interrupt the
-        store's socket calls)."""
+        """Who stopped, by the roll call (the launcher's SIGTERMs ignored meanwhile: a
+        Python handler would interrupt the store's socket calls)."""
         if roll_call is None:
             return who
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -31,8 +31,8 @@ def _memory_reason(err):
 
 
 def mixup_weights(alpha, seed, epoch):
-    """Endless MixUp weights drawn from Beta(alpha, alpha), seeded by (seed, epoch) so that
-    a resumed run draws the same ones; None each step when ``alpha`` is 0 (no MixUp)."""
+    """Endless MixUp weights from Beta(alpha, alpha), seeded by (seed, epoch) so that a
+    resumed run draws the same; None each step without MixUp."""
     rng = np.random.RandomState(seed + epoch)
     while True:
         yield np.array([rng.beta(alpha, alpha)], dtype=np.float32) if alpha > 0 else None
@@ -40,9 +40,7 @@ def mixup_weights(alpha, seed, epoch):
 
 def train_step(exe, programs, feed, mixup_weight=None, class_feeds=None, fetches=None):
     """One batch through the train program, then the LR scheduler's step; the fetched
-    values (loss, top1, top-k, and ``fetches``: {name: variable}) and lr as floats.
-    ``class_feeds``: the per-class vectors of the loss ({feed name: vector},
-    ``class_weights.ClassBalance.feeds``), fed where the program takes them."""
+    values (and ``fetches``: {name: variable}) and lr as floats."""
     if programs.mixup_feed:
         feed = dict(feed, **{programs.mixup_feed: mixup_weight})
     if programs.class_feeds:
@@ -57,9 +55,8 @@ def train_step(exe, programs, feed, mixup_weight=None, class_feeds=None, fetches
 
 
 class StepLog:
-    """What a person and the trackers see of an epoch's steps: the progress bar, a LOG
-    record every ``--print-interval`` steps, a Kubeflow TrainJob's progress, and the
-    epoch's averages and timings."""
+    """What a person and the trackers see of an epoch's steps: the progress bar, LOG
+    records, a Kubeflow TrainJob's progress, the epoch's averages and timings."""
 
     def __init__(self, session, epoch, total):
         self.session, self.epoch, self.total = session, epoch, total
@@ -70,7 +67,6 @@ class StepLog:
         self.epoch_start = self.tic = self.fed = time.perf_counter()
 
     def feeding(self):
-        """The batch is read: the step's compute starts."""
         self.fed = time.perf_counter()
 
     def stepped(self, step, values, images):
@@ -116,9 +112,8 @@ class StepLog:
 
 
 def _stops_after(session, watch, stop, values, at):
-    """Whether the pass ends after this step (``stop``: every rank at the same step); a
-    loss that is not finite on any rank raises ``errors.Diverged`` on every rank, after
-    the step's LOG record and before any save. ``at``: (epoch, steps done, steps)."""
+    """Whether the pass ends after this step; a loss not finite on any rank raises
+    ``errors.Diverged`` on every rank. ``at``: (epoch, steps done, steps)."""
     diverged = watch.step_diverged(values)
     stopping = stop.should_stop(diverged) if stop is not None else diverged
     ranks_diverged = stop.diverged if stop is not None else int(diverged)
@@ -141,13 +136,10 @@ def train_one_epoch(
     save_within=None,
     watch=None,
 ):
-    """One pass of ``loader`` through the train program; returns the epoch's averages
-    (``StepLog.summary``). ``profiler`` (profiling.step_profiler) wraps each step. The
-    first ``skip`` batches are read but not trained on (a mid-epoch resume: the data and
-    MixUp streams advance as they did); the pass ends early once ``stop.should_stop()``
-    (``lifecycle.StepAgreement``), after the step in flight; where ``stop.save_due`` there,
-    ``save_within(epoch, steps done)`` saves a checkpoint within the epoch
-    (--save-every-minutes). ``watch``: ``divergence.Watch``, made here where not given."""
+    """One pass of ``loader`` through the train program; the epoch's averages. The first
+    ``skip`` batches are read but not trained on (a mid-epoch resume: the data and MixUp
+    streams advance as they did); the pass ends once ``stop.should_stop()``; where
+    ``stop.save_due``, ``save_within(epoch, steps done)`` saves within the epoch."""
     watch = watch or divergence.Watch(session.config, session.programs.train)
     weights = mixup_weights(session.config.loss.mixup_alpha, session.config.data.seed, epoch)
     class_feeds = session.class_feeds(epoch)
@@ -174,14 +166,8 @@ def train_one_epoch(
 
 
 def evaluate(session, split, epoch):
-    """Exact top-1 / top-k / loss and per-class results (the report's CLASSES record)
-    over every image of ``split`` at the weights of this moment, by a predictor built
-    from the eval program where one serves (``eval_predictor.usable``), else by the
-    executor.
-
-    Counts and the confusion matrix are summed on the host (the loader cuts the padded
-    last batch), then across ranks when there are several.
-    """
+    """Exact top-1 / top-k / loss and per-class results over every image of ``split``
+    now; counts summed on the host (no padded images), then across ranks."""
     exe, programs, report = session.exe, session.programs, session.report
     loader = session.loader(split, training=False)
     fast = eval_predictor.usable(session.config, session.device_id is not None)

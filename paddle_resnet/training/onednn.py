@@ -3,28 +3,23 @@
 Paddle's global ``FLAGS_use_mkldnn=1`` breaks static training (``reduce_mean_grad``
 cannot reshape a oneDNN memory descriptor; on PIR the max-pool gradient fails), but ops
 can be chosen one by one: the attribute ``use_mkldnn`` on the legacy IR, a rewrite into
-PIR's oneDNN dialect there (Paddle 3.3.1; ``paddle_internals.onednn_ops_on_pir``). Which ops, as measured when this was written (ResNet-18, 32 px, batch 64,
-Paddle 2.6.2, random data, 2 cores): oneDNN on conv2d and its gradient, then relu and
-its gradient, each added speed; moving batch_norm, pool2d, elementwise_add and sum as
-well lost most of it (Paddle's oneDNN batch_norm and its gradient took 5x the plain
-kernels' time, profiled). Today's figures: docs/measurements.md, CPU training.
+PIR's oneDNN dialect (``paddle_internals.onednn_ops_on_pir``). Measured (ResNet-18, 32 px,
+2 cores): conv2d, relu and their gradients each added speed; batch_norm, pool2d,
+elementwise_add and sum as well lost most of it (oneDNN's batch_norm took 5x the plain
+kernels' time). Today's figures: docs/measurements.md, CPU training.
 
 NCHW only: with NHWC tensors Paddle's oneDNN ``conv2d_grad`` computes wrong filter
 gradients (2.6.2 and 3.3.1: one SGD step's weight updates differ from the plain
 kernels' by more than their own size, where NCHW agrees to 2e-4); it looked 28 %
 faster, and the demo trained with it reached 85.2 % instead of 89 %.
 
-bf16 AMP on PIR (``--amp --amp-dtype bfloat16``) trains its convolutions here too, in
-bf16 on AMX: ``paddle.amp``'s O1 casts activations and the fp32 master filters to bf16
-in front of each convolution; Paddle has no plain bf16 convolution, and its own fallback
-to oneDNN's ran an fp32 primitive behind bf16-to-fp32 reorders, as the kernel takes its
-data type from an attribute (``paddle_internals.onednn_ops_on_pir``), so the rewrite sets
-it. The gradient runs oneDNN's bf16 ``conv2d_grad``; batch norms stay fp32 (their CPU
-kernels take no bf16), and so do the weights and their updates. The casts between the
-two precisions stay on Paddle's kernel: on oneDNN's (a reorder) the bf16 ResNet-50 step
-at 224 px ran at 0.65x (one interleaved run on a loaded machine). The legacy IR's bf16 rewrite cannot train through these kernels
-(``decorate_bf16`` casts the filters, which the convolution then refuses: "input and
-filter data type should be consistent"), so bf16 AMP is PIR's only.
+bf16 AMP on PIR trains its convolutions here too, in bf16 on AMX: Paddle has no plain
+bf16 convolution, and its own fallback to oneDNN's ran an fp32 primitive behind reorders,
+as the kernel takes its data type from an attribute, which the rewrite sets. Batch norms
+stay fp32 (their CPU kernels take no bf16), and so do the weights and their updates; the
+casts stay on Paddle's kernel (on oneDNN's the ResNet-50 step ran at 0.65x). The legacy
+IR's bf16 rewrite cannot train through these kernels (``decorate_bf16`` casts the
+filters, which the convolution refuses), so bf16 AMP is PIR's only.
 """
 
 from paddle_resnet.core import devices, paddle_internals
@@ -35,12 +30,10 @@ from paddle_resnet.training.distributed import uses_gloo
 
 
 def onednn_wanted(config):
-    """``--cpu-onednn`` / ``--no-cpu-onednn`` as given; with bf16 AMP always (its
-    convolutions exist on oneDNN only); unset otherwise, None: the kernels are measured
-    (``cpu_kernels.py``). Never for NHWC tensors (wrong gradients, above). Unset, not for
-    gloo ranks on Paddle 3.x: there a resumed 2-rank run departed from the uninterrupted
-    one (BN biases 0.009 apart after an epoch; uninterrupted runs repeat exactly, and
-    2.6.2 resumes exactly). Call after ``distributed.init_fleet``."""
+    """``--cpu-onednn`` as given; with bf16 AMP always; unset, None: measured
+    (``cpu_kernels.py``). Never for NHWC. Unset, not for gloo ranks on Paddle 3.x: a
+    resumed 2-rank run departed from the uninterrupted one (BN biases 0.009 apart after
+    an epoch; 2.6.2 resumes exactly). Call after ``distributed.init_fleet``."""
     nchw = config.model.data_layout == "NCHW"
     if ir.bf16_amp(config) and not gpu_available():
         if not nchw or config.run.cpu_onednn is False:
@@ -62,9 +55,7 @@ def onednn_wanted(config):
 
 
 def bf16_note(config, flags=None):
-    """A warning line where bf16 AMP is asked for on a CPU without AMX (its bf16 matrix
-    unit), else None: there bf16 runs on AVX-512's slower bf16 instructions (ResNet-50 at
-    224 px trained at 0.67x its fp32 speed on an AVX-512 Xeon without AMX)."""
+    """A warning line where bf16 AMP is asked for on a CPU without AMX, else None."""
     if not ir.bf16_amp(config) or gpu_available():
         return None
     flags = devices.cpu_flags() if flags is None else flags
@@ -78,11 +69,8 @@ def bf16_note(config, flags=None):
 
 
 def mark_for_onednn(program, op_types):
-    """Put every op of ``program`` whose type is in ``op_types`` (the model family's
-    ``onednn_training_ops``: the ops measured faster there, above) on oneDNN kernels: the
-    ``use_mkldnn`` attribute on the legacy IR, a rewrite into the oneDNN dialect on PIR
-    (``paddle_internals.onednn_ops_on_pir``); returns how many. Does nothing on GPU
-    machines (cuDNN runs those ops there)."""
+    """Put every op of ``program`` whose type is in ``op_types`` (the family's
+    ``onednn_training_ops``) on oneDNN kernels; how many (none on GPU machines)."""
     if gpu_available():
         return 0
     if paddle_internals.is_pir_program(program):

@@ -28,10 +28,7 @@ def lr_at_step(lr_config, step, steps_per_epoch, epochs, global_batch):
 
 
 class StepwiseLR(LRScheduler):
-    """``lr_at_step`` as a Paddle scheduler, stepped once per training step.
-
-    ``last_epoch`` counts steps; a resumed run continues with ``step(global_step)``.
-    """
+    """``lr_at_step`` as a Paddle scheduler; ``last_epoch`` counts steps."""
 
     def __init__(self, lr_config, steps_per_epoch, epochs, global_batch):
         self._schedule = (lr_config, steps_per_epoch, epochs, global_batch)
@@ -42,12 +39,8 @@ class StepwiseLR(LRScheduler):
 
 
 def set_weight_decay(parameters, optimizer_config):
-    """L2 decay on conv and FC weights only, unless ``bn_weight_decay``.
-
-    BN scale/shift and biases are the one-dimensional parameters; decaying them
-    costs about 0.5 % top-1 (He et al. pitfalls). The decay is attached to each
-    parameter, which Paddle's Momentum fuses into its update op.
-    """
+    """L2 decay on conv and FC weights only, unless ``bn_weight_decay``: decaying BN
+    and biases costs about 0.5 % top-1 (He et al.). Momentum fuses it into its update."""
     decay = L2Decay(optimizer_config.weight_decay)
     for param in parameters:
         param.regularizer = (

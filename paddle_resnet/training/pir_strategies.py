@@ -1,19 +1,13 @@
 """On PIR, what Fleet's meta-optimizers do on the legacy IR, done by the toolkit: Paddle
 has no PIR implementation of ASP or of Fleet's static strategies.
 
-- 2:4 sparsity: a persistable mask per prunable weight, all ones until pruning sets it
-  (``sparsity/masks.prune``), multiplied into the weight in the program after every
-  optimizer step, so the pattern holds through training without a trip through the
-  host; masks are saved and restored with the checkpoint like any persistable.
-- mixed precision: Paddle's documented PIR AMP (``paddle.amp.decorate``, ``auto_cast``,
-  ``GradScaler``); O1 casts per op, O2 (``--use-pure-fp16``) keeps the weights in the
-  low precision with fp32 master copies in the optimizer. bf16 needs one repair: the
-  CPU batch-norm kernel takes no bf16 input (even with batch_norm on the black list,
-  auto_cast feeds it bf16), so each batch norm gets an fp32 copy of its input.
-- data parallelism: each gradient summed over the ranks (``all_reduce`` over the ring
-  ``distributed.init_fleet`` made: gloo on CPUs, NCCL on GPUs) and divided by their
-  number between the backward pass and the update; every rank then takes the same step,
-  the one a single process takes on the whole global batch.
+- 2:4 sparsity: a persistable mask per prunable weight, multiplied into the weight in
+  the program after every optimizer step (no trip through the host).
+- mixed precision: Paddle's documented PIR AMP (``decorate``, ``auto_cast``,
+  ``GradScaler``). bf16 needs one repair: the CPU batch-norm kernel takes no bf16 input
+  (auto_cast feeds it bf16 even with batch_norm on the black list): an fp32 copy.
+- data parallelism: each gradient summed over the ranks and divided by their number
+  between the backward pass and the update.
 """
 
 import contextlib
@@ -26,15 +20,13 @@ from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
 
 def prunable_weights(program, kept_dense):
-    """The weights ASP would prune: convolution and fully connected weights that the
-    model entry and ``--asp-exclude`` do not keep dense."""
+    """The weights ASP would prune (not kept dense)."""
     dense = set(kept_dense)
     return [p for p in prunable_shapes(ir.parameters(program)) if p.name not in dense]
 
 
 def add_masks(program, weights):
-    """A mask per weight (all ones), applied after the optimizer ops already in
-    ``program``: ``weight = weight * mask`` in place."""
+    """A mask per weight (all ones), ``weight = weight * mask`` after the updates."""
     for weight in weights:
         mask = paddle.static.create_parameter(
             shape=weight.shape,
@@ -56,8 +48,7 @@ def _float32_input(layer, inputs):
 
 
 def mixed_precision(model, optimizer, amp_config):
-    """``model`` and ``optimizer`` (None for an eval program) decorated for
-    ``amp_config``, before the forward pass is built; returns both."""
+    """``model`` and ``optimizer`` (None: eval) decorated, before the forward pass."""
     if amp_config.dtype == "bfloat16":
         for layer in model.sublayers():
             if isinstance(layer, paddle.nn.BatchNorm2D):
@@ -80,8 +71,7 @@ def autocast(amp_config):
 
 
 def _loss_scaler(amp_config):
-    """Paddle's GradScaler where loss scaling is asked for (fp16 needs it; bf16 has fp32's
-    range and NVIDIA's bf16 recipes scale by 1), or None."""
+    """Paddle's GradScaler where loss scaling is asked for, or None."""
     scaling = amp_config.use_dynamic_loss_scaling or amp_config.scale_loss != 1.0
     if not amp_config.enabled or not scaling:
         return None
@@ -102,9 +92,8 @@ def _scaled(scaler, loss, amp_config):
 
 @contextlib.contextmanager
 def _gradients_averaged_over_ranks(optimizer, ranks):
-    """Within: ``optimizer.minimize`` sums each gradient over the ranks and divides it by
-    their number between its backward pass and its update. Paddle's minimize (plain and
-    AMP-decorated) offers no hook there, so its ``backward`` is wrapped for the call."""
+    """Within, ``optimizer.minimize`` averages each gradient over the ranks before its
+    update: Paddle offers no hook there, so its ``backward`` is wrapped."""
     if ranks == 1:
         yield
         return
@@ -125,8 +114,7 @@ def _gradients_averaged_over_ranks(optimizer, ranks):
 
 
 def minimize(config, optimizer, loss, kept_dense):
-    """The optimizer step of the program being built (inside its ``program_guard``),
-    with the strategies ``config`` asks for."""
+    """The optimizer step of the program being built, with ``config``'s strategies."""
     program = paddle.static.default_main_program()
     scaler = _loss_scaler(config.amp)
     with _gradients_averaged_over_ranks(optimizer, paddle.distributed.get_world_size()):

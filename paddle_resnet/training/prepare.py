@@ -1,12 +1,7 @@
-"""The programs of a run made ready, by one owner: built (``programs.py``), the startup
-program run, the legacy IR's rewrites that need the initialised scope (pure fp16's
-weights, QAT's eval program), and once the start weights are in, 2:4 pruning (--asp).
-PIR needs neither rewrite: its O2 made the weights low precision, and its QAT
-quantized the model, as the programs were built.
-
-Every tool takes this path from weights to programs: a training or evaluation run
-(``run.py``), and export (``inference_model``: the same start weights, the same
-preparation for evaluation, then the eval program as inference runs it)."""
+"""The programs of a run made ready, by one owner: built, the startup program run, the
+legacy IR's rewrites that need the initialised scope (pure fp16's weights, QAT's eval
+program; PIR did both while building), and once the start weights are in, 2:4 pruning.
+Every tool takes this path: a run (``run.py``) and export (``inference_model``)."""
 
 import contextlib
 from dataclasses import dataclass
@@ -47,18 +42,15 @@ def ready_for_weights(config, training, world_size, steps_per_epoch, place):
 
 
 def init_pure_fp16(programs, place):
-    """After the startup program ran: pure fp16 casts the parameters to fp16 (the
-    optimizer keeps fp32 masters) and rewrites the eval program to read them as fp16
-    (NVIDIA's ``amp_init`` with ``use_fp16_test``)."""
+    """Pure fp16's parameters cast, the eval program reading them so (NVIDIA's
+    ``amp_init`` with ``use_fp16_test``)."""
     programs.optimizer.amp_init(
         place, scope=paddle.static.global_scope(), test_program=programs.eval, use_fp16_test=True
     )
 
 
 def prune(session, start):
-    """--asp in a training run, after the start weights: prune (unless the run resumes
-    from ``start`` = (epochs done, steps done), its checkpoint's masks restored) or take
-    the masks from 2:4 weights; the layer table."""
+    """--asp in a training run, after the start weights (``masks.prepare``)."""
     config = session.config
     if config.asp.enabled and session.training:
         epochs_done, steps_done = start
@@ -89,10 +81,8 @@ class InferenceModel:
 
 @contextlib.contextmanager
 def inference_model(config, place):
-    """The ``InferenceModel`` of the weights ``config`` names, in use under the IR of
-    ``config``: read and checked as evaluation reads them (``start_weights.read``), the
-    programs prepared for evaluation (``ready_for_weights``), the weights loaded
-    (``start_weights.load_into``), a legacy QAT model frozen (``qat.freeze_qat``)."""
+    """The ``InferenceModel`` of the weights ``config`` names, under its IR: read as
+    evaluation reads them, loaded, a legacy QAT model frozen (``qat.freeze_qat``)."""
     with ir.selected(config):
         start = start_weights.read(config, classes=None, training=False)
         if start.state is None:

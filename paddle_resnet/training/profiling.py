@@ -2,12 +2,9 @@
 (NVIDIA's ENABLE_PROFILE, PROFILE_START_STEP, PROFILE_STOP_STEP; scripts/nsys_profiling.sh
 maps those to the flags).
 
-Inside the window [start, stop) of global steps:
-- the Paddle profiler records the CPU (and the GPU where there is one) and writes a
-  Chrome trace (open it in chrome://tracing or Perfetto) to <output-dir>/profile;
-- on GPU builds each step is an NVTX range and the window is the CUDA profiler's capture
-  range (``nsys profile --capture-range=cudaProfilerApi``), through Paddle's own NVTX
-  bindings (``nvprof_nvtx_push`` ...), which CPU builds lack: there, a no-op.
+Inside the window [start, stop) of global steps the Paddle profiler writes a Chrome
+trace to <output-dir>/profile; on GPUs each step is an NVTX range and the window the CUDA
+profiler's capture range (``nsys profile --capture-range=cudaProfilerApi``).
 """
 
 import contextlib
@@ -31,8 +28,7 @@ def window(run_config):
 
 
 def _nvtx():
-    """(push, pop, capture start, capture stop), or None where no GPU runs the steps (the
-    CPU build lacks them; the GPU build without a GPU has nothing to capture)."""
+    """(push, pop, capture start, capture stop), or None where no GPU runs the steps."""
     return paddle_internals.nvtx_functions() if gpu_available() else None
 
 

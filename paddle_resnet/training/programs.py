@@ -1,9 +1,7 @@
 """Static train and eval programs for a registered model, on either IR (``ir.py``).
 
-The model, loss, metrics, optimiser and LR schedule are built by the same code on both.
-What differs is who applies the strategies: on the legacy IR Fleet's
-DistributedStrategy (AMP, ASP, QAT, data parallelism), as NVIDIA's workflow does; on
-PIR, where Paddle has none of those, the toolkit (``pir_strategies.py``).
+The same code builds both; the strategies are Fleet's on the legacy IR, as in NVIDIA's
+workflow, and the toolkit's on PIR (``pir_strategies.py``).
 """
 
 import contextlib
@@ -78,10 +76,8 @@ def distributed_strategy(config, on_gpu):
             "use_pure_fp16": config.amp.use_pure_fp16,
             "use_fp16_guard": config.amp.use_pure_fp16,
         }
-    # Fleet's ASP and QAT meta-optimizers do not take each other as inner optimizers: with
-    # both asked, Fleet applied ASP and silently dropped QAT. Fleet's ASP masks only the
-    # weights that have gradients, so frozen stages would stay dense. With either, the
-    # toolkit keeps the masks itself (sparsity.masks.enforce_masks, after minimize).
+    # Fleet applied ASP and silently dropped QAT with both asked, and masks only weights
+    # with gradients (frozen stages): there the toolkit keeps the masks (enforce_masks).
     strategy.asp = (
         config.asp.enabled and not config.qat.enabled and config.finetune.frozen_stages < 0
     )
@@ -105,13 +101,9 @@ def _train_head(
     class_weights=None,
     logit_offsets=None,
 ):
-    """Mean cross-entropy against smoothed (and MixUp-blended) one-hot targets, weighted
-    by ``class_weights`` (a fed vector, or None: ``class_weights.py``), of the logits plus
-    ``logit_offsets`` (a fed vector, tau x log prior, or None: the logit-adjusted loss);
-    batch top-1/top-k of the logits as they are.
-
-    Returns (fetches, soft target or None).
-    """
+    """(fetches, soft target or None): mean cross-entropy against smoothed, MixUp-blended
+    targets, weighted by ``class_weights``, of the logits plus ``logit_offsets`` (fed
+    vectors or None); batch top-1/top-k of the logits as they are."""
     target = None
     reduction = "mean" if class_weights is None else "none"
     # the offsets broadcast over the batch; the metrics and the eval program see none
@@ -152,18 +144,14 @@ def _eval_head(logits, label, num_classes):
 
 
 def _forward(config, mixup, training, sync_bn=False, optimizer=None, pir_amp=False):
-    """Feeds, model, logits, MixUp weight and optimizer. With ``mixup`` the images are
-    blended with the batch reversed, by a weight fed as ``mixup_lambda`` (Zhang et al.
-    2018). With ``sync_bn`` the batch norms compute their statistics over all ranks (same
-    parameter names). With ``pir_amp`` the model, and ``optimizer``, are decorated for
-    PIR's AMP before the forward pass; the logits leave it in fp32."""
+    """Model, label, logits, MixUp weight and optimizer. ``mixup``: the images blended with
+    the batch reversed by a fed weight; ``pir_amp``: the model and ``optimizer`` decorated
+    before the forward pass, the logits leaving it in fp32."""
     fp16_input = config.data.output_fp16
     image = paddle.static.data(
         feeds.IMAGE, [None] + input_shape(config), "float16" if fp16_input else "float32"
     )
-    # fp16 from DALI goes straight into fp16 convolutions: AMP's (training) and pure
-    # fp16's (the eval program too, after prepare.init_pure_fp16); fp32 convolutions, and MixUp's
-    # fp32 blend, get a cast.
+    # fp16 from DALI goes straight into fp16 convolutions; fp32 ones and MixUp get a cast.
     fp16_convolutions = config.amp.enabled and (training or config.amp.use_pure_fp16)
     if fp16_input and (mixup or not fp16_convolutions):
         image = paddle.cast(image, "float32")
@@ -191,9 +179,8 @@ def _forward(config, mixup, training, sync_bn=False, optimizer=None, pir_amp=Fal
 
 
 def _network_precision(config, pir_amp):
-    """Where the network is built. PIR's AMP: Paddle's ``auto_cast``. Legacy pure fp16
-    converts only the network (NVIDIA's fp16_guard): the loss, its one-hot targets and
-    the metrics stay fp32. Elsewhere nothing (the guard is a name scope, nothing more)."""
+    """Where the network is built: PIR's ``auto_cast``; legacy pure fp16's fp16_guard
+    (the loss, its targets and the metrics stay fp32)."""
     if pir_amp:
         return pir_strategies.autocast(config.amp)
     if config.amp.use_pure_fp16:
@@ -203,9 +190,7 @@ def _network_precision(config, pir_amp):
 
 def applied_strategies(program, meta_optimizers=()):
     """The strategies whose ops are in the train ``program`` (what ran, not what was
-    asked), on either IR: weight masks (ASP), quantizers (QAT), gradient all-reduce (data
-    parallelism); AMP by its low-precision ops, its loss-scaling ops, or by Fleet's list
-    of the ``meta_optimizers`` it applied (on the CPU build Fleet's AMP with a static loss
+    asked); AMP also by Fleet's ``meta_optimizers`` (on the CPU build its static loss
     scale leaves no op)."""
     types = set(ir.op_types(program))
     return {
@@ -267,12 +252,9 @@ def _fleet_minimize(config, optimizer, programs, main, startup, on_gpu, kept_den
 
 
 def build_programs(config, steps_per_epoch=None, global_batch=None, training=True, on_gpu=None):
-    """The eval program, and with ``training`` the train program; ``on_gpu`` (default:
-    whether this process has a GPU) builds them for a GPU, NVIDIA's settings included.
-
-    Each is built under a fresh unique-name guard, so the same layers get the same
-    parameter names: the two programs share their parameters through the scope.
-    """
+    """The eval program, and with ``training`` the train program (``on_gpu``: NVIDIA's
+    settings). Each under a fresh unique-name guard: the same parameter names, so the
+    two share their parameters through the scope."""
     paddle.enable_static()
     ir.check(config)
     pir = ir.is_pir(config)

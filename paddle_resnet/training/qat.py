@@ -57,8 +57,7 @@ PIR_QAT_PREFIX = "quant_dequant."
 
 
 def int8_ops(program):
-    """The op types of ``program`` (either IR) that int8 quantizes, as model.json lists
-    them."""
+    """The op types of ``program`` that int8 quantizes, as model.json lists them."""
     return sorted(set(ir.op_sequence(program)) & set(INT8_OP_TYPES))
 
 
@@ -111,22 +110,18 @@ def name_qat_variables(train_program):
 
 
 def freeze_qat(eval_program, place):
-    """The QAT eval program as Paddle deploys it (``quanter.convert`` in the ONNX format):
-    weights stored quantized with their trained scales, each quantized activation a
-    quantize/dequantize pair, the training observers gone. Exported without it (as until
-    now), the 2:4 QAT demo model ran in oneDNN int8 at 88.60 % top-1 where its own
-    evaluation gave 89.15 % (95.5 % agreement), and paddle2onnx kept quantize/dequantize
-    pairs on 3 of its 20 convolutions; frozen: 89.03 % (98.8 % agreement with the frozen
-    model's own fp32 run, 89.11 %) and all 20. Changes the weights in the scope."""
+    """The QAT eval program as Paddle deploys it (``quanter.convert``): weights quantized
+    with their trained scales, quantize/dequantize pairs, the observers gone. Unfrozen,
+    the 2:4 QAT demo ran in int8 at 88.60 % top-1 for its own 89.15 %, and paddle2onnx
+    kept the pairs on 3 of 20 convolutions; frozen: 89.03 % and all 20. Changes the
+    weights in the scope."""
     with paddle_chatter(bootstrap.verbose()):
         return convert(eval_program, place, config=QAT_PASS_CONFIG)
 
 
 def quantize_eval_program(eval_program, place):
-    """Insert the quantize/dequantize ops of QAT into ``eval_program`` in place, their
-    scales named as the train program's (shared through the scope, saved in checkpoints).
-    Fleet's ``qat_init`` does the same, but only for a run that built the optimizer; this
-    serves evaluation-only runs and export too, before any weights are loaded."""
+    """QAT's quantize/dequantize ops into ``eval_program``, their scales named as the
+    train program's (Fleet's ``qat_init`` does so only where the optimizer was built)."""
     with paddle_chatter(bootstrap.verbose()):  # progress bars
         quantized = quant_aware(
             eval_program,

@@ -1,32 +1,17 @@
 """What the ranks of a job agree on before their first step, through the job's key-value
-store: the TCP store that ``paddle.distributed.launch`` points every rank at
-(PADDLE_MASTER, served by rank 0), which exists before any communicator ring on every
-device. Collective ops are no channel here: on GPUs ring 0's NCCL communicator is made
-by the startup program Fleet writes, after the start's decisions (docs/gpu.md).
-
-- ``share``: rank 0's decision (``--from-checkpoint auto``'s choice, the data check's
-  result) given to every rank;
-- ``agree``: every rank has reached a point (before the programs are run: on GPUs the
-  startup program's NCCL rendezvous; before the first step);
-- ``end_start``: a rank that cannot start (a refusal, a fault, any exception: a bug too)
-  says so, with its status and line, before it exits; every rank waiting in ``share`` or
-  ``agree``, or stopped by its launcher meanwhile, ends with the same status and a line
-  naming that rank, so the job's status is the refusal's on every node (the launcher
-  reports its first rank's).
+store (PADDLE_MASTER, served by rank 0), which exists before any communicator ring: on
+GPUs ring 0's NCCL communicator is made by Fleet's startup program, after the start's
+decisions (docs/gpu.md). ``share``: rank 0's decision given to every rank; ``agree``:
+every rank has reached a point; ``end_start``: a rank that cannot start publishes its
+status and line, and every rank waiting ends with them, so the job's status is the
+refusal's on every node.
 
 A rank waits in Python, polling the store's counters (``Store.get`` of a missing key
-blocks in C++ with the GIL held and aborts the process at its timeout): the rank's
-signal handlers keep working, and the start's deadline is ``core/rank_guard.py``'s. The
-polls back off (``poll_pauses``): a peer that is quick is seen within milliseconds, and
-ranks that wait long (rank 0 screening ImageNet's 1.3 M headers) ask the store, which
-rank 0 serves, twice a second each, not forty times.
-
-What a rank reads from the store is checked before it is used: a value that is not JSON,
-or a peer's end that is not a status and a line, ends the start in one line naming its key
-(``_read``); a shared value that will name a file is checked before it does (``share``'s
-``check``: ``checkpoint_name_problem``, ``screening.screening_problem``); a peer's place
-that is not "<host> <pid>" is no place on this host (``_where``).
-"""
+blocks in C++ with the GIL held and aborts the process at its timeout), so its signal
+handlers keep working. The polls back off (``poll_pauses``): a quick peer is seen within
+milliseconds, a long wait (rank 0 screening ImageNet) asks the store twice a second.
+What a rank reads from the store is checked before it is used (``_read``, ``share``'s
+``check``, ``_where``)."""
 
 import contextlib
 import json
@@ -41,8 +26,7 @@ from paddle_resnet.core.errors import UNEXPECTED, RestartableError, UserError, d
 from paddle_resnet.training.lifecycle import StoppedBySignal
 
 PREFIX = "paddle_resnet/start"
-# A wait's pauses between two polls: the first short (the peer is usually there already),
-# then doubling to the longest, which bounds how late a peer's arrival is seen.
+# A wait's pauses between two polls: the first short, then doubling to the longest.
 FIRST_POLL_SECONDS = 0.01
 LONGEST_POLL_SECONDS = 1.0
 # The checkpoint folder names the toolkit writes (``checkpoint.checkpoint_name``): ASCII
@@ -50,12 +34,10 @@ LONGEST_POLL_SECONDS = 1.0
 CHECKPOINT_NAME = re.compile(r"[0-9]+(-step[0-9]+)?")
 # Where a rank runs, as ``start`` writes it: "<host> <process id>" (the id names /proc/<id>).
 PLACE = re.compile(r"(\S+) ([0-9]{1,10})")
-# A rank that ended the start, and rank 0, which serves the store, wait this long at most
-# for the other ranks to read why (they look at their next wait) before they exit.
+# A rank that ended the start, and rank 0, wait this long at most for the others to read why.
 LINGER_SECONDS = 60.0
-# After a collective failed, how long the survivors wait for each other's answer in the
-# store before they name the ranks that did not answer: well within the 30 s the
-# launcher gives its ranks between its SIGTERM and its SIGKILL.
+# After a collective failed, how long the survivors wait for each other's answer: well
+# within the 30 s the launcher gives between its SIGTERM and its SIGKILL.
 ROLL_CALL_SECONDS = 2.0
 # Rank 0 keeps the store up for the survivors' roll call at most this long after it began
 # its own, and ends before the launcher's kill, which comes 3 s after its SIGTERM at the
@@ -64,8 +46,7 @@ LAUNCHER_GRACE_SECONDS = 2.5
 
 
 class PeerEnded(UserError):
-    """Another rank ended the start with a refusal (status 2); ``RestartableError``'s
-    counterpart is ``PeerEndedRestartable``."""
+    """Another rank ended the start with a refusal (status 2)."""
 
 
 class PeerEndedRestartable(RestartableError):
@@ -73,8 +54,7 @@ class PeerEndedRestartable(RestartableError):
 
 
 def poll_pauses(first=FIRST_POLL_SECONDS, longest=LONGEST_POLL_SECONDS):
-    """The pauses of one wait between its polls, for ever: ``first``, doubling, at most
-    ``longest``."""
+    """A wait's pauses between polls: ``first``, doubling, at most ``longest``."""
     pause = first
     while True:
         yield pause
@@ -82,31 +62,24 @@ def poll_pauses(first=FIRST_POLL_SECONDS, longest=LONGEST_POLL_SECONDS):
 
 
 def checkpoint_name_problem(name):
-    """Why ``name``, read from the job's store, cannot be the checkpoint that
-    ``--from-checkpoint auto`` chose, or None: a folder name as the toolkit writes them
-    ("17", "2-step6"), or None (no checkpoint yet)."""
+    """Why ``name``, read from the job's store, cannot be ``--from-checkpoint auto``'s
+    choice ("17", "2-step6", or None: no checkpoint yet), or None."""
     if name is None or (isinstance(name, str) and CHECKPOINT_NAME.fullmatch(name)):
         return None
     return "not the name of a checkpoint folder (<epochs> or <epoch>-step<steps>)"
 
 
 def _note_problem(note):
-    """Why ``note``, a peer's end read from the store, is not what ``end_start`` writes, or
-    None."""
-    if (
-        isinstance(note, dict)
-        and type(note.get("status")) is int
-        and isinstance(note.get("line"), str)
-    ):
-        return None
+    """Why ``note``, a peer's end read from the store, is not what ``end_start`` writes."""
+    if isinstance(note, dict) and type(note.get("status")) is int:
+        if isinstance(note.get("line"), str):
+            return None
     return "not a rank's end (its status and line)"
 
 
 def ending(rank, err):
-    """(exit status, line) of ``err`` ending rank ``rank``'s start, as every rank reads it:
-    ``errors.describe``'s for the errors it knows; any other exception is a bug, a crash of
-    unknown cause (``errors.UNEXPECTED``, which schedulers retry), named by its class and
-    its message's first line."""
+    """(exit status, line) of ``err`` ending rank ``rank``'s start: ``errors.describe``'s,
+    or for any other exception (a bug) ``errors.UNEXPECTED``, which schedulers retry."""
     if isinstance(err, (UserError, RestartableError, MemoryError, OSError)):
         status, line = describe(err)
         return status, line.removeprefix("error: ")
@@ -119,8 +92,7 @@ def ending(rank, err):
 
 
 class Rendezvous:
-    """The start's agreements of rank ``rank`` of ``world_size`` over ``store``.
-    ``sleep`` and ``clock``: ``time``'s, or a test's."""
+    """The start's agreements of rank ``rank`` of ``world_size`` over ``store``."""
 
     def __init__(self, store, rank, world_size, sleep=time.sleep, clock=time.monotonic):
         self.store, self.rank, self.world_size = store, rank, world_size
@@ -128,20 +100,16 @@ class Rendezvous:
 
     @classmethod
     def of_job(cls, rank, world_size):
-        """The start's agreements over the job's store (made by ``distributed.init_fleet``),
-        or ``Alone``'s for one rank."""
+        """Over the job's store (``distributed.init_fleet`` made it); ``Alone`` for one rank."""
         if world_size == 1:
             return Alone()
         return cls(paddle_internals.job_store(), rank, world_size)
 
     @contextlib.contextmanager
     def start(self):
-        """Around a rank's start: any exception that ends it is published (``end_start``);
-        one that is not an error the toolkit knows (a bug) is also said here in one line,
-        before its traceback. A stop by a signal is not an end of the start
-        (``lifecycle.stops_reported`` reads a peer's end, or reports the stop), nor are
-        KeyboardInterrupt and SystemExit, which pass untouched (the launcher stops the
-        other ranks of a rank that ends so)."""
+        """Around a rank's start: any exception that ends it is published (``end_start``),
+        a bug also said here in one line before its traceback. A stop by a signal
+        (``lifecycle.stops_reported`` reports it), KeyboardInterrupt and SystemExit pass."""
         try:
             # where this rank runs, for a roll call's survivors on the same host
             self._set(f"where/{self.rank}", f"{socket.gethostname()} {os.getpid()}")
@@ -167,32 +135,27 @@ class Rendezvous:
             f"ended, see its log; {(str(err).splitlines() or [type(err).__name__])[0]})"
         )
 
-    def _count(self, key, add=0):
+    def _call(self, method, key, *args):
         try:
-            return self.store.add(f"{PREFIX}/{key}", add)
+            return getattr(self.store, method)(f"{PREFIX}/{key}", *args)
         except (ValueError, RuntimeError) as err:  # Paddle's "TCP send error", ...
             raise self._store_gone(err) from None
 
+    def _count(self, key, add=0):
+        return self._call("add", key, add)
+
     def _set(self, key, value):
-        try:
-            self.store.set(f"{PREFIX}/{key}", value)
-        except (ValueError, RuntimeError) as err:
-            raise self._store_gone(err) from None
+        self._call("set", key, value)
 
     def _get(self, key):
-        try:
-            return self.store.get(f"{PREFIX}/{key}")
-        except (ValueError, RuntimeError) as err:
-            raise self._store_gone(err) from None
+        return self._call("get", key)
 
     def share(self, name, value=None, check=None):
         """Rank 0's ``value`` (JSON-able), on every rank. ``check(value)``: why a value
-        cannot be used (it will name a file: ``checkpoint_name_problem``), or None; a value
-        it refuses ends the start on every rank with one line (status 2) naming its key."""
+        cannot be used (it will name a file), or None; a refusal ends every rank's start."""
         key = f"shared/{name}"
         if self.rank == 0:
-            shared = value
-            self._checked(key, shared, check)  # rank 0 refuses it as the others would
+            self._checked(key, value, check)  # rank 0 refuses it as the others would
             self._set(key, json.dumps(value))
             self._count(f"{key}/ready", 1)
             return value
@@ -200,9 +163,8 @@ class Rendezvous:
         return self._checked(key, self._read(key), check)
 
     def _read(self, key, problem=None):
-        """The JSON value under ``key``, as ``_set(key, json.dumps(...))`` wrote it;
-        ``problem(value)``: why its shape is not what was written, or None. A value that is
-        not JSON, or of another shape, ends the start in one line naming the key (status 2)."""
+        """The JSON value under ``key``; one that is not JSON, or that ``problem(value)``
+        refuses, ends the start in one line naming the key (status 2)."""
         raw = self._get(key)
         try:
             value = json.loads(raw)
@@ -223,8 +185,7 @@ class Rendezvous:
         return value
 
     def _refusal(self, key, value, why):
-        """The one line refusing ``value`` read under ``key`` (shown up to 200 characters),
-        ``why`` after the key."""
+        """The one line refusing ``value`` read under ``key`` (up to 200 characters)."""
         shown = repr(value)
         shown = shown if len(shown) <= 200 else shown[:200] + "..."
         return UserError(
@@ -238,7 +199,7 @@ class Rendezvous:
 
     def ended_by_peer(self):
         """A ``PeerEnded``/``PeerEndedRestartable`` naming the first rank that ended the
-        start, or None (no rank did). Reading it tells rank 0 this rank has seen it."""
+        start, or None. Reading it tells rank 0 this rank has seen it."""
         if self._count("ended") == 0:
             return None
         for peer in range(self.world_size):
@@ -253,10 +214,10 @@ class Rendezvous:
         return None
 
     def end_start(self, err):
-        """This rank ends the start with ``err`` (any exception: ``ending``): published for the other ranks, unless it is another rank's end, read already.
-        The rank that ended it, and rank 0, which serves the store, then wait until every
-        rank knows (at most ``LINGER_SECONDS``): a rank still busy when its launcher saw a
-        peer exit would be stopped by it, and killed 3 s later wherever it was."""
+        """This rank ends the start with ``err``, published unless it is a peer's end. The
+        rank that ended it, and rank 0 (the store), then wait until every rank knows (at
+        most ``LINGER_SECONDS``): the launcher stops a rank still busy when a peer exits,
+        and kills it 3 s later wherever it was."""
         peer_ended = isinstance(err, (PeerEnded, PeerEndedRestartable))
         if not peer_ended:
             status, line = ending(self.rank, err)
@@ -272,20 +233,11 @@ class Rendezvous:
                 self.sleep(pause)
 
     def roll_call(self, seconds=ROLL_CALL_SECONDS):
-        """Once a collective has failed (a peer died: gloo only says "std::exception",
-        or the launcher's SIGTERM came first): the ranks that stopped, sorted ([] where
-        none is known), or None where the store itself is gone, which means rank 0, its
-        host, is. Each survivor answers under its rank in the job's store; a rank that
-        answered is never named (it may have ended since). A peer on this host that has
-        not answered is looked up by its process (gone, or a zombie its launcher has not
-        reaped: stopped; running: slow to notice, not named); a peer elsewhere that has
-        not answered within ``seconds`` is named. Rank 0 then keeps the store up until
-        every peer it did not name has read (its exit would take the store with it and
-        make every later reader name rank 0), within the launcher's grace: it looks at
-        its ranks every 2 s, and once it saw one die it sends the others SIGTERM and kills
-        them if rank 0 has not ended 3 s later, so no sooner than 3 s after the death.
-        (The caller ignores SIGTERM meanwhile: a Python handler would interrupt the
-        store's socket calls, which then fail as if the store were gone.)"""
+        """Once a collective has failed: the ranks that stopped, sorted, or None where the
+        store (rank 0) is gone. A silent peer on this host is looked up by its process;
+        one elsewhere silent for ``seconds`` is named. Rank 0 then keeps the store up
+        until the others have read (else they would name rank 0), within the launcher's
+        grace (it kills no sooner than 3 s after a death)."""
         try:
             self._count(f"roll-call/{self.rank}", 1)
             peers = [peer for peer in range(self.world_size) if peer != self.rank]
@@ -314,8 +266,7 @@ class Rendezvous:
             return _read_verdict()
 
     def _where(self, peer):
-        """The process id of ``peer`` where it runs on this host, else None (elsewhere,
-        or it never said)."""
+        """The process id of ``peer`` where it runs on this host, else None."""
         if self._count(f"where/{peer}/ready") == 0:
             return None
         value = self._get(f"where/{peer}")  # bytes (Paddle's store), or a str
@@ -325,8 +276,7 @@ class Rendezvous:
         return int(pid) if host == socket.gethostname() else None
 
     def _wait(self, ready):
-        """Until ``ready()``: two requests to the store per poll (``ready``'s, and whether
-        a peer ended the start), the polls ``poll_pauses`` apart."""
+        """Until ``ready()``, ending where a peer ended the start."""
         for pause in poll_pauses():
             if ready():
                 return
@@ -337,10 +287,8 @@ class Rendezvous:
 
 
 def _verdict_path(environ=os.environ):
-    """Where the survivors of this host leave their roll call's verdict: the launcher's log
-    folder (one per node), named by the job's store. A rank blocked in a collective by a
-    survivor that waits in the roll call is freed only when that survivor exits, and rank
-    0's exit takes the store with it: such a rank reads the verdict here."""
+    """Where this host's survivors leave their roll call's verdict, for a rank freed only
+    once rank 0, and the store, is gone."""
     folder, master = environ.get("PADDLE_LOG_DIR"), environ.get("PADDLE_MASTER", "")
     if not folder:
         return None
@@ -360,7 +308,7 @@ def _write_verdict(stopped):
 
 def _read_verdict():
     """The stopped ranks a survivor of this host found during this process's life, else
-    None (the store's host, rank 0, is the one gone)."""
+    None (rank 0 is the one gone)."""
     path = _verdict_path()
     try:
         if path is None or os.stat(path).st_mtime < _process_started():
@@ -375,7 +323,7 @@ def _read_verdict():
 
 
 def _process_started():
-    """When this process started (its /proc folder's time), or 0 where there is none."""
+    """When this process started (its /proc folder's time), or 0."""
     try:
         return os.stat(f"/proc/{os.getpid()}").st_ctime
     except OSError:

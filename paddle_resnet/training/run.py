@@ -1,9 +1,7 @@
-"""One run of train.py, told as one story in numbered steps (``run``): the ranks meet,
-the output folder is claimed (rank 0's lock), the start is resolved into one final config
-(``resolve_start``: the data opened, the start weights chosen, the tree screened, the CPU
-kernels), the programs prepared and the weights loaded (``prepare_session``); then
-evaluate, benchmark (``benchmark``) or train the epochs (``epochs``); last, the summary.
-``run(config, report_stream, after_training)`` is what the train command calls."""
+"""One run of train.py, told as one story in numbered steps (``run``, what the train
+command calls): the ranks meet, the output folder is claimed, the start resolved into one
+final config, the programs prepared and the weights loaded; then evaluate, benchmark or
+train the epochs; last, the summary."""
 
 import contextlib
 import os
@@ -36,19 +34,9 @@ from paddle_resnet.training.session import Session
 
 
 def run(config, report_stream=None, after_training=None):
-    """Run ``config.run.run_scope``; returns the final metrics (rank 0's view).
+    """Run ``config.run.run_scope``; the final metrics (rank 0's view).
     ``after_training(config, report)``: rank 0's last step of a training run (the export
-    of train.py --inference-dir), its {metric: value} added to the summary.
-
-    1. A watcher beside a launched rank (the start's deadline, its launcher:
-       ``lifecycle.guarded``), stops outside the steps reported in one line, the IR.
-    2. The ranks meet: Fleet and the job's store (``rendezvous``; one rank: ``Alone``).
-    3. The start, in named phases, an end of it published to every rank: the output
-       folder claimed, the start resolved into the one final config (``resolve_start``),
-       the programs prepared and the weights loaded (``prepare_session``); the ranks then
-       agree to take their first step.
-    4. The work (evaluate, benchmark or train the epochs), the peers watched.
-    5. The summary."""
+    of --inference-dir), its {metric: value} added to the summary."""
     with contextlib.ExitStack() as steps:
         guard = steps.enter_context(lifecycle.guarded(config.run.start_timeout))
         stops = steps.enter_context(lifecycle.stops_reported())
@@ -82,10 +70,8 @@ def run(config, report_stream=None, after_training=None):
 
 
 def resolve_start(config, rank, world_size, share, guard):
-    """Once the run owns its folder: the data opened, the start weights chosen (rank 0's
-    choice for ``auto``, ``share``d) and checked, the tree screened once per job, the CPU
-    kernels decided: the run's ``Session``, whose ``config`` everything after reads, not
-    yet prepared."""
+    """Once the run owns its folder: the data opened, the start weights chosen and
+    checked, the tree screened, the CPU kernels decided: the run's ``Session``."""
     training = config.run.run_scope != "eval_only"
     evaluating = config.run.run_scope != "train_only" and not config.run.benchmark
     place, device_id, all_reduce = this_process(config.run, world_size)
@@ -115,9 +101,8 @@ def resolve_start(config, rank, world_size, share, guard):
 
 def prepare_session(session, steps, guard, meeting, report_stream):
     """The programs built and run (on GPUs the startup program makes NCCL's rings, so the
-    ranks meet first), the report opened (closed by ``steps``), the run's first lines, the
-    start weights loaded, 2:4 masks, classes.json; the ranks agree to take their first
-    step. The ``Session``, prepared."""
+    ranks meet first), the report opened, the first lines, the start weights loaded, 2:4
+    masks, classes.json; the ranks agree to take their first step."""
     config, rank = session.config, session.rank
     guard.phase("programs")
     meeting.agree("programs")
@@ -138,8 +123,7 @@ def prepare_session(session, steps, guard, meeting, report_stream):
 
 
 def this_process(run_cfg, world_size):
-    """(place, GPU id or None, the sum over the ranks or None with one rank); with
-    --cpu-affinity the process is pinned to its GPU's CPUs."""
+    """(place, GPU id or None, the sum over the ranks or None); --cpu-affinity pins."""
     place, device_id = devices.device()
     if run_cfg.cpu_affinity and device_id is not None:
         affinity.pin_to_gpu(device_id)
@@ -161,10 +145,8 @@ def open_data(config, training, evaluating):
 
 
 def open_report(config, rank, stream):
-    """The run's report: rank 0's file and console, and its experiment trackers
-    (--tracker, --visualdl-log-dir; core/trackers/) opened before the first step, a
-    run from a checkpoint continuing theirs at its global step; closed however the run
-    ends."""
+    """The run's report: rank 0's file, console and experiment trackers (a run from a
+    checkpoint continuing theirs at its global step)."""
     run_cfg = config.run
     if rank != 0:
         return Report(config.report_file, enabled=False, stream=stream or sys.stdout)
@@ -185,17 +167,12 @@ def open_report(config, rank, stream):
 
 
 def introduce(session):
-    """The first lines of a run: its allocator, where it starts, its parameters (in the
-    report only), the CPU kernels where they were chosen for it, the class weights and
-    logit offsets, the model, its classes and this process's place, and what the data
-    check found (its counts and notes in the report only)."""
+    """The first lines of a run, and its parameters and findings in the report."""
     report, config = session.report, session.config
     kernels, screening = session.kernels, session.screening
     report.print(bootstrap.allocator_note())
     for line in session.start.lines:
         report.print(line)
-    # the IR chosen (``run.ir`` unset: ``ir.chosen``), the allocator and the kernels, beside
-    # the configuration
     parameters = dict(config.to_dict(), ir=ir.record(config), allocator=bootstrap.allocator())
     if kernels:
         parameters["cpu_kernels"] = kernels.record()
@@ -228,9 +205,7 @@ def introduce(session):
 
 
 def work(session):
-    """What the run is for: evaluate the start weights, measure throughput, or train
-    the epochs from ``session.progress`` (epochs done, steps done in the next); its
-    metrics."""
+    """Evaluate the start weights, measure throughput, or train the epochs; the metrics."""
     config, report, progress = session.config, session.report, session.progress
     train_split, val_split = session.train_split, session.val_split
     if not session.training:
@@ -246,8 +221,7 @@ def work(session):
 
 
 def evaluated_epoch(config, meta, report):
-    """eval_only: which weights are evaluated, said on the console and in the report;
-    returns the epoch they were saved after (0 for other weights)."""
+    """eval_only: which weights are evaluated, said; the epoch they were saved after."""
     source = config.run.from_checkpoint or config.run.from_pretrained_params
     epoch = meta["epoch"] if meta else 0
     where = f"checkpoint {source} (epoch {epoch})" if meta else source or "the initial weights"
@@ -257,7 +231,6 @@ def evaluated_epoch(config, meta, report):
 
 
 def summary_rows(config, metrics, world_size, device_id):
-    """The final table: what ran, the best and last accuracy, speed, where the files are."""
     device = "CPU" if device_id is None else "GPU"
     rows = [("model", f"{config.model.arch}, {world_size} {device} process(es)")]
     if "run.val.best_top1" in metrics:

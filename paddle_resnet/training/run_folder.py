@@ -1,9 +1,8 @@
 """A run's output folder and the policy over its checkpoints: which run it belongs to
-(one run at a time: rank 0's lock; a checkpoint resumed only by the run that wrote it; no
-fresh run mixing its checkpoints with another's), and ``Checkpoints``: the newest that
-verifies (``--from-checkpoint auto``'s choice), retention (``--keep-checkpoints``), a
-rewind's set-aside copies and their pruning. ``checkpoint.py`` is the format: names,
-the atomic save, verification, reading."""
+(rank 0's lock, the same-run checks), ``Checkpoints``: the newest that verifies
+(``--from-checkpoint auto``), retention, a rewind's set-aside copies; and ``Saves``: when
+a training run saves and the save itself, which the epochs ask for. ``checkpoint.py`` is
+the format: names, the atomic save, verification, reading."""
 
 import contextlib
 import dataclasses
@@ -11,11 +10,16 @@ import os
 import shutil
 import time
 
+import numpy as np
+
+from paddle_resnet.core import provenance
 from paddle_resnet.core.atomic import check_writable_folder, remove_directory, run_lock
 from paddle_resnet.core.config import run_differences
 from paddle_resnet.core.errors import CheckpointError, RestartableError
 from paddle_resnet.training import checkpoint as ckpt
+from paddle_resnet.training import ir
 from paddle_resnet.training.rendezvous import checkpoint_name_problem
+from paddle_resnet.training.sparsity import masks as sparse_masks
 
 # Copies a rewind set aside (``<name>.rewound-<UTC time>``) are removed this many days
 # after they were set aside, at the next rewind or retention.
@@ -35,9 +39,7 @@ def checkpoint_dir(output_dir, arch, name):
 
 @contextlib.contextmanager
 def claimed(output_dir, rank):
-    """While entered, the run owns ``output_dir``: rank 0 checks it can write there and
-    holds its lock from before the run's checks to its last line; the other ranks
-    follow rank 0 or end with it."""
+    """While entered, rank 0 holds ``output_dir``'s lock (checked writable first)."""
     if rank != 0:
         yield
         return
@@ -58,17 +60,15 @@ def check_same_run(meta, config, source):
 
 
 def continues_the_run(meta, config, training):
-    """Training from a checkpoint resumes its run, unless it starts quantization-aware
-    training from a model trained without (NVIDIA's QAT phase, e.g. of a 2:4 model: new
-    optimizer state and schedule; the weights, and the ASP masks, are kept)."""
+    """Training from a checkpoint resumes its run, unless it starts QAT from a model
+    trained without (NVIDIA's QAT phase: new optimizer state and schedule)."""
     if not training or meta is None:
         return False
     return not (config.qat.enabled and not meta["config"].get("qat", {}).get("enabled"))
 
 
 def check_output_free(config, resuming_meta):
-    """A training run writes <output-dir>/<arch>/<epoch>: refuse to mix its checkpoints
-    with those of another run already there."""
+    """Refuse to mix a training run's checkpoints with another run's already there."""
     folder = arch_folder(config.run.output_dir, config.model.arch)
     saved = ckpt.saved_checkpoints(folder)
     if not saved:
@@ -89,13 +89,8 @@ def check_output_free(config, resuming_meta):
 
 
 def resolve_auto(config, checkpoints, rank, share=None):
-    """``config`` with --from-checkpoint auto replaced by the newest checkpoint of this
-    run in <output-dir>/<arch> (at an epoch's end or within one), or by none when the
-    folder holds none yet: what a scheduler restarting a job with the same command line
-    needs. Rank 0 chooses, after finishing any save a killed process left, and the
-    other ranks take its choice (``share``, the job's store: no collective op, whose ring
-    may not exist yet). Returns (config, the lines to print: which start, and any damaged
-    checkpoint skipped)."""
+    """(``config`` with --from-checkpoint auto replaced by this run's newest checkpoint or
+    none, the lines to print); rank 0 chooses and ``share``s it (no ring may exist yet)."""
     run_cfg = config.run
     if run_cfg.from_checkpoint != ckpt.AUTO:
         return config, []
@@ -119,9 +114,8 @@ def resolve_auto(config, checkpoints, rank, share=None):
 
 
 def rewind(config, checkpoints, meta):
-    """A resume from a checkpoint older than others in <output-dir>/<arch> (named, or
-    the newest that verifies): the newer ones, a branch this run abandons, are moved
-    aside under names neither --from-checkpoint auto nor retention takes; one line."""
+    """A resume from a checkpoint older than others: the newer ones, a branch this run
+    abandons, are moved aside (``set_aside_newer``); its line."""
     moved = checkpoints.set_aside_newer((meta["epoch"], meta.get("step_in_epoch", 0)))
     if not moved:
         return []
@@ -134,17 +128,14 @@ def rewind(config, checkpoints, meta):
 
 
 class Checkpoints:
-    """The checkpoints of one run's folder (<output-dir>/<arch>) and the policy over them.
-    Each checkpoint's files are verified (sizes, SHA-256) once per ``Checkpoints`` while
-    they are unchanged (its inode, size and mtime): retention reads a checkpoint once per
-    run, not at every save."""
+    """The checkpoints of one run's folder; each verified once while unchanged (inode,
+    size, mtime): retention reads a checkpoint once per run, not at every save."""
 
     def __init__(self, folder):
         self.folder = folder
         self._verified = set()
 
     def verify(self, path):
-        """``checkpoint.verify_checkpoint(path)``, once for unchanged files."""
         path = os.path.abspath(path)
         files = []
         for name in sorted(os.listdir(path)):
@@ -163,11 +154,8 @@ class Checkpoints:
         return True
 
     def newest_verified(self, warn):
-        """The newest checkpoint whose files verify, or None; each newer one that does
-        not (damaged outside the toolkit's atomic writes) is passed to ``warn`` as one
-        line and skipped, so a restarted job continues from the one before. When every
-        checkpoint is damaged, a CheckpointError says so and what to do (a fresh start
-        would be refused: the folder holds the run's checkpoints)."""
+        """The newest checkpoint whose files verify, or None; each newer damaged one is
+        passed to ``warn`` and skipped. A CheckpointError where every one is damaged."""
         saved = ckpt.saved_checkpoints(self.folder)
         damage = []
         for _, path in reversed(saved):
@@ -187,17 +175,13 @@ class Checkpoints:
         return None
 
     def remove_superseded(self, written, keep_epochs, resumed_from, drop_mid_epoch=False):
-        """Retention (--keep-checkpoints N) by verified progress, after ``written`` was
-        saved: counting from it, keep the newest N epoch checkpoints whose files verify
-        and remove the older ones and every mid-epoch checkpoint older than ``written``;
-        with N = 0 (keep all) and ``drop_mid_epoch`` (timed saves: one every few minutes),
-        the older mid-epoch checkpoints alone. Never removed: ``written`` itself (read back
-        first: a save that does not verify removes nothing), the checkpoint at progress
-        ``resumed_from`` (where this run started; a restart before ``written`` is complete
-        still has it), and anything newer than ``written``. A damaged checkpoint is never
-        counted among the N, so it never costs a good one. Set-aside copies older than
-        ``SET_ASIDE_DAYS`` go too. Returns the names removed; each removal is crash-safe
-        (``atomic.remove_directory``)."""
+        """Retention after ``written`` was saved: keep the newest ``keep_epochs`` epoch
+        checkpoints that verify and remove the older ones and every older mid-epoch one;
+        with 0 (keep all) and ``drop_mid_epoch`` (timed saves), the older mid-epoch ones
+        alone. Never removed: ``written`` (read back first: a save that does not verify
+        removes nothing), the one at ``resumed_from`` (a restart before ``written`` is
+        complete still has it), anything newer. A damaged checkpoint is never counted
+        among the kept. Old set-aside copies go too. Returns the names removed."""
         if not keep_epochs and not drop_mid_epoch:
             return []
         keep_epochs = keep_epochs or float("inf")
@@ -222,10 +206,8 @@ class Checkpoints:
         return removed + self.prune_set_aside()
 
     def set_aside_newer(self, progress):
-        """A rewind: move the checkpoints newer than ``progress`` (those of the branch a
-        run abandons by resuming an older checkpoint) aside as ``<name>.rewound-<UTC
-        time>``, a name neither --from-checkpoint auto nor retention takes (and pruned
-        after ``SET_ASIDE_DAYS``); returns (old name, new name) pairs."""
+        """Move the checkpoints newer than ``progress`` aside as ``<name>.rewound-<UTC
+        time>``, a name neither auto nor retention takes; (old name, new name) pairs."""
         if not os.path.isdir(self.folder):
             return []
         self.prune_set_aside()
@@ -246,8 +228,7 @@ class Checkpoints:
         return moved
 
     def prune_set_aside(self, now=None):
-        """Remove the copies a rewind set aside more than ``SET_ASIDE_DAYS`` ago (by the
-        time in their name); their names."""
+        """Remove the copies set aside more than ``SET_ASIDE_DAYS`` ago; their names."""
         now = time.time() if now is None else now
         pruned = []
         for name in sorted(os.listdir(self.folder)) if os.path.isdir(self.folder) else []:
@@ -262,3 +243,97 @@ class Checkpoints:
                 shutil.rmtree(os.path.join(self.folder, name))
                 pruned.append(name)
         return pruned
+
+
+class Saves:
+    """A training run's saves from ``start`` (epochs done, steps done in the next; never
+    removed): at an epoch's end every --save-interval and after the last; timed, once
+    --save-every-minutes has passed by rank 0's clock (``lifecycle.StepAgreement`` makes
+    it every rank's); at a stop. Rank 0 writes each, then retention. ``watch``
+    (``divergence.Watch``) checks the weights first and learns each checkpoint saved."""
+
+    def __init__(self, session, start, watch):
+        self.session, self.start, self.watch = session, start, watch
+        self.every_seconds = session.config.run.save_every_minutes * 60
+        self.last_save = time.monotonic()
+
+    def clock_says_save(self):
+        return (
+            self.session.rank == 0
+            and self.every_seconds > 0
+            and time.monotonic() - self.last_save >= self.every_seconds
+        )
+
+    def due_at_epoch_end(self, epoch):
+        """Whether rank 0 saves at the end of ``epoch`` (the other ranks never do)."""
+        run_cfg = self.session.config.run
+        return self.session.rank == 0 and (
+            epoch % run_cfg.save_interval == 0 or epoch == run_cfg.epochs or self.clock_says_save()
+        )
+
+    def save(self, epochs_done, steps_done):
+        """Rank 0's checkpoint after ``epochs_done`` epochs and ``steps_done`` steps, then
+        retention; its directory. Every rank has checked the weights first."""
+        session = self.session
+        config = session.config
+        directory = self._directory(epochs_done, steps_done)
+        ckpt.save_checkpoint(
+            session.programs.train,
+            directory,
+            {
+                "epoch": epochs_done,
+                "step_in_epoch": steps_done,
+                "global_step": epochs_done * session.steps_per_epoch + steps_done,
+                "world_size": session.world_size,
+                "arch": config.model.arch,
+                "classes": list(session.classes),
+                "config": config.to_dict(),
+                # the pattern --asp holds and which weights hold it (None when dense)
+                "sparsity": sparse_masks.sparsity_record(session.programs.train)
+                if config.asp.enabled
+                else None,
+                "code": dict(provenance.code(), ir=ir.record(config)["name"]),
+            },
+            prefix=config.run.model_prefix,
+        )
+        session.report.saved(directory)
+        self.watch.saved(directory)
+        removed = session.checkpoints.remove_superseded(
+            directory,
+            config.run.keep_checkpoints,
+            self.start,
+            drop_mid_epoch=self.every_seconds > 0,
+        )
+        if removed:
+            session.report.print(
+                f"removed older checkpoints (--keep-checkpoints): {', '.join(removed)}"
+            )
+        self.last_save = time.monotonic()
+        return directory
+
+    def timed(self, epoch, steps_done):
+        """--save-every-minutes: the checkpoint within ``epoch`` after ``steps_done``."""
+        self._within(epoch - 1, steps_done, f"in epoch {epoch} at step {steps_done}")
+
+    def stopped(self, epoch, steps_done):
+        """The checkpoint of a stop in ``epoch`` after ``steps_done`` steps; its directory."""
+        whole = steps_done >= self.session.steps_per_epoch
+        epochs_done, within = (epoch, 0) if whole else (epoch - 1, steps_done)
+        where = f"in epoch {epoch} at step {steps_done}, stopped by a signal"
+        return self._within(epochs_done, within, where)
+
+    def _within(self, epochs_done, steps_done, where):
+        """Every rank checks the weights, rank 0 saves, the others wait for it (so a rank
+        lost right after finds it complete)."""
+        session = self.session
+        self.watch.check_weights(where)
+        if session.rank == 0:
+            self.save(epochs_done, steps_done)
+        if session.all_reduce:
+            session.all_reduce(np.zeros(4))
+        return self._directory(epochs_done, steps_done)
+
+    def _directory(self, epochs_done, steps_done):
+        config = self.session.config
+        name = ckpt.checkpoint_name(epochs_done, steps_done)
+        return checkpoint_dir(config.run.output_dir, config.model.arch, name)

@@ -1,7 +1,5 @@
-"""One run's state (``Session``): its start, resolved (the one final config, the start
-weights, the data and its screening, the CPU kernels, the run folder's checkpoints, this
-process's place among the ranks), then the prepared programs with their executor and the
-report, and where the work goes on."""
+"""One run's state (``Session``): its start resolved, then its prepared programs,
+executor and report, and where the work goes on."""
 
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Tuple

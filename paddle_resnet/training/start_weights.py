@@ -1,8 +1,6 @@
-"""Where a run starts: ``--from-checkpoint auto`` resolved to this run's newest
-checkpoint (the same on every rank), the start weights read and checked (a resumed
-checkpoint belongs to this run, ``run_folder.py``), and once the programs are
-prepared, loaded (resume, pretrained or none). Training, evaluation and export take
-their weights through the same ``read`` and ``load_into``."""
+"""Where a run starts: ``--from-checkpoint auto`` resolved, the start weights read and
+checked, and once the programs are prepared, loaded (resume, pretrained or none).
+Training, evaluation and export take their weights through ``read`` and ``load_into``."""
 
 import dataclasses
 import os
@@ -26,10 +24,8 @@ from paddle_resnet.training.weights import (
 
 @dataclasses.dataclass
 class Start:
-    """The start weights chosen and checked before anything is built: ``config`` with
-    --from-checkpoint auto resolved, the checkpoint's ``meta`` (None for other
-    weights), the ``state`` read (None: the initialisation), whether training
-    ``resumes`` the checkpoint's run, and the ``lines`` to print once the report is open."""
+    """The start weights chosen and checked before anything is built (``meta``: None for
+    other weights than a checkpoint; ``state``: None for the initialisation)."""
 
     config: Any
     meta: Optional[dict]
@@ -39,9 +35,8 @@ class Start:
 
 
 def choose(config, classes, training, checkpoints, rank=0, share=None):
-    """The ``Start`` of this run, checked against its output folder (``checkpoints``, its
-    ``run_folder.Checkpoints``) and ``classes``; ``share(name, value)`` gives rank 0's
-    decisions to every rank (``rendezvous``)."""
+    """The ``Start`` of this run, checked against its output folder and ``classes``;
+    ``share`` gives rank 0's decisions to every rank."""
     config, lines = run_folder.resolve_auto(config, checkpoints, rank, share)
     start = read(config, classes, training, lines)
     if start.resumes and rank == 0 and not config.run.benchmark:
@@ -50,10 +45,8 @@ def choose(config, classes, training, checkpoints, rank=0, share=None):
 
 
 def read(config, classes, training, lines=()):
-    """The ``Start`` of the weights ``config`` names (``--from-checkpoint auto`` resolved
-    already, or refused: ``choose`` resolves it for a run), checked against ``classes``
-    (None: no data to check them against). Evaluation and export take the weights as
-    they were trained (``check_quantization``)."""
+    """The ``Start`` of the weights ``config`` names, checked against ``classes`` (None:
+    no data); evaluation and export take them as trained (``check_quantization``)."""
     meta, state = read_weights(config.run)
     resumes = run_folder.continues_the_run(meta, config, training)
     check_start(config, meta, classes, training, resumes)
@@ -68,9 +61,8 @@ def source_of(config):
 
 
 def class_names(start):
-    """The class names of the start weights: the checkpoint's (given as a folder, or its
-    model.pdparams as pretrained parameters), a classes.json beside other parameters, or
-    the label numbers."""
+    """The class names of the start weights: the checkpoint's, a classes.json beside
+    them, or the label numbers."""
     if start.meta is not None:
         return start.meta["classes"]
     config = start.config
@@ -84,9 +76,8 @@ def class_names(start):
 
 
 def check_start(config, meta, classes, training, resuming):
-    """Before anything is built or written: a resumed checkpoint must belong to this run,
-    a fresh run must not mix its checkpoints with another's, and the data's class names
-    must be the checkpoint's."""
+    """Before anything is built: a resumed checkpoint belongs to this run, a fresh run
+    mixes no checkpoints with another's, the data's class names are the checkpoint's."""
     resuming = meta if resuming else None
     if resuming:
         run_folder.check_same_run(meta, config, config.run.from_checkpoint)
@@ -102,8 +93,7 @@ def check_start(config, meta, classes, training, resuming):
 
 
 def load(session, start):
-    """Resume, or load pretrained weights, or keep the initialisation, said in the run's
-    report; returns where the training goes on: (epochs done, steps done in the next)."""
+    """``load_into`` said in the run's report; (epochs done, steps done in the next)."""
     report = session.report
     loaded = load_into(session.programs, start, session.world_size, session.steps_per_epoch)
     for line in loaded.lines:
@@ -115,9 +105,8 @@ def load(session, start):
 
 @dataclasses.dataclass
 class Loaded:
-    """What ``load_into`` did: where training goes on (epochs done, steps done in the
-    next), the lines that say it, and, for pretrained weights, the report's record
-    (which file, which parameters were skipped)."""
+    """What ``load_into`` did: where training goes on, its lines, and for pretrained
+    weights the report's record."""
 
     progress: Tuple[int, int]
     lines: List[str]
@@ -125,8 +114,7 @@ class Loaded:
 
 
 def load_into(programs, start, world_size=1, steps_per_epoch=None):
-    """``start``'s weights into the prepared ``programs`` (the train program when they
-    have one, else the eval program): resumed, pretrained or none."""
+    """``start``'s weights into the prepared ``programs``: resumed, pretrained or none."""
     config, meta, state = start.config, start.meta, start.state
     run_cfg = config.run
     if state is None:
@@ -160,8 +148,7 @@ def load_into(programs, start, world_size=1, steps_per_epoch=None):
 
 
 def _resume(programs, start, world_size, steps_per_epoch):
-    """A checkpoint of this run restored into its train program, the LR schedule at the
-    step it was saved at."""
+    """A checkpoint of this run restored, the LR schedule at its step."""
     config, meta = start.config, start.meta
     run_cfg = config.run
     into_program.restore_state(programs.train, start.state)

@@ -1,10 +1,7 @@
 """ASP in a training run: which layers stay dense, pruning after the weights are loaded,
-a per-layer table, and verification that the pattern holds after every epoch.
-
-On both IRs the program holds a mask variable per prunable weight (legacy: made by
-Fleet's ASP; PIR: by ``pir_strategies.add_masks``); pruning computes the masks with the
-toolkit's own algorithms (``pattern.prune_mask``, equal to Paddle's ASP on the same
-weights) and writes mask and pruned weight into the scope."""
+a per-layer table, and verification that the pattern holds after every epoch. On both
+IRs the program holds a mask variable per prunable weight; pruning computes the masks
+(``pattern.prune_mask``) and writes mask and pruned weight into the scope."""
 
 import numpy as np
 import paddle
@@ -28,8 +25,7 @@ PATTERN = NVIDIA_2_4
 
 
 def excluded_parameters(model, exclude):
-    """Parameter names of the layers ``exclude`` names (model paths such as ``fc`` or
-    ``layer4.2.conv3``, or parameter names); each name must match something."""
+    """Parameter names of the layers ``exclude`` names (model paths, parameter names)."""
     named = list(model.named_parameters())
     chosen = []
     for wanted in dict.fromkeys(exclude):  # each once, in order
@@ -54,9 +50,8 @@ def _scope_array(name):
 
 
 def _masked(program):
-    """{name: parameter} of the weights of ``program`` that have a mask variable in it
-    (a mask that an earlier program of this process left in the scope is not this
-    program's: a layer excluded here may have been pruned there)."""
+    """{name: parameter} of ``program``'s weights with a mask variable in it (not in the
+    scope: an earlier program's masks are not this one's)."""
     names = ir.persistable_names(program)
     return {p.name: p for p in ir.parameters(program) if p.name + MASK_SUFFIX in names}
 
@@ -66,7 +61,6 @@ def _mask(param_name):
 
 
 def layer_table(programs):
-    """One row per weight: name, layer, shape, status (pruned / excluded / dense) and density."""
     layer_of = {param.name: path for path, param in programs.model.named_parameters()}
     rows = []
     masked = _masked(programs.train)
@@ -92,24 +86,19 @@ def layer_table(programs):
 
 
 def enforce_masks(main, startup):
-    """What Fleet's ASP meta-optimizer does after ``minimize``, done by the toolkit where
-    Fleet cannot combine ASP with another meta-optimizer (QAT) or masks only the weights
-    that train (frozen stages are pruned too): a mask variable for every weight ASP
-    supports (not excluded), multiplied into the weight after each update (Paddle's own
-    ``ASPHelper`` steps, the ones ``asp.decorate`` runs)."""
+    """Fleet's ASP after ``minimize`` where Fleet cannot (with QAT, frozen stages):
+    Paddle's own ``ASPHelper`` steps."""
     paddle_internals.insert_asp_masks(main, startup, prunable_shapes(ir.parameters(main)))
 
 
 def prunable_shapes(parameters):
-    """The convolution and fully connected weights of ``parameters`` (4-D, 2-D), trained
-    or frozen; not batch norms' and quantizers' vectors."""
+    """The convolution and fully connected weights of ``parameters``, trained or frozen."""
     return [p for p in parameters if len(p.shape) in (2, 4)]
 
 
 def masks_from_weights(program, place):
-    """For weights that hold ``PATTERN`` but came without their masks (a 2:4 file from
-    elsewhere; this toolkit's files carry theirs): the weight's zeros become its mask,
-    so training keeps the pattern the file has instead of computing a new one."""
+    """For 2:4 weights that came without their masks (a file from elsewhere): the zeros
+    become the mask, so training keeps the file's pattern."""
     scope = paddle.static.global_scope()
     for param in _masked(program).values():
         mask = _mask(param.name)
@@ -123,14 +112,12 @@ def masks_from_weights(program, place):
 
 
 def sparsity_record(program):
-    """What a checkpoint's meta.json says of the weights of ``program`` pruned by --asp
-    (``pattern.record``), None when none is."""
+    """``pattern.record`` of ``program``'s pruned weights, for a checkpoint's meta.json."""
     return record(PATTERN, [name for name in _masked(program) if is_pruning_mask(_mask(name))])
 
 
 def prune(program, mask_algo, place):
-    """Each masked weight of ``program`` pruned to ``PATTERN`` by ``mask_algo``: its mask
-    and the masked weight written into the scope on ``place``, this process's device."""
+    """Each masked weight of ``program`` pruned by ``mask_algo``, into the scope."""
     scope = paddle.static.global_scope()
     for param in _masked(program).values():
         weight = _scope_array(param.name)
@@ -140,8 +127,7 @@ def prune(program, mask_algo, place):
 
 
 def prepare(programs, asp_config, report, resumed, place):
-    """Prune (unless ``resumed``: the checkpoint's masks were restored) after the weights
-    are loaded; report the layer table."""
+    """Prune after the weights are loaded (unless ``resumed``); the layer table."""
     pruning = asp_config.prune_model and not resumed
     if pruning:
         prune(programs.train, asp_config.mask_algo, place)
@@ -165,8 +151,7 @@ def prepare(programs, asp_config, report, resumed, place):
 
 
 def verify(programs, report, where):
-    """Every masked weight still holds ``PATTERN`` with its zeros where its mask says;
-    raise if not."""
+    """Raise unless every masked weight holds ``PATTERN`` with its mask's zeros."""
     checked = 0
     for param in _masked(programs.train).values():
         mask = _mask(param.name)

@@ -1,12 +1,7 @@
 """The N:M sparsity pattern on NumPy arrays, as Paddle's ASP and cuSPARSELt use it: in
 every group of M consecutive weights along the input dimension at most N are nonzero.
-The pattern is data (``Pattern``): every check takes the pattern it checks, and each
-mask algorithm the pattern it computes. The toolkit prunes to NVIDIA's 2:4
-(``NVIDIA_2_4``); checkpoints and exports record the pattern their weights hold and
-which weights hold it (``record``), so a check reads it from the file.
-
-Conv weights are [out, in, kh, kw] (groups run along ``in``); FC weights are
-[in, out] (groups run along ``in``, the first axis).
+The pattern is data (``Pattern``), which checkpoints and exports record (``record``).
+Conv weights are [out, in, kh, kw], FC weights [in, out]: groups run along ``in``.
 """
 
 import functools
@@ -24,8 +19,7 @@ MASK_SUFFIX = ".asp_mask"
 
 @dataclass(frozen=True)
 class Pattern:
-    """At most ``kept`` nonzero weights in every group of ``group`` consecutive weights
-    along the input dimension."""
+    """At most ``kept`` nonzero weights in every ``group`` consecutive input weights."""
 
     kept: int
     group: int
@@ -35,13 +29,11 @@ class Pattern:
 
     @classmethod
     def parse(cls, text):
-        """``Pattern`` of "N:M" as ``str`` writes it."""
         kept, group = (int(part) for part in text.split(":"))
         return cls(kept, group)
 
 
-# What Ampere's sparse tensor cores (cuSPARSELt) and Paddle's ASP run: the pattern --asp
-# prunes to.
+# What Ampere's sparse tensor cores and Paddle's ASP run: the pattern --asp prunes to.
 NVIDIA_2_4 = Pattern(kept=2, group=4)
 
 
@@ -60,8 +52,7 @@ def rows_along_input(weight):
 
 
 def holds(weight, pattern):
-    """True when every group along the input dimension holds ``pattern`` (N:M: at most N
-    nonzero of M)."""
+    """Whether every group along the input dimension holds ``pattern``."""
     rows = rows_along_input(weight)
     if rows.shape[1] % pattern.group:
         return False
@@ -81,7 +72,7 @@ def is_pruning_mask(mask):
 
 
 def sparse_parameters(state):
-    """Names of the weights a checkpoint marks as sparse (saved with a pruning ASP mask)."""
+    """The weights a checkpoint saved with a pruning ASP mask."""
     return sorted(
         name[: -len(MASK_SUFFIX)]
         for name, value in state.items()
@@ -90,23 +81,20 @@ def sparse_parameters(state):
 
 
 def record(pattern, names):
-    """What a checkpoint's meta.json and an export's model.json say of their sparsity:
-    the pattern and the weights that hold it; None without such weights."""
+    """What meta.json and model.json say of their sparsity; None without sparse weights."""
     return {"pattern": str(pattern), "weights": sorted(names)} if names else None
 
 
 def recorded(meta, state):
-    """The sparsity ``record`` of start weights: the weights a checkpoint saved with a
-    pruning mask (``sparse_parameters``), in the pattern its meta.json names (a file
-    without that record was pruned by the toolkit: ``NVIDIA_2_4``)."""
+    """The sparsity ``record`` of start weights, in the pattern their meta.json names (a
+    file without one was pruned by the toolkit: ``NVIDIA_2_4``)."""
     saved = (meta or {}).get("sparsity")
     pattern = Pattern.parse(saved["pattern"]) if saved else NVIDIA_2_4
     return record(pattern, sparse_parameters(state))
 
 
 def compliance_table(params, marked, pattern):
-    """One row per weight of ``params``: shape, density, whether it holds ``pattern``,
-    marked sparse or not."""
+    """One row per weight of ``params``: shape, density, pattern held, marked sparse."""
     rows = []
     for name in sorted(params):
         value = np.asarray(params[name])
@@ -125,16 +113,13 @@ def compliance_table(params, marked, pattern):
 
 
 # ---------------------------------------------------------------- mask algorithms
-# The toolkit's own, for the IR where Paddle has no ASP (PIR). Each gives, for the same
-# weights, the mask ``paddle.incubate.asp`` gives (tested): the same layout of a weight
-# as rows (``paddle_rows``), the same orderings and the same tie-breaks, so checkpoints
-# pruned on either IR look alike. Masks are float arrays of the weight's shape; each
-# algorithm takes the pattern it computes.
+# The toolkit's own, for PIR (no ASP there). Each gives the mask ``paddle.incubate.asp``
+# gives (tested): the same layout as rows, orderings and tie-breaks, so checkpoints
+# pruned on either IR look alike.
 
 
 def paddle_rows(weight):
-    """The weight as ASP lays it out before masking (cuSPARSELt prunes along the input
-    dimension): conv [out, in, kh, kw] -> rows (kw, kh, out) x in; fc [in, out] -> out x in."""
+    """The weight as ASP lays it out: conv -> rows (kw, kh, out) x in; fc -> out x in."""
     t = np.asarray(weight, dtype=float).T
     if t.ndim == 4:  # [kw, kh, in, out]
         return t.transpose(0, 1, 3, 2).reshape(-1, t.shape[2])
@@ -172,8 +157,7 @@ def mask_1d(rows, pattern):
 
 
 def _blocks(rows, size):
-    """(size x size blocks of ``rows`` as [count, size**2], padded shape), row-major
-    block order."""
+    """(size x size blocks of ``rows`` as [count, size**2], row-major; padded shape)."""
     padded = _padded(rows, size, size)
     r, c = padded.shape
     blocks = padded.reshape(r // size, size, c // size, size).transpose(0, 2, 1, 3)
@@ -187,9 +171,8 @@ def _unblocks(blocks, shape, rows, size):
 
 
 def mask_2d_greedy(rows, pattern):
-    """In each group x group block (2:4: 4x4), magnitudes kept largest first while their
-    row and column have fewer than ``kept`` kept: the pattern holds along the rows and
-    the columns of the block."""
+    """In each group x group block, magnitudes kept largest first while their row and
+    column have fewer than ``kept`` kept: the pattern holds along both."""
     size, kept = pattern.group, pattern.kept
     blocks, shape = _blocks(rows, size)
     order = np.argsort(np.absolute(blocks), axis=1)
@@ -210,9 +193,7 @@ def mask_2d_greedy(rows, pattern):
 @functools.lru_cache(maxsize=None)
 def valid_2d_patterns(pattern):
     """Every group x group 0/1 block with ``kept`` ones per row and at most ``kept`` per
-    column, in the order ASP enumerates them (its tie-break between equally good
-    blocks). A row can repeat at most ``kept`` times. The enumeration grows as
-    (rows x kept)! / (rows x kept - group)!: fine for 2:4 (and 1:M), not for 4:8."""
+    column, in ASP's order (its tie-break). Grows factorially: fine for 2:4, not 4:8."""
     size, kept = pattern.group, pattern.kept
     row = np.zeros(size)
     row[:kept] = 1
@@ -223,23 +204,21 @@ def valid_2d_patterns(pattern):
 
 
 def mask_2d_best(rows, pattern):
-    """In each group x group block, the valid 2-D pattern with the largest sum of kept
-    values. As in Paddle's ASP the sum is of the signed values (NVIDIA's apex sums
-    magnitudes)."""
+    """In each block, the valid 2-D pattern with the largest sum of kept values (signed,
+    as Paddle's ASP sums; NVIDIA's apex sums magnitudes)."""
     blocks, shape = _blocks(rows, pattern.group)
     patterns = valid_2d_patterns(pattern)
     best = np.argmax(blocks @ patterns.reshape(len(patterns), -1).T, axis=1)
     return _unblocks(patterns[best].reshape(len(blocks), -1), shape, rows, pattern.group)
 
 
-# --mask-algo's choices are declared in core/config/keys.py (the config checks the flag); each
-# names its function here.
+# --mask-algo's choices (core/config/keys.py), each naming its function here.
 MASK_ALGOS = {name: globals()[name] for name in config.MASK_ALGOS}
 
 
 def prune_mask(weight, algo, pattern):
-    """The mask of ``weight`` (conv or fc) by ``algo``; all ones where the input
-    dimension has fewer channels than a group (ASP leaves those dense)."""
+    """The mask of ``weight`` by ``algo``; all ones where it has fewer input channels than
+    a group (ASP leaves those dense)."""
     weight = np.asarray(weight)
     inputs = weight.shape[1] if weight.ndim == 4 else weight.shape[0]
     if inputs < pattern.group:

@@ -1,13 +1,6 @@
-"""Start weights: a checkpoint of this toolkit, or pretrained parameters users already
-have (this toolkit's files, torchvision or timm state dicts as PyTorch or safetensors
-files, PaddleClas ``.pdparams``).
-
-    meta, state = read_weights(config.run)        # before the programs are built
-    state, note = program_state(state, meta, programs.model, config, source)
-    into_program.load_pretrained(program, state, ...)   # variable name -> array
-
-``files`` reads a file by its content; ``naming`` finds which of the model family's
-weight namings (declared beside the network, ``models/*_family.py``) a file uses.
+"""Start weights: a checkpoint of this toolkit, or pretrained parameters (torchvision or
+timm as PyTorch or safetensors files, PaddleClas ``.pdparams``): ``read_weights`` before
+the programs are built, ``program_state``, then ``into_program.load_pretrained``.
 """
 
 import os
@@ -21,9 +14,8 @@ from paddle_resnet.training.weights.naming import recognise
 
 
 def read_weights(run_config):
-    """(meta, state) from --from-checkpoint, (None, state) from --from-pretrained-params,
-    (None, None) when neither is given. A checkpoint's state is keyed by program variable
-    names; a pretrained file's by whatever names the file uses (see ``program_state``)."""
+    """(meta, state) from --from-checkpoint, (None, state) from --from-pretrained-params
+    (keyed by the file's names: ``program_state``), or (None, None)."""
     if run_config.from_checkpoint == ckpt.AUTO:  # train.py resolves it (training.start)
         raise CheckpointError(
             "--from-checkpoint auto continues a training run in its --output-dir; "
@@ -40,8 +32,7 @@ def read_weights(run_config):
 
 
 def pretrained_file(run_config):
-    """--from-pretrained-params: a file, a prefix, or (NVIDIA's form) a folder holding
-    <--model-prefix>.pdparams."""
+    """--from-pretrained-params: a file, or (NVIDIA's form) a folder of it."""
     path = run_config.from_pretrained_params
     if os.path.isdir(path):
         return os.path.join(path, run_config.model_prefix + ".pdparams")
@@ -49,8 +40,7 @@ def pretrained_file(run_config):
 
 
 def program_state(state, meta, model, config, source):
-    """(state keyed by the variable names of ``model``'s program, a one-line note on what
-    was read). ``model`` is the built network (``programs.model``); ``source`` the file."""
+    """(state keyed by ``model``'s variable names, a one-line note on what was read)."""
     structured = {name: var for name, var in model.state_dict().items()}
     variable_names = {var.name for var in structured.values()}
     if variable_names & set(state):
@@ -74,15 +64,13 @@ def _own_meta(meta, source):
 
 
 def _own_arch(meta, source):
-    """The architecture a file of this toolkit was trained as, if its meta.json says."""
     return _own_meta(meta, source).get("config", {}).get("model", {}).get("arch")
 
 
 def check_quantization(meta, state, config, source):
-    """Evaluation and export read weights as they were trained: a quantization-aware
-    model (its meta.json says --qat, or it holds QAT scales) with --qat, any other
-    without. Otherwise a QAT model was scored as fp32 (0.8200 where its own evaluation
-    gave 0.8233), or an fp32 model through untrained quantizers; both without a word."""
+    """Evaluation and export read weights as trained: a QAT model with --qat, any other
+    without (else a QAT model was scored as fp32, 0.8200 instead of 0.8233, without a
+    word)."""
     trained_qat = _own_meta(meta, source).get("config", {}).get("qat", {}).get("enabled") or any(
         is_qat_variable(name) for name in state
     )
@@ -100,8 +88,7 @@ def check_quantization(meta, state, config, source):
 
 
 def _check_variant(file_variant, what, arch_name, source):
-    """A file of another variant of the family (a ResNet v1 file into a v1.5 model) has
-    the same shapes but computes something else: refuse it."""
+    """Refuse a file of another variant (ResNet v1 into v1.5: same shapes, other math)."""
     entry = model_entry(arch_name)
     family = entry.family
     ours = family.variant(entry.spec)
@@ -150,7 +137,6 @@ def _imported(state, structured, config, source):
 
 
 def _normalization_note(src, data_config):
-    """What the source's models expect of their input, against what this run feeds."""
     expected = f"mean {list(src.mean)}, std {list(src.std)} on RGB in [0, 1]"
     if (tuple(data_config.normalize_mean), tuple(data_config.normalize_std)) == (src.mean, src.std):
         return f"its models expect {expected}, as this run normalises"

@@ -1,13 +1,8 @@
 """Tensors from a weights file, recognised by its content, not its name.
 
-- PyTorch (``torch.save``: a zip archive, or the legacy pickle with torch's magic
-  number): read with PyTorch, the only thing this toolkit needs PyTorch for.
-- safetensors (timm's hub format): read with the ``safetensors`` package, no PyTorch.
-- Paddle pickles (``.pdparams`` of this toolkit or of ``paddle.save``, e.g. PaddleClas,
-  or of ``paddle.static.save``, e.g. NVIDIA's): read without running code of the file
-  (``core/safe_pickle``).
-
-Whatever the container, a tensor holding nan or inf is refused, naming the file and it.
+PyTorch (a zip archive, or the legacy pickle: read with PyTorch, the only thing this
+toolkit needs it for), safetensors (no PyTorch), Paddle pickles (read without running
+code of the file: ``core/safe_pickle``). A tensor holding nan or inf is refused.
 """
 
 import os

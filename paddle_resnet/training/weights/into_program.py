@@ -1,8 +1,6 @@
 """State into a built program: a checkpoint's every persistable variable (strict, a
-resumed run), or the parameters of start weights whose names and shapes match (an
-imported or pretrained file, a new classifier allowed to differ). The on-disk format
-is ``training/checkpoint.py``'s; this module only assigns arrays to the variables of
-the global scope."""
+resumed run), or the parameters of start weights whose names and shapes match (a new
+classifier allowed to differ). The on-disk format is ``checkpoint.py``'s."""
 
 import numpy as np
 import paddle
@@ -19,8 +17,7 @@ def persistable_variables(program):
 
 
 def current_state(program):
-    """{name: a copy of its array} of every persistable variable of ``program`` in the
-    global scope: what ``restore_state`` puts back exactly."""
+    """{name: a copy of its array} of ``program``'s persistables, for ``restore_state``."""
     scope = paddle.static.global_scope()
     return {
         v.name: np.array(scope.find_var(v.name).get_tensor())
@@ -41,25 +38,16 @@ def restore_state(program, state):
 
 
 def load_pretrained(program, state, source, arch, may_skip=(), masks=False):
-    """Copy the parameters whose names and shapes match; return the ones skipped, each as
-    "name (why)". ASP masks are copied with ``masks`` where the file has them; otherwise
-    they are left alone (pruning sets them).
-
-    QAT's quantizer parameters on PIR are copied where the file has them, like masks
-    (an fp32 file starts QAT with fresh quantizers, as on the legacy IR).
-
-    Only parameters named in ``may_skip`` (a new classifier) may be skipped: any other
-    mismatch means ``source`` holds another architecture, a CheckpointError. Values are
-    cast to the parameter's dtype (pure-fp16 checkpoints into fp32 programs).
-    """
+    """Copy the parameters whose names and shapes match; the ones skipped, as "name
+    (why)". ASP masks (with ``masks``) and PIR's quantizer parameters are copied where the
+    file has them (else pruning sets them; QAT starts fresh). Only ``may_skip`` (a new
+    classifier) may be skipped: another mismatch is a CheckpointError. Values are cast to
+    the parameter's dtype (pure-fp16 checkpoints into fp32 programs)."""
     chosen, skipped, unexpected = [], [], []
     for param in ir.parameters(program):
-        if param.name.endswith(MASK_SUFFIX):
-            if masks and param.name in state:
-                chosen.append(param)
-            continue  # otherwise ASP masks come from pruning
-        if is_qat_variable(param.name):
-            if param.name in state:
+        mask = param.name.endswith(MASK_SUFFIX)
+        if mask or is_qat_variable(param.name):
+            if param.name in state and (masks or not mask):
                 chosen.append(param)
             continue
         if param.name not in state:
@@ -100,8 +88,7 @@ def load_pretrained(program, state, source, arch, may_skip=(), masks=False):
 
 
 def master_weights(program):
-    """{parameter: its fp32 master copy} of a pure-fp16 train program (empty otherwise;
-    pure fp16 is built on the legacy IR only)."""
+    """{parameter: its fp32 master copy} of a legacy pure-fp16 train program, else {}."""
     if paddle_internals.is_pir_program(program):
         return {}
     return {

@@ -1,9 +1,7 @@
 """Which of a model family's weight namings a file of another framework uses.
 
-Each family declares, beside its network, how every source of pretrained weights it
-imports from (torchvision/timm, PaddleClas, ...) names its tensors
-(``models.family.WeightNaming``). A file's naming is the one that names the most of its
-tensors.
+Each family declares how every source it imports from names its tensors
+(``models.family.WeightNaming``); a file's is the one that names the most of them.
 """
 
 from paddle_resnet.core.errors import CheckpointError
