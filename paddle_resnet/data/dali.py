@@ -109,16 +109,8 @@ class DataSplit:
         format; a record file stays whole and its reader stops where the caller does)."""
         if self.image_list is None or count >= self.num_images:
             return self
-        images = self.image_list
         chosen = np.linspace(0, self.num_images - 1, count).round().astype(int)
-        return DataSplit.of_images(
-            self.split,
-            ImageList(
-                tuple(images.files[i] for i in chosen),
-                tuple(images.labels[i] for i in chosen),
-                images.classes,
-            ),
-        )
+        return DataSplit.of_images(self.split, self.image_list.subset(chosen))
 
     @classmethod
     def of_images(cls, split, image_list):
@@ -268,13 +260,15 @@ class DaliLoader:
             yield batch[0]
 
 
-def _folder_source(image_list, broken, batch, training, rank, world_size, seed, epoch, sampling):
+def _folder_source(data_split, data_config, training, rank, world_size, epoch):
     """(read_encoded, describe_failure, number of images) for this rank's share of an image
-    tree; ``broken``: its files no decoder can read as screened (None: screened here);
-    ``sampling``: --sampling (training)."""
-    balanced_by = image_list.labels if sampling == "class-balanced" else None
+    tree; its ``broken`` files as screened (None: screened here)."""
+    image_list, broken, batch = data_split.image_list, data_split.broken, data_config.batch_size
+    balanced_by = image_list.labels if data_config.sampling == "class-balanced" else None
     indices = (
-        train_indices(len(image_list), batch, rank, world_size, seed, epoch, balanced_by)
+        train_indices(
+            len(image_list), batch, rank, world_size, data_config.seed, epoch, balanced_by
+        )
         if training
         else eval_indices(len(image_list), rank, world_size)
     )
@@ -364,15 +358,7 @@ def make_loader(
     seed = data_config.seed + 1000 * epoch + rank
     if data_split.image_list is not None:
         read_encoded, describe_failure, num_images = _folder_source(
-            data_split.image_list,
-            data_split.broken,
-            data_config.batch_size,
-            training,
-            rank,
-            world_size,
-            data_config.seed,
-            epoch,
-            data_config.sampling,
+            data_split, data_config, training, rank, world_size, epoch
         )
     else:
         read_encoded, describe_failure, num_images = _record_source(

@@ -6,7 +6,7 @@ import os
 import struct
 import sys
 from dataclasses import dataclass
-from typing import List, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 from PIL import Image
 
@@ -26,6 +26,13 @@ class ImageList:
 
     def __len__(self):
         return len(self.files)
+
+    def subset(self, positions):
+        """The images at ``positions``, in that order."""
+        files, labels = self.files, self.labels
+        return ImageList(
+            tuple(files[i] for i in positions), tuple(labels[i] for i in positions), self.classes
+        )
 
 
 def folder_contents(folder):
@@ -147,10 +154,7 @@ def walk_split(image_root, split) -> SplitTree:
     split_dir = split_folder(image_root, split)
     classes = class_folders(split_dir)
     ignored = sum(folder_contents(split_dir), [])  # outside a class folder
-    files: List[str] = []
-    labels: List[int] = []
-    empty: List[str] = []
-    unfollowed: List[str] = []
+    files, labels, empty, unfollowed = [], [], [], []
     for label, name in enumerate(classes):
         class_dir = os.path.join(split_dir, name)
         images, others, links = class_contents(class_dir, split_dir)
@@ -160,15 +164,7 @@ def walk_split(image_root, split) -> SplitTree:
         labels.extend([label] * len(images))
         ignored.extend(others)
         unfollowed.extend(links)
-    return SplitTree(
-        split_dir,
-        tuple(classes),
-        tuple(files),
-        tuple(labels),
-        tuple(empty),
-        tuple(ignored),
-        tuple(unfollowed),
-    )
+    return SplitTree(split_dir, *map(tuple, (classes, files, labels, empty, ignored, unfollowed)))
 
 
 def scan_split(image_root, split) -> ImageList:
@@ -292,11 +288,9 @@ def stream_header(handle, size):
             deep = ";16" in rawmode or mode.startswith("I;16") or mode in ("I", "F")
             problem = None if kind == "JPEG" else _decode_problem(image)
             exif = image.info.get("exif") if kind == "JPEG" else None
-    except OSError as err:
-        if err.errno is not None:  # the file system's, not Pillow's: the caller's to name
+    except Exception as err:  # Pillow raises many types for what it cannot identify
+        if isinstance(err, OSError) and err.errno is not None:  # the file system's: the caller's
             raise
-        return ImageHeader(size, None, None, 0, 0, 0, "not an image", key)
-    except Exception:  # Pillow raises many types for what it cannot identify
         return ImageHeader(size, None, None, 0, 0, 0, "not an image", key)
     if kind == "JPEG" and not _jpeg_end_found(handle, size):
         problem = "cut short (no JPEG end marker)"
@@ -332,11 +326,9 @@ def exif_orientation(exif):
 def _decode_problem(image):
     try:
         image.load()
-    except OSError as err:
-        if err.errno is not None:  # the file system's (Pillow's own carry none)
+    except Exception as err:  # Pillow raises many types for broken files
+        if isinstance(err, OSError) and err.errno is not None:  # the file system's
             raise
-        return "cut short or corrupt"
-    except Exception:  # Pillow raises many types for broken files
         return "cut short or corrupt"
     return None
 
@@ -394,12 +386,10 @@ def unreadable_images(files):
         try:
             with Image.open(path) as image:
                 image.load()
-        except OSError as err:
-            fault = read_fault(path, err)
+        except Exception as err:  # Pillow raises many types for broken files
+            fault = read_fault(path, err) if isinstance(err, OSError) else None
             if fault:
                 raise fault from None
-            yield path
-        except Exception:  # Pillow raises many types for broken files
             yield path
 
 

@@ -32,7 +32,7 @@ from nvidia.dali import tfrecord as tfrec
 from paddle_resnet.core.atomic import atomic_files
 from paddle_resnet.core.class_index import CLASSES_FILE, write_class_index
 from paddle_resnet.core.errors import DataError, os_error_is_users
-from paddle_resnet.data.folder import ImageList, check_same_classes, scan_split
+from paddle_resnet.data.folder import check_same_classes, scan_split
 
 SPLITS = ("train", "val")
 MAKE_HINT = "create it with scripts/data/make_records.py"
@@ -50,53 +50,29 @@ def _example_message():
         name="paddle_resnet/tf_example.proto", package="tensorflow", syntax="proto3"
     )
     field = descriptor_pb2.FieldDescriptorProto
-    repeated, optional = field.LABEL_REPEATED, field.LABEL_OPTIONAL
+
+    def add(message, name, number, kind=field.TYPE_MESSAGE, repeated=False, **more):
+        label = field.LABEL_REPEATED if repeated else field.LABEL_OPTIONAL
+        message.field.add(name=name, number=number, label=label, type=kind, **more)
+
     for name, kind in (
         ("BytesList", field.TYPE_BYTES),
         ("FloatList", field.TYPE_FLOAT),
         ("Int64List", field.TYPE_INT64),
     ):
-        proto.message_type.add(name=name).field.add(
-            name="value", number=1, label=repeated, type=kind
-        )
+        add(proto.message_type.add(name=name), "value", 1, kind, repeated=True)
     feature = proto.message_type.add(name="Feature")
     feature.oneof_decl.add(name="kind")
     for number, name in enumerate(("bytes_list", "float_list", "int64_list"), start=1):
         list_type = ".tensorflow." + name.title().replace("_", "")
-        feature.field.add(
-            name=name,
-            number=number,
-            label=optional,
-            type=field.TYPE_MESSAGE,
-            type_name=list_type,
-            oneof_index=0,
-        )
+        add(feature, name, number, type_name=list_type, oneof_index=0)
     features = proto.message_type.add(name="Features")
     entry = features.nested_type.add(name="FeatureEntry")
     entry.options.map_entry = True
-    entry.field.add(name="key", number=1, label=optional, type=field.TYPE_STRING)
-    entry.field.add(
-        name="value",
-        number=2,
-        label=optional,
-        type=field.TYPE_MESSAGE,
-        type_name=".tensorflow.Feature",
-    )
-    features.field.add(
-        name="feature",
-        number=1,
-        label=repeated,
-        type=field.TYPE_MESSAGE,
-        type_name=".tensorflow.Features.FeatureEntry",
-    )
-    example = proto.message_type.add(name="Example")
-    example.field.add(
-        name="features",
-        number=1,
-        label=optional,
-        type=field.TYPE_MESSAGE,
-        type_name=".tensorflow.Features",
-    )
+    add(entry, "key", 1, field.TYPE_STRING)
+    add(entry, "value", 2, type_name=".tensorflow.Feature")
+    add(features, "feature", 1, repeated=True, type_name=".tensorflow.Features.FeatureEntry")
+    add(proto.message_type.add(name="Example"), "features", 1, type_name=".tensorflow.Features")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
@@ -195,12 +171,7 @@ def shuffled(image_list, seed=0):
     """The images in a fixed random order: DALI's record readers shuffle only within a
     buffer of records read in stored order, so a class-by-class file would give
     batches of a few classes."""
-    order = np.random.RandomState(seed).permutation(len(image_list))
-    return ImageList(
-        tuple(image_list.files[i] for i in order),
-        tuple(image_list.labels[i] for i in order),
-        image_list.classes,
-    )
+    return image_list.subset(np.random.RandomState(seed).permutation(len(image_list)))
 
 
 def read_bytes(path):
@@ -427,8 +398,7 @@ def _example_image(data):
 
 
 def read_recordio(**reader_args):
-    encoded, labels = fn.readers.mxnet(**reader_args)  # labels are float32
-    return encoded, labels
+    return fn.readers.mxnet(**reader_args)  # (encoded, labels); labels are float32
 
 
 def read_tfrecord(**reader_args):

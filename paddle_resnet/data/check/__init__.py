@@ -65,16 +65,8 @@ def fast_pass(sources, image_root, fmt, crop_size):
     readable = survey.images - sum(map(len, survey.broken.values()))
     if readable and survey.gray == readable:
         findings["gray"] = findings["gray"].restated(ALL_GRAY)
-    result = Result(
-        image_root,
-        fmt,
-        crop_size,
-        splits,
-        findings,
-        survey.images,
-        time.perf_counter() - start,
-    )
-    return result, survey
+    seconds = time.perf_counter() - start
+    return Result(image_root, fmt, crop_size, splits, findings, survey.images, seconds), survey
 
 
 def missing_classes(sources, splits, findings):

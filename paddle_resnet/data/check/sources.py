@@ -34,16 +34,8 @@ class TreeSplit:
         refuse (empty class folders) or skip (``ignored``, ``unfollowed``) kept for the
         findings."""
         tree = walk_split(image_root, split)
-        return cls(
-            split,
-            image_root,
-            tree.classes,
-            list(tree.files),
-            list(tree.labels),
-            list(tree.empty),
-            list(tree.ignored),
-            list(tree.unfollowed),
-        )
+        found = (tree.files, tree.labels, tree.empty, tree.ignored, tree.unfollowed)
+        return cls(split, image_root, tree.classes, *map(list, found))
 
     def headers(self):
         """(label, ImageHeader) of each image, in order."""
