@@ -53,12 +53,9 @@ def train_steps(num_images, batch_size, world_size):
 
 
 def train_indices(num_images, batch_size, rank, world_size, seed, epoch, labels=None):
-    """This rank's images for one training epoch: shuffled, whole batches only. With
-    ``labels`` (each image's class) the epoch is ``class_balanced_order``'s draw instead.
-
-    One order per (seed, epoch), cut into a contiguous share per rank: the shares are
-    disjoint, and every rank gets the same number of steps, so collective ops never wait.
-    """
+    """This rank's images for one training epoch: shuffled (with ``labels``, drawn by
+    class), whole batches only. One order per (seed, epoch), cut into disjoint shares of
+    the same number of steps per rank, so collective ops never wait."""
     rng = np.random.RandomState(seed + epoch)
     order = rng.permutation(num_images) if labels is None else class_balanced_order(labels, rng)
     per_rank = num_images // world_size
@@ -91,7 +88,7 @@ def eval_indices(num_images, rank, world_size):
 
 @dataclass(frozen=True)
 class DataSplit:
-    """One split of the data set as the loaders read it: an image tree or a record file."""
+    """One split as the loaders read it: an image tree or a record file."""
 
     split: str
     classes: Tuple[str, ...]
@@ -117,8 +114,6 @@ class DataSplit:
         return cls(split, image_list.classes, len(image_list), image_list)
 
     def with_broken(self, broken):
-        """This split carrying ``broken``, the files of its image list that a screening
-        found no decoder can read (``screening.screened``): its loaders screen nothing."""
         return replace(self, broken=tuple(broken))
 
 
@@ -137,13 +132,8 @@ def open_split(data_config, split):
 
 
 def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=None, channels=3):
-    """A DALI pipeline over the (encoded image, label) nodes ``read_encoded()`` returns.
-
-    ``device_id=None`` builds a CPU-only pipeline. Output: (images, labels), images
-    normalised in ``layout`` ("NCHW" or "NHWC"), float32 (fp16 with
-    ``data_config.output_fp16``), with a zero fourth channel when ``channels`` is 4;
-    labels int64 of shape [N, 1].
-    """
+    """A DALI pipeline (CPU-only with ``device_id=None``) over the (encoded image, label)
+    nodes ``read_encoded()`` returns: normalised images in ``layout``, int64 labels [N, 1]."""
     cfg = data_config
     pipe = Pipeline(
         batch_size=cfg.batch_size,
@@ -208,12 +198,8 @@ def _color_jitter(images, brightness, contrast, saturation):
 
 
 class DaliLoader:
-    """Iterates one pass over the images a pipeline was built for.
-
-    Yields feed dicts {feeds.IMAGE, feeds.LABEL}; the last batch is cut to the real
-    images (the readers fill it up), so every image counts exactly once.
-    ``describe_failure(step, error)`` turns a pipeline failure into a DataError.
-    """
+    """One pass over the images of a pipeline, as feed dicts; the last batch cut to the
+    real images (the readers fill it up), so every image counts exactly once."""
 
     def __init__(self, pipe, num_images, batch_size, on_gpu, describe_failure):
         self.pipe = pipe
@@ -353,8 +339,7 @@ def make_loader(
     device_id=None,
     channels=3,
 ):
-    """The loader of one epoch (training) or one full pass (evaluation) for this rank;
-    ``layout`` and ``channels`` are the model's input (model.data_layout, image_channels)."""
+    """The loader of one epoch (training) or one full pass (evaluation) for this rank."""
     seed = data_config.seed + 1000 * epoch + rank
     if data_split.image_list is not None:
         read_encoded, describe_failure, num_images = _folder_source(
@@ -429,14 +414,9 @@ def undecodable(samples, num_threads):
 
 
 def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
-    """(encoded images, int64 labels of shape [1]) DALI nodes over the records of ``split``.
-
-    Call inside ``with pipe:``. Each shard is padded to whole batches by repeating its
-    last record; ``records.shard_range`` tells which records the shard holds.
-
-    ``random_shuffle`` is DALI's: it draws from a buffer of 1024 records read in stored
-    order (by class). It follows ``seed`` only, not the pipeline's seed.
-    """
+    """(encoded images, int64 labels) DALI nodes over the records of ``split``, inside
+    ``with pipe:``; each shard padded by repeating its last record (``records.shard_range``
+    tells which it holds). DALI's ``random_shuffle`` follows ``seed``, not the pipeline's."""
     data_path, index_path = records.record_files(root, split, fmt)
     reader_args = dict(
         path=[data_path],
@@ -454,11 +434,8 @@ def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
 
 
 def describe_record_error(err, root, split, fmt):
-    """A one-line DataError for a RuntimeError of a pipeline reading ``split``'s records.
-
-    The file is checked first (a TFRecord file record by record), so a malformed record
-    is named; otherwise the message gives the record file and DALI's own reason.
-    """
+    """A one-line DataError for a RuntimeError of a pipeline reading ``split``'s records:
+    the malformed record the file's check names, else the file and DALI's reason."""
     data_path, index_path = records.record_paths(root, split, fmt)
     try:
         records.record_format(fmt).check(index_path, data_path)

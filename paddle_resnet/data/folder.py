@@ -55,12 +55,9 @@ def list_images(folder):
 
 def class_contents(folder, split_dir=None):
     """(images, other files, linked folders not followed) of ``folder`` and all its
-    subfolders, in sorted order (``folder_contents``): a class's images, sub-folders
-    included, as torchvision's ImageFolder takes them (``train/<class>/<sub>/*.jpg`` is
-    of <class>). Links are followed (a class may gather folders from elsewhere), but not
-    to a folder walked already (a cycle, or a second way to the same images) nor, given
-    ``split_dir``, back into the split or above it (``leads_into``): either would count
-    the same images twice, the second time under this class."""
+    subfolders, in sorted order, as torchvision's ImageFolder takes a class. Links are
+    followed, but not to a folder walked already (a cycle) nor, given ``split_dir``, back
+    into the split or above it: either would count the same images twice."""
     images, others, unfollowed = [], [], []
     split_real = split_dir and os.path.realpath(split_dir)
 
@@ -135,8 +132,7 @@ class SplitTree:
     unfollowed: Tuple[str, ...]  # linked folders not walked (``class_contents``)
 
     def image_list(self) -> ImageList:
-        """The images the loaders train on; a DataError for a split they refuse: one
-        without class folders, or with a class folder without images (the first named)."""
+        """The images the loaders train on; a DataError for a split they refuse."""
         if not self.classes:
             raise DataError(f"{self.folder}: no class folders")
         if self.empty:
@@ -147,10 +143,8 @@ class SplitTree:
 
 
 def walk_split(image_root, split) -> SplitTree:
-    """The one walk of <image_root>/<split>/<class>/*, in a fixed (sorted) order: every
-    class folder with its images (``class_contents``: sub-folders included) and the files
-    the loaders skip, and the linked folders it does not follow; a DataError when the
-    split's folder is missing."""
+    """The one walk of <image_root>/<split>/<class>/*, in sorted order; a DataError when
+    the split's folder is missing."""
     split_dir = split_folder(image_root, split)
     classes = class_folders(split_dir)
     ignored = sum(folder_contents(split_dir), [])  # outside a class folder
@@ -168,10 +162,8 @@ def walk_split(image_root, split) -> SplitTree:
 
 
 def scan_split(image_root, split) -> ImageList:
-    """The images of <image_root>/<split> the loaders train on (``walk_split``), or a
-    DataError for a split they refuse (``SplitTree.image_list``); a warning line on the
-    console for each linked folder the walk did not follow, so that images missing from
-    a class are explained (the data check names them as a finding)."""
+    """The images of <image_root>/<split> the loaders train on, or a DataError; a warning
+    for each linked folder the walk did not follow, so that missing images are explained."""
     tree = walk_split(image_root, split)
     for path in tree.unfollowed:
         print(
@@ -246,11 +238,9 @@ class ImageHeader(NamedTuple):
 
 
 def read_fault(path, err):
-    """A RestartableError naming ``path`` for an OSError of the file system met while
-    reading it (EIO, ESTALE, ETIMEDOUT: a shared volume that failed, which a restart may
-    find working), or None: an error the user must act on (a file gone, no permission),
-    or none of the system's (Pillow's own errors carry no errno), which make the file a
-    broken image."""
+    """A RestartableError naming ``path`` for an OSError of the file system (EIO, ESTALE:
+    a shared volume that failed, which a restart may find working), or None: the user's
+    (a file gone, no permission) or Pillow's (no errno), which make the file a broken image."""
     if err.errno is None or os_error_is_users(err):
         return None
     return RestartableError(
@@ -260,8 +250,7 @@ def read_fault(path, err):
 
 
 def read_header(path):
-    """The ImageHeader of the file at ``path`` (about 0.1 ms); a RestartableError when the
-    file system fails to read it (``read_fault``)."""
+    """The ImageHeader of the file at ``path`` (about 0.1 ms), or a ``read_fault``."""
     try:
         with open(path, "rb") as handle:
             return stream_header(handle, os.fstat(handle.fileno()).st_size)
@@ -353,8 +342,7 @@ def file_reading_pool():
 
 
 def read_headers(files):
-    """The ImageHeader of each of ``files``, in order (a generator), read in parallel
-    threads (``file_reading_pool``), CHUNK files a task."""
+    """The ImageHeader of each of ``files``, in order, read in parallel threads."""
     chunks = [files[i : i + CHUNK] for i in range(0, len(files), CHUNK)]
     with file_reading_pool() as pool:
         for headers in pool.map(lambda chunk: [read_header(path) for path in chunk], chunks):
@@ -365,10 +353,8 @@ def structurally_broken(files):
     """The files of ``files`` that no decoder can read: not an image, or a truncated JPEG.
     DALI 2.4's CPU decoder can crash the process (SIGSEGV in a worker thread) when a
     sample of a batch fails, more often the larger the batch, and prints its own error
-    line before ours: the loaders screen their images first. About 0.1 ms a file (35,000
-    in 3.4 s on 2 cores). A training run screens its splits once per job
-    (``screening.py``) and hands the result to its loaders on the splits
-    (``DataSplit.broken``); a loader screens a split only when nobody did."""
+    line before ours: the loaders screen their images first (35,000 in 3.4 s on 2 cores),
+    where nobody did (``screening.py``)."""
     return tuple(path for path, header in zip(files, read_headers(files)) if header.problem)
 
 
@@ -380,8 +366,7 @@ def refuse_broken(broken):
 
 
 def unreadable_images(files):
-    """The files of ``files`` that Pillow cannot decode, one by one (a generator); a
-    RestartableError where the file system fails to read one (``read_fault``)."""
+    """The files of ``files`` that Pillow cannot decode (a generator), or a ``read_fault``."""
     for path in files:
         try:
             with Image.open(path) as image:

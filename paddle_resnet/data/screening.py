@@ -4,13 +4,10 @@ handed to the loaders on the run's splits (``DataSplit.broken``), and, with the 
 (``check.at_start`` config key), what the check finds.
 
 Rank 0 reads every image's header once, or takes the result it cached beside the run
-(``<output-dir>/data_check.json``) when the tree is unchanged: the same class folders
-with the same modification times and the same file names. Every other rank takes rank 0's
-result (``share``: the job's key-value store, ``training/rendezvous.py``) instead of
-reading 1.3 M headers of its own; the loaders then screen nothing. The tree is the same
-when each file has the same name, size and modification time (a file rewritten in place
-within the file system's time resolution and at the same size is not noticed: delete the
-cache to screen again).
+(``<output-dir>/data_check.json``) when each file has the same name, size and modification
+time (a file rewritten in place within the file system's time resolution and at the same
+size is not noticed: delete the cache to screen again). Every other rank takes rank 0's
+result (``share``: the job's key-value store) instead of reading 1.3 M headers of its own.
 """
 
 import dataclasses
@@ -41,9 +38,8 @@ class Screening:
 
 
 def fingerprint(config, splits):
-    """A digest of what the screening depends on: each file's name, size and modification
-    time (stat, in parallel: no file is opened), the crop size the check compares with,
-    whether the check runs, and the toolkit's version."""
+    """A digest of each file's name, size and modification time (stat, in parallel), the
+    crop size, whether the check runs, and the toolkit's version."""
     digest = hashlib.blake2b(digest_size=16)
     code = provenance.code()
     digest.update(f"{code['toolkit']} {config.data.crop_size} {config.check.at_start}".encode())
@@ -141,11 +137,9 @@ def screening_problem(value, splits):
 
 
 def screened(config, train_split, val_split, rank, share):
-    """(the run's ``Screening`` of its image tree, None for record files; the train and val
-    splits carrying their broken files for the loaders, ``DataSplit.with_broken``), the
-    same on every rank: rank 0 screens, ``share(name, value)`` gives its result to all.
-    With the data check the broken files are refused here, as the loaders would refuse
-    them."""
+    """(the run's ``Screening``, None for record files; the train and val splits carrying
+    their broken files), the same on every rank: rank 0 screens, ``share`` gives its result
+    to all. With the data check the broken files are refused here."""
     splits = [s for s in (train_split, val_split) if s is not None and s.image_list is not None]
     if not splits:
         return None, train_split, val_split
