@@ -1,14 +1,6 @@
-"""The backends that run an exported model, by name: the one table that
-``inference.py --backend`` (its choices), the inference command and the export's
-verification (``verify.py``) read. A new backend is one module beside this one and one
-row here.
-
-Each row: the device it runs on, the precisions it takes and the flag that sets them
-(``--cpu-precision`` on CPUs, ``--trt-precision`` on TensorRT), how it reads an export
-from PIR, whether this machine can run it, and how to build a classifier (float images
-in, class probabilities out) for an exported folder. What reads the table asks the row,
-not the backend's name; a backend that needs an optional package declares it in
-``core/optional.py``.
+"""The backends that run an exported model, by name: the one table that ``--backend``, the
+inference command and the export's verification read. A new backend is one module beside
+this one and one row here; what reads the table asks the row, not the backend's name.
 """
 
 import dataclasses
@@ -119,8 +111,7 @@ CHOICES = (AUTO,) + tuple(BACKENDS)
 
 def resolve(requested):
     """The Backend row of ``--backend requested``: ``auto`` becomes trt on GPU machines
-    with TensorRT, gpu on those without, and cpu elsewhere; the GPU backends need a GPU
-    (and trt TensorRT's libraries)."""
+    with TensorRT, gpu on those without, and cpu elsewhere."""
     if requested == AUTO:
         if not devices.gpu_available():
             return BACKENDS["cpu"]
@@ -163,8 +154,7 @@ def chosen(inference_config, info):
 
 def build_classifier(inference_config, max_batch):
     """(classifier, model.json content, backend row, the lines saying which backend
-    ``auto`` took and why and what runs) for the exported model of ``inference_config``:
-    what inference.py and the server (``serve.py``) run."""
+    ``auto`` took and why and what runs) for the exported model of ``inference_config``."""
     exported.check_dir(inference_config.directory)
     info = exported.read_info(inference_config.directory)
     backend, why = chosen(inference_config, info)

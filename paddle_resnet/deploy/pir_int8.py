@@ -98,11 +98,10 @@ def residual_adds(program):
 
 def calibrate(loaded, batches, algo):
     """({weight name: the absolute range of its input}, [[the absolute ranges of both
-    inputs] of each residual add, in program order]) over the image ``batches`` (feed
-    arrays), by ``algo``: abs_max, the largest absolute value seen; avg, the mean of each
-    batch's; hist, the value below which ``HIST_PERCENT`` of the absolute values lie (a
-    second pass over a histogram up to abs_max). ``loaded``: (program, scope) of an
-    exported fp32 PIR model (``exported.loaded``)."""
+    inputs] of each residual add, in program order]) over the image ``batches``, by
+    ``algo``: abs_max, the largest absolute value seen; avg, the mean of each batch's;
+    hist, the value below which ``HIST_PERCENT`` of the absolute values lie (a second pass
+    over a histogram up to abs_max). ``loaded``: ``exported.loaded`` of an fp32 PIR model."""
     check_algo(algo)
     program, scope = loaded
     exe = paddle.static.Executor(paddle.CPUPlace())
@@ -118,10 +117,7 @@ def calibrate(loaded, batches, algo):
                 yield exe.run(program, feed={feeds.IMAGE: images}, fetch_list=values)
 
         maxima = np.array([[np.abs(a).max() for a in arrays] for arrays in each_batch()])
-        if algo == "avg":
-            ranges = maxima.mean(axis=0)
-        else:
-            ranges = maxima.max(axis=0)
+        ranges = maxima.mean(axis=0) if algo == "avg" else maxima.max(axis=0)
         if algo == "hist":
             histograms = np.zeros((len(names), HIST_BINS))
             for arrays in each_batch():
@@ -136,8 +132,8 @@ def calibrate(loaded, batches, algo):
 
 
 def _percentile_edge(histogram, top):
-    """The upper edge of the first bin of ``histogram`` (over [0, top]) at which
-    ``HIST_PERCENT`` of the counts lie below."""
+    """The upper edge of the first bin of ``histogram`` (over [0, top]) below which
+    ``HIST_PERCENT`` of the counts lie."""
     cumulative = np.cumsum(histogram) / histogram.sum()
     bin_index = int(np.searchsorted(cumulative, HIST_PERCENT))
     return (bin_index + 1) * top / len(histogram)
@@ -160,10 +156,9 @@ def qat_ranges(loaded):
 
 @contextlib.contextmanager
 def fp32_model(model_prefix, loaded):
-    """The path prefix of an fp32 copy of the PIR export at ``model_prefix`` for
-    paddle2onnx: the export itself, or, for a QAT export, its program without the
-    fake-quantize ops (each op's output replaced by its input), saved in a temporary
-    folder while in use. ``loaded``: (program, scope) of that export, in its scope."""
+    """The path prefix of an fp32 copy of the PIR export at ``model_prefix`` (``loaded``)
+    for paddle2onnx: the export itself, or, for a QAT export, its program without the
+    fake-quantize ops, saved in a temporary folder while in use."""
     program, scope = loaded
     fake = [op for op in program.global_block().ops if op.name() in FAKE_QUANTIZE_OPS]
     if not fake:
