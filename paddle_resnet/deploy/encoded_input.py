@@ -27,9 +27,8 @@ def _half_up(value):
 
 
 class ImagePreprocessing:
-    """Encoded image bytes -> one float32 input of the exported model (``model.json``
-    ``info``); an image of more than ``max_pixels`` (width x height) is refused before it is
-    decoded."""
+    """Encoded image bytes -> one float32 input of the exported model; an image of more
+    than ``max_pixels`` is refused before it is decoded."""
 
     def __init__(self, info, max_pixels=None):
         self.max_pixels = max_pixels

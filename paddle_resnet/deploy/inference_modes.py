@@ -1,8 +1,6 @@
 """What inference.py does with an exported model: accuracy over a validation tree,
-latency and throughput per batch size, or the classes of image files, through the
-backend ``--backend`` names (``backends.py``); ``--mode serve`` hands the process over to
-the server (``serve.py``). Preprocessing (resize, crop,
-normalisation, layout) comes from the model's model.json, written by export_model.py,
+latency and throughput per batch size, or the classes of image files; ``--mode serve``
+hands the process over to the server. Preprocessing comes from the model's model.json,
 so it always matches training."""
 
 import os
@@ -39,8 +37,7 @@ from paddle_resnet.deploy import backends, dali_input, exported, serve
 
 def build_classifier(config, max_batch, report=None):
     """(classifier, model.json content, backend row) for the exported model of
-    ``config``; the lines on which backend ``auto`` took and on what runs (OpenVINO's) go
-    to ``report``."""
+    ``config``; the lines on the backend taken go to ``report``."""
     classifier, info, backend, notes = backends.build_classifier(config.inference, max_batch)
     for line in notes if report is not None else ():
         report.print(line)
@@ -145,13 +142,9 @@ def _predict_files(paths):
 
 
 def predict(config, report):
-    """Top-k class names with probabilities for each given image (files, or folders read
-    with their subfolders). Where an image's folder is named after one of the model's
-    classes (a validation tree), the accuracy over those images follows, per class too.
-
-    Images that cannot be decoded are named and left out; the others are predicted,
-    and then a DataError (exit code 2) says how many failed.
-    """
+    """Top-k class names with probabilities for each given image; where an image's folder
+    is named after a class, the accuracy over those images follows. Images that cannot be
+    decoded are named and left out, then a DataError says how many failed."""
     given = _predict_files(config.inference.images)
     # Checked before DALI sees them: DALI 2.4's CPU decoder crashes (SIGSEGV) when
     # dozens of samples of one batch fail, as when a broken file pads the last batch.

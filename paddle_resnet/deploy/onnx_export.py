@@ -39,9 +39,8 @@ def check_converter(model_dir, quantized, pir):
 
 def write_onnx(model_dir):
     """model.onnx beside the Paddle model in ``model_dir``; returns its path. A quantized
-    legacy export keeps its quantize/dequantize pairs as ONNX QDQ nodes (rewritten for
-    CPU kernels by ``onnx_int8.for_cpu_int8``); a quantized PIR export is converted in
-    fp32 and its recorded or trained ranges written in (``onnx_int8.from_fp32``)."""
+    legacy export keeps its quantize/dequantize pairs (``onnx_int8.for_cpu_int8``); a
+    quantized PIR export is converted in fp32 and its ranges written in."""
     quantization = exported.read_info(model_dir).get("quantization")
     pir = exported.is_pir_export(model_dir)
     check_converter(model_dir, bool(quantization), pir)

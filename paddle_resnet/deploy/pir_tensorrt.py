@@ -1,12 +1,9 @@
 """Paddle-TRT for a PIR export (inference.json).
 
 On Paddle 3 a PIR program reaches TensorRT through ``paddle.tensorrt.convert``: it
-lowers the program's subgraphs into ``tensorrt_engine`` ops and writes the converted
-model, which a plain GPU predictor runs (the legacy IR's route,
-``Config.enable_tensorrt_engine``, stays the one for inference.pdmodel). The conversion
-runs in a process of its own (``python -m paddle_resnet.deploy.pir_tensorrt``), on PIR
-for its whole length, and its result is kept in ``<dir>/tensorrt/`` (``exported``) beside the
-settings it was made with, converted again when they change.
+lowers the program's subgraphs into ``tensorrt_engine`` ops, which a plain GPU predictor
+runs. The conversion runs in a process of its own, on PIR for its whole length, and its
+result is kept in ``<dir>/tensorrt/`` beside the settings it was made with.
 
 Against the legacy route, PIR-TRT here has no calibrator (INT8 comes from the model's
 own scales: an export with --ptq-algo or --qat) and, like it, no 2:4 sparse kernels
@@ -63,8 +60,8 @@ def predictor_calls(inference_config):
 
 
 def converted_model(model_dir, inference_config, input_shape, max_batch, quantized):
-    """The folder of ``model_dir``'s TensorRT conversion for these settings, converted
-    now (in its own process) unless already there."""
+    """The folder of ``model_dir``'s TensorRT conversion for these settings, made now
+    unless there."""
     settings = conversion_settings(inference_config, input_shape, max_batch, quantized)
     folder = os.path.join(model_dir, exported.TENSORRT_DIR)
     try:
