@@ -1,12 +1,7 @@
-"""What a model family declares once, beside its network module.
-
-A family is how the toolkit builds one kind of network and everything the rest of the
-code must know of it and would otherwise guess: its classifier layer (replaced when the
-class count changes), the layers 2:4 sparsity keeps dense, the input layouts it takes,
-whether it is made of residual units, which of its training ops run faster on oneDNN
-kernels, and how other frameworks' weight files name its tensors. What int8 quantizes
-is not declared: it is read from the built program (``training/qat.int8_ops``). Its members are registered by name (``registry.register_model``), each with
-its ``spec``: what tells it apart from the other members, handed to ``build``.
+"""What a model family declares once, beside its network module: how the toolkit builds
+one kind of network and everything the rest of the code must know of it and would
+otherwise guess. What int8 quantizes is not declared: it is read from the built program
+(``training/qat.int8_ops``).
 """
 
 from dataclasses import dataclass
