@@ -48,11 +48,6 @@ def folder_contents(folder):
     return images, others
 
 
-def list_images(folder):
-    """The image files directly inside ``folder``, sorted by name."""
-    return folder_contents(folder)[0]
-
-
 def class_contents(folder, split_dir=None):
     """(images, other files, linked folders not followed) of ``folder`` and all its
     subfolders, in sorted order, as torchvision's ImageFolder takes a class. Links are
@@ -91,11 +86,6 @@ def leads_into(real, split_real):
     return os.path.commonpath([real, split_real]) in (real, split_real)
 
 
-def images_under(folder):
-    """The image files in ``folder`` and all its subfolders, in sorted order."""
-    return class_contents(folder)[0]
-
-
 def image_root_folder(image_root):
     """``image_root``, or a DataError saying that it is not given or not a folder."""
     if not image_root:
@@ -103,19 +93,6 @@ def image_root_folder(image_root):
     if not os.path.isdir(image_root):
         raise DataError(f"image root {image_root!r} does not exist or is not a folder")
     return image_root
-
-
-def split_folder(image_root, split):
-    """<image_root>/<split>, or a DataError naming what is missing."""
-    split_dir = os.path.join(image_root_folder(image_root), split)
-    if not os.path.isdir(split_dir):
-        raise DataError(f"{split_dir}: missing; expected {image_root}/{split}/<class>/<image>")
-    return split_dir
-
-
-def class_folders(split_dir):
-    """The class folder names of a split, sorted: their order is the labels'."""
-    return sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
 
 
 @dataclass(frozen=True)
@@ -145,8 +122,10 @@ class SplitTree:
 def walk_split(image_root, split) -> SplitTree:
     """The one walk of <image_root>/<split>/<class>/*, in sorted order; a DataError when
     the split's folder is missing."""
-    split_dir = split_folder(image_root, split)
-    classes = class_folders(split_dir)
+    split_dir = os.path.join(image_root_folder(image_root), split)
+    if not os.path.isdir(split_dir):
+        raise DataError(f"{split_dir}: missing; expected {image_root}/{split}/<class>/<image>")
+    classes = sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
     ignored = sum(folder_contents(split_dir), [])  # outside a class folder
     files, labels, empty, unfollowed = [], [], [], []
     for label, name in enumerate(classes):

@@ -29,7 +29,7 @@ from paddle_resnet.data.folder import (
     ImageList,
     check_class_names,
     check_num_classes,
-    images_under,
+    class_contents,
     unreadable_images,
 )
 from paddle_resnet.deploy import backends, dali_input, exported, serve
@@ -126,7 +126,7 @@ def _predict_files(paths):
     files = []
     for path in paths:
         if os.path.isdir(path):
-            found = images_under(path)
+            found = class_contents(path)[0]  # its subfolders' images too
             if not found:
                 raise DataError(
                     f"{path}: no images in it or its subfolders ({', '.join(IMAGE_EXTENSIONS)})"
