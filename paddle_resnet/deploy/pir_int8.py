@@ -10,12 +10,10 @@ PIR int8 export stays fp32 (PTQ) or keeps QAT's simulated quantization, and int8
 from model.onnx in OpenVINO and ONNX Runtime.
 
 Ranges are keyed by the weight each input meets (``conv2d_3.w_0``): paddle2onnx keeps
-parameter names, so the same key finds the convolution in model.onnx. PTQ also calibrates
-both inputs of each residual add (the branch's batch-normalised output and the shortcut),
-as NNCF does: OpenVINO then adds in int8 and writes each convolution's output in int8,
-which halves the memory traffic of large batches. Adds have no parameter to name them;
-they are listed in program order, which paddle2onnx keeps (``onnx_int8`` checks the
-count).
+parameter names. PTQ also calibrates both inputs of each residual add, as NNCF does:
+OpenVINO then adds in int8 and writes each convolution's output in int8, which halves the
+memory traffic of large batches. Adds have no parameter to name them: they are listed in
+program order, which paddle2onnx keeps (``onnx_int8`` checks the count).
 """
 
 import contextlib
@@ -55,8 +53,7 @@ def _quantized_ops(program):
 
 
 def _weight_name(op):
-    """The parameter ``op`` multiplies by: its second operand, or what QAT's fake-quantize
-    op read to make it."""
+    """The parameter ``op`` multiplies by, behind QAT's fake-quantize ops."""
     value = op.operand_source(1)
     producer = value.get_defining_op()
     while producer is not None and producer.name() in FAKE_QUANTIZE_OPS:
@@ -66,9 +63,8 @@ def _weight_name(op):
 
 
 def _remove_fetch_ops(program):
-    """Remove the fetch ops of a loaded ``program``; returns the values they fetched.
-    Values chosen at run time can then be fetched (the executor numbers fetches across
-    both: the program's own fetch op answered for a value of another type)."""
+    """Remove the fetch ops of a loaded ``program``; returns the values they fetched (the
+    executor numbers fetches across both: the program's own answered for another value)."""
     fetched = []
     for op in [op for op in program.global_block().ops if op.name() == "pd_op.fetch"]:
         fetched.append(op.operand_source(0))
@@ -87,8 +83,7 @@ def _inputs_by_weight(program):
 
 
 def residual_adds(program):
-    """The adds of ``program`` whose two operands are activations (ResNet's residual
-    adds; a classifier's bias add has a parameter), in program order."""
+    """The adds of ``program`` of two activations (a bias add has a parameter), in order."""
     return [
         op
         for op in program.global_block().ops
@@ -140,8 +135,7 @@ def _percentile_edge(histogram, top):
 
 
 def qat_ranges(loaded):
-    """{weight name: the trained absolute range of its input} of a PIR QAT export: the
-    scale of the fake-quantize op in front of each quantized op's input."""
+    """{weight name: the trained absolute range of its input} of a PIR QAT export."""
     program, scope = loaded
     ranges = {}
     for op in _quantized_ops(program):

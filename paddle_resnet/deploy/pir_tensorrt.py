@@ -5,11 +5,9 @@ lowers the program's subgraphs into ``tensorrt_engine`` ops, which a plain GPU p
 runs. The conversion runs in a process of its own, on PIR for its whole length, and its
 result is kept in ``<dir>/tensorrt/`` beside the settings it was made with.
 
-Against the legacy route, PIR-TRT here has no calibrator (INT8 comes from the model's
-own scales: an export with --ptq-algo or --qat) and, like it, no 2:4 sparse kernels
-(Paddle removed its sparsity switch, PR #53905). Not executed on this machine: PyPI has
-no Paddle 3 GPU wheel, and the CPU wheel has no ``paddle.tensorrt``; the settings are
-checked as data (tests/test_pir.py).
+PIR-TRT has no calibrator (INT8 comes from the model's own scales) and no 2:4 sparse
+kernels (Paddle removed its sparsity switch, PR #53905). PyPI has no Paddle 3 GPU wheel,
+and the CPU wheel has no ``paddle.tensorrt``: the settings are checked as data.
 """
 
 import importlib
@@ -25,7 +23,7 @@ from paddle_resnet.deploy.predictor import ConfigCall, workspace_bytes
 
 
 def conversion_settings(inference_config, input_shape, max_batch, quantized):
-    """What ``paddle.tensorrt``'s ``Input`` and ``TensorRTConfig`` are given, as data."""
+    """What ``paddle.tensorrt``'s ``Input`` and ``TensorRTConfig`` are given."""
     inf = inference_config
     if inf.trt_use_calib_mode:
         raise ConfigError(
