@@ -180,11 +180,8 @@ def _predict(config, report, files):
             }
             predictions.append(entry)
             report.log("PREDICT", entry, kind="PREDICT", console=False)
-            report.print(
-                image
-                + ": "
-                + ", ".join(f"{p['class']} {p['probability']:.3f}" for p in entry["top"])
-            )
+            tops = ", ".join(f"{p['class']} {p['probability']:.3f}" for p in entry["top"])
+            report.print(f"{image}: {tops}")
             folder = os.path.basename(os.path.dirname(image))
             if folder in index:
                 add_confusions(confusion, best[None], [index[folder]])

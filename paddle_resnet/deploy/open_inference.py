@@ -46,7 +46,6 @@ class ServedExport:
 
     def __init__(self, model_dir, info, backend, precision, max_batch, name=None, max_pixels=None):
         self.name = name or os.path.basename(os.path.abspath(model_dir))
-        self.info = info
         self.classes = exported.read_classes(model_dir)
         self.input_shape = tuple(info["input_shape"])
         self.max_batch = max_batch
