@@ -132,8 +132,7 @@ def open_split(data_config, split):
 
 
 def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=None, channels=3):
-    """A DALI pipeline (CPU-only with ``device_id=None``) over the (encoded image, label)
-    nodes ``read_encoded()`` returns: normalised images in ``layout``, int64 labels [N, 1]."""
+    """A DALI pipeline (CPU-only with ``device_id=None``) over ``read_encoded()``'s nodes."""
     cfg = data_config
     pipe = Pipeline(
         batch_size=cfg.batch_size,
@@ -183,8 +182,7 @@ def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=
 
 
 def _color_jitter(images, brightness, contrast, saturation):
-    """torchvision's ColorJitter(brightness, contrast, saturation): each factor drawn
-    uniformly from [1 - s, 1 + s] per image."""
+    """torchvision's ColorJitter: each factor drawn from [1 - s, 1 + s] per image."""
 
     def factor(strength):
         return fn.random.uniform(range=[1.0 - strength, 1.0 + strength])
@@ -247,8 +245,7 @@ class DaliLoader:
 
 
 def _folder_source(data_split, data_config, training, rank, world_size, epoch):
-    """(read_encoded, describe_failure, number of images) for this rank's share of an image
-    tree; its ``broken`` files as screened (None: screened here)."""
+    """(read_encoded, describe_failure, number of images) for this rank's share of a tree."""
     image_list, broken, batch = data_split.image_list, data_split.broken, data_config.batch_size
     balanced_by = image_list.labels if data_config.sampling == "class-balanced" else None
     indices = (
@@ -383,8 +380,7 @@ def _decoder(num_threads):
 
 
 def _decoded(pipe, batch):
-    """Whether ``pipe`` decodes every (key, encoded bytes) of ``batch``; DALI's own error
-    line hidden unless --verbose."""
+    """Whether ``pipe`` decodes every (key, encoded bytes) of ``batch``."""
     pipe.feed_input("encoded", [np.frombuffer(data, dtype=np.uint8) for _, data in batch])
     try:
         with native_chatter(verbose()):
@@ -395,9 +391,8 @@ def _decoded(pipe, batch):
 
 
 def undecodable(samples, num_threads):
-    """The keys of the (key, encoded bytes) ``samples`` that DALI's CPU decoder fails on,
-    decoded in batches on ``num_threads`` threads; a failed batch is decoded again image
-    by image to name the failing ones."""
+    """The keys of the (key, encoded bytes) ``samples`` that DALI's CPU decoder fails on;
+    a failed batch is decoded again image by image to name the failing ones."""
     samples = iter(samples)
     pipe = _decoder(num_threads)
     for batch in iter(lambda: list(itertools.islice(samples, DECODE_BATCH)), []):
@@ -445,8 +440,7 @@ def describe_record_error(err, root, split, fmt):
 
 
 def dali_reason(err):
-    """DALI's own reason: the line after "encountered:" (the lines before it name the
-    operator and where the pipeline was defined)."""
+    """DALI's own reason: the line after "encountered:" (before it: where and what failed)."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     if "encountered:" in lines[:-1]:
         return lines[lines.index("encountered:") + 1]

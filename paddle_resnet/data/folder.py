@@ -36,8 +36,7 @@ class ImageList:
 
 
 def folder_contents(folder):
-    """(the image files directly inside ``folder``, its other files: what the loaders
-    ignore), each sorted by name; hidden files (.DS_Store, ...) are neither."""
+    """(the image files directly inside ``folder``, its other files), sorted; not hidden ones."""
     images, others = [], []
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
@@ -81,8 +80,7 @@ def class_contents(folder, split_dir=None):
 
 
 def leads_into(real, split_real):
-    """Whether the folder at real path ``real`` is the split's (real path ``split_real``),
-    inside it or above it: a walk through it reaches images of the split again."""
+    """Whether the folder at real path ``real`` is the split's, inside it or above it."""
     return os.path.commonpath([real, split_real]) in (real, split_real)
 
 
@@ -358,9 +356,8 @@ def unreadable_images(files):
 
 
 def linked_subset(image_root, destination, train_images):
-    """An image tree at ``destination`` holding the first ``train_images`` training images
-    of ``image_root`` (spread over its classes, as symbolic links) and all of its
-    validation images: a short epoch of the same data, for benchmarks."""
+    """An image tree at ``destination`` linking the first ``train_images`` training images
+    of ``image_root`` (spread over its classes) and its validation images, for benchmarks."""
     source = os.path.abspath(image_root)
     classes = sorted(os.listdir(os.path.join(source, "train")))
     per_class = -(-train_images // len(classes))

@@ -239,8 +239,7 @@ def tfrecord_frame(data):
 
 
 def feature_kinds(data):
-    """{feature name: "bytes_list" / "float_list" / "int64_list" / None (an empty Feature)}
-    of a serialized tf.train.Example; DecodeError if it is none."""
+    """{feature name: its list's kind, None if empty} of a serialized tf.train.Example."""
     example = Example.FromString(data)
     return {name: feature.WhichOneof("kind") for name, feature in example.features.feature.items()}
 

@@ -64,8 +64,7 @@ def _stats(paths):
 
 
 def screen(config, splits):
-    """Rank 0's ``Screening`` of ``splits``, read from the cache of an unchanged tree or
-    from every image's header (the data check's fast pass where it runs)."""
+    """Rank 0's ``Screening`` of ``splits``, from the cache of an unchanged tree or read."""
     cache = os.path.join(config.run.output_dir, CACHE_FILE)
     key = fingerprint(config, splits)
     cached = _read_cache(cache, key)

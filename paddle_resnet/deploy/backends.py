@@ -153,8 +153,7 @@ def chosen(inference_config, info):
 
 
 def build_classifier(inference_config, max_batch):
-    """(classifier, model.json content, backend row, the lines saying which backend
-    ``auto`` took and why and what runs) for the exported model of ``inference_config``."""
+    """(classifier, model.json content, backend row, the lines on what runs and why)."""
     exported.check_dir(inference_config.directory)
     info = exported.read_info(inference_config.directory)
     backend, why = chosen(inference_config, info)

@@ -26,8 +26,7 @@ from paddle_resnet.training import prepare
 
 
 def export(config):
-    """Write the inference model of ``config`` (from the IR of ``--ir``: inference.pdmodel
-    from the legacy IR, inference.json from PIR); returns the export report."""
+    """Write the inference model of ``config``; returns the export report."""
     # The exported model takes fp32 images, whatever DALI fed training (--dali-output-fp16).
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, output_fp16=False))
     inf = config.inference

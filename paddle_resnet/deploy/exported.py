@@ -40,8 +40,7 @@ TENSORRT_SETTINGS_FILE = "settings.json"
 
 
 def describe(config, input_shape, sparsity, quantization):
-    """model.json's content for a model exported from ``config``: ``sparsity`` (None:
-    dense) and ``quantization`` (None: fp32) as recorded."""
+    """model.json's content for a model exported from ``config``."""
     data = config.data
     return {
         "arch": config.model.arch,

@@ -36,8 +36,7 @@ from paddle_resnet.deploy import backends, dali_input, exported, serve
 
 
 def build_classifier(config, max_batch, report=None):
-    """(classifier, model.json content, backend row) for the exported model of
-    ``config``; the lines on the backend taken go to ``report``."""
+    """(classifier, model.json content, backend row); the lines on it go to ``report``."""
     classifier, info, backend, notes = backends.build_classifier(config.inference, max_batch)
     for line in notes if report is not None else ():
         report.print(line)

@@ -222,8 +222,7 @@ class ExportModel(kserve.Model):
 
 
 class ExportDataPlane(dataplane.DataPlane):
-    """KServe's data plane, ready when its models are, with the export's metadata and
-    binary inputs kept as bytes."""
+    """KServe's data plane, ready when its models are, binary inputs kept as bytes."""
 
     def __init__(self, model_registry, served):
         super().__init__(model_registry=model_registry)
@@ -330,8 +329,7 @@ async def _not_served(request, error):
 
 
 class ExportServer(kserve.ModelServer):
-    """KServe's ModelServer serving ``model`` on ``host``, refusing requests of more than
-    ``limit`` bytes."""
+    """KServe's ModelServer serving ``model`` on ``host``, taking at most ``limit`` bytes."""
 
     def __init__(self, model, served, host, limit, **settings):
         super().__init__(**settings)

@@ -45,8 +45,7 @@ def version(site, purpose):
 
 
 def quantize(site, onnx_path, batches, preset, out_path):
-    """``out_path``: an OpenVINO IR (.xml and .bin) of the fp32 ``onnx_path`` quantized
-    by NNCF with ``preset``, calibrated on the images of ``batches``."""
+    """``out_path``: an OpenVINO IR of ``onnx_path`` quantized by NNCF on ``batches``."""
     with tempfile.TemporaryDirectory(prefix="nncf_images_") as scratch:
         images = os.path.join(scratch, "images.npy")
         np.save(images, np.concatenate(list(batches)))

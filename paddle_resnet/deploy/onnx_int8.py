@@ -101,8 +101,7 @@ class _Graph:
 
 
 def _drop_requantize_before_relu(graph):
-    """Remove each quantize/dequantize pair between a convolution or add and ReLUs that
-    alone read it; returns how many."""
+    """Remove each quantize/dequantize pair between a convolution or add and ReLUs."""
     dropped = []
     for quantize, dequantizes in graph.quantize_pairs():
         source = graph.producers.get(quantize.input[0])
@@ -194,8 +193,7 @@ def _quantize_weighted(graph, input_ranges, op_types, shared_inputs):
 
 
 def residual_adds(graph):
-    """The Add nodes of two activations (ResNet's residual adds; a bias add has a
-    constant), in graph order."""
+    """The Add nodes of two activations (a bias add has a constant), in graph order."""
     return [
         node
         for node in graph.graph.node
@@ -262,8 +260,7 @@ def _quantize_before_max_pool(graph):
 
 
 def _unsigned_after_relu(graph):
-    """Each signed, zero-point-0 pair of a non-negative activation made unsigned over the
-    same range."""
+    """Each signed pair of a non-negative activation made unsigned over the same range."""
     changed = 0
     for quantize, dequantizes in graph.quantize_pairs():
         if len(quantize.input) < 3 or not graph.non_negative(quantize.input[0]):
@@ -289,8 +286,7 @@ def _unsigned_after_relu(graph):
 
 
 def for_cpu_int8(path, matmul_input_ranges):
-    """Rewrite the int8 model.onnx at ``path`` (module docstring), its fp32 matmuls
-    quantized over ``matmul_input_ranges``; returns {rewrite: how many}."""
+    """Rewrite the int8 model.onnx at ``path`` (module docstring); {rewrite: how many}."""
     onnx = require("onnx", "int8 ONNX export")
     model = onnx.load(path)
     counts = {"dropped before a ReLU": _drop_requantize_before_relu(_Graph(model.graph))}

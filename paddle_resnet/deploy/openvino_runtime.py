@@ -54,8 +54,7 @@ def compile_for_batch(core, model, image_shape, batch_size, settings):
 
 
 class PerBatchSize:
-    """Runs a batch on a model compiled for its size (``compile_batch``) on the first batch
-    of that size and kept (a run has few sizes)."""
+    """Runs a batch on a model compiled for its size on its first batch, and kept."""
 
     def __init__(self, compile_batch):
         self.compile_batch = compile_batch
@@ -75,8 +74,7 @@ class PerBatchSize:
 
 
 def layer_precisions(compiled):
-    """How many convolution and matmul layers OpenVINO ran in each precision: e.g.
-    {"bf16": 20, "f32": 1}."""
+    """How many convolution and matmul layers OpenVINO ran in each precision."""
     counts = {}
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()

@@ -58,8 +58,7 @@ def predictor_calls(inference_config):
 
 
 def converted_model(model_dir, inference_config, input_shape, max_batch, quantized):
-    """The folder of ``model_dir``'s TensorRT conversion for these settings, made now
-    unless there."""
+    """The folder of ``model_dir``'s TensorRT conversion for these settings."""
     settings = conversion_settings(inference_config, input_shape, max_batch, quantized)
     folder = os.path.join(model_dir, exported.TENSORRT_DIR)
     try:

@@ -51,8 +51,7 @@ def workspace_bytes(size):
 def predictor_settings(
     inference_config, backend, input_shape, max_batch, quantized=False, pir_export=False
 ):
-    """The ``paddle.inference.Config`` calls for ``backend``; ``quantized``: the Paddle
-    program carries int8 scales; ``pir_export``: the model is PIR's inference.json."""
+    """The ``paddle.inference.Config`` calls for ``backend``."""
     inf = inference_config
     if backend != "trt" and inf.trt_precision != "FP32":
         raise ConfigError(f"--trt-precision {inf.trt_precision} needs --backend trt, not {backend}")

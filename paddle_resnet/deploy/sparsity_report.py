@@ -41,8 +41,7 @@ def marked_weights(record):
 
 
 def load_for_check(path):
-    """(params, sparsity record or None, source of the int8 scales or None) of a
-    checkpoint, a .pdparams file or an exported model."""
+    """(params, sparsity record, source of the int8 scales) of ``path``."""
     if exported.is_exported_model(path):
         info = exported.read_info(path)
         return (

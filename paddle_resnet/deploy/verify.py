@@ -41,8 +41,7 @@ def machine_precisions(quantized):
 
 
 def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
-    """What this machine can run of the exported model in ``model_dir``: every available
-    CPU backend of the registry, in each precision it takes that the machine runs."""
+    """Every available CPU backend, in each precision it takes that this machine runs."""
     rows = []
     has_onnx = os.path.exists(os.path.join(model_dir, exported.ONNX_FILE))
     pir = exported.is_pir_export(model_dir)
@@ -70,8 +69,7 @@ def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
 
 
 def verify(model_dir, data_config, inference_config, count):
-    """The verification table of the export in ``model_dir`` over ``count`` validation
-    images; UserError naming the first row below its tolerance."""
+    """The verification table over ``count`` images; UserError for a row below tolerance."""
     info = exported.read_info(model_dir)
     input_shape = info["input_shape"]
     split = open_split(data_config, "val").spread(count)

@@ -155,8 +155,7 @@ ALL_GRAY = Kind(
 
 
 def new_findings(crop_size, fmt):
-    """Every kind of ``CATALOGUE``, empty, in its order, its text filled in for the crop
-    and the data format."""
+    """Every kind of ``CATALOGUE``, empty, its text filled in for the crop and the format."""
     values = {
         "refused": "train.py refuses them" if fmt == "folder" else "DALI fails on them mid-run",
         "refused_classes": " (train.py refuses them)" if fmt == "folder" else "",
@@ -170,7 +169,6 @@ def new_findings(crop_size, fmt):
 
 
 def finding(kind, **values):
-    """The empty Finding of the catalogue's ``kind``, its text filled in with ``values``
-    (``{count}`` left for ``Finding.line``)."""
+    """The empty Finding of the catalogue's ``kind``, its text filled in with ``values``."""
     text = kind.text.format(count="{count}", **values)
     return Finding(kind.kind, kind.noun, text, kind.serious)

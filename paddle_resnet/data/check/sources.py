@@ -30,9 +30,7 @@ class TreeSplit:
 
     @classmethod
     def scan(cls, image_root, split):
-        """<image_root>/<split> as the loaders walk it (``walk_split``), with what they
-        refuse (empty class folders) or skip (``ignored``, ``unfollowed``) kept for the
-        findings."""
+        """<image_root>/<split> as the loaders walk it, with what they refuse or skip."""
         tree = walk_split(image_root, split)
         found = (tree.files, tree.labels, tree.empty, tree.ignored, tree.unfollowed)
         return cls(split, image_root, tree.classes, *map(list, found))
