@@ -65,10 +65,8 @@ def train_indices(num_images, batch_size, rank, world_size, seed, epoch, labels=
 
 
 def class_balanced_order(labels, rng):
-    """As many draws as images, each class of ``labels`` drawn equally often (the
-    remainder's classes chosen by ``rng``), shuffled. A class's draws are its images in a
-    fresh permutation, repeated as often as its share needs: a rare class's images come
-    back, a common class gives a different subset each epoch and no image twice."""
+    """As many draws as images, each class of ``labels`` drawn equally often, shuffled: a
+    rare class's images come back, a common class gives a different subset each epoch."""
     labels = np.asarray(labels)
     classes = np.unique(labels)
     shares = np.full(len(classes), len(labels) // len(classes))
@@ -94,8 +92,7 @@ class DataSplit:
     classes: Tuple[str, ...]
     num_images: int
     image_list: Optional[ImageList] = None  # folder format only
-    # the files of ``image_list`` no decoder can read, as a screening of the split found
-    # them (``with_broken``); None: not screened, its loaders screen it themselves
+    # the files of ``image_list`` a screening found no decoder can read; None: not screened
     broken: Optional[Tuple[str, ...]] = None
 
     def __len__(self):

@@ -239,10 +239,9 @@ def read_header(path):
 
 
 def stream_header(handle, size):
-    """The ImageHeader of the ``size`` bytes of the binary ``handle`` (a file, or the
-    encoded image of a record): Pillow identifies it from its header and, for a JPEG,
-    its end-of-image marker must be there: the structure a decoder needs. Other formats
-    are decoded (rare, and their end is not one marker)."""
+    """The ImageHeader of the ``size`` bytes of the binary ``handle``: Pillow identifies it
+    from its header and a JPEG's end marker must be there; other formats (rare, and their
+    end is not one marker) are decoded."""
     head = handle.read(HEAD_BYTES)
     key = hashlib.blake2b(size.to_bytes(8, "little") + head, digest_size=16).digest()
     handle.seek(0)
@@ -270,10 +269,8 @@ EXIF_SHORT = 3  # the TIFF type of a 16-bit value
 
 
 def exif_orientation(exif):
-    """The Orientation (tag 0x0112) of IFD0 of a JPEG's Exif segment (``exif``: its APP1
-    data as Pillow keeps it, ``Exif\\0\\0`` and a TIFF block, either byte order), or None:
-    absent, or a segment too broken to tell (nothing to report then). Reads only within
-    the segment (a JPEG bounds it at 64 KB) and only IFD0: a few microseconds, where
+    """The Orientation of IFD0 of a JPEG's Exif segment (its APP1 data as Pillow keeps it),
+    or None: absent, or too broken to tell. Reads only IFD0: a few microseconds, where
     Pillow's ``getexif`` parses every entry and warns on the console about broken ones."""
     tiff = exif[6:] if exif.startswith(b"Exif\0\0") else exif
     order = {b"II": "<", b"MM": ">"}.get(tiff[:2])

@@ -28,8 +28,7 @@ CACHE_FILE = "data_check.json"
 
 @dataclasses.dataclass
 class Screening:
-    """The screening of a run's splits: the positions of the broken files of each split,
-    and with the data check its lines and record for the run's report."""
+    """The positions of each split's broken files, and the data check's lines and record."""
 
     broken: Dict[str, List[int]]
     lines: List[str]
@@ -113,8 +112,7 @@ def _read_cache(path, key):
 
 def screening_problem(value, splits):
     """Why ``value``, rank 0's screening read from the job's store, cannot be this rank's
-    (as ``dataclasses.asdict`` of a ``Screening`` of ``splits``), or None: its broken files
-    are positions in each split's image list, and they pick the files the loaders skip."""
+    (``dataclasses.asdict`` of a ``Screening`` of ``splits``), or None."""
     names = [f.name for f in dataclasses.fields(Screening)]
     if not isinstance(value, dict) or sorted(value) != sorted(names):
         return f"not a screening (a mapping of {', '.join(names)})"

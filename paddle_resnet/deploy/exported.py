@@ -153,9 +153,8 @@ def read_info(model_dir):
 
 
 def quantized_in_paddle(model_dir):
-    """Whether the export's Paddle program carries quantize ops (a quantized legacy
-    export, a PIR QAT export), not only model.onnx (a PIR PTQ export: its program is
-    fp32, its ranges in model.json)."""
+    """Whether the export's Paddle program carries quantize ops, not only model.onnx (a PIR
+    PTQ export: its program is fp32, its ranges in model.json)."""
     quantization = read_info(model_dir).get("quantization")
     return bool(quantization) and "input_ranges" not in quantization
 

@@ -55,9 +55,8 @@ def _refuse(status, message):
 
 
 class BodyLimit:
-    """ASGI middleware: a request body of more than ``limit`` bytes is answered 413, before
-    it is read where its Content-Length says so, else (streamed in chunks) once that many
-    bytes have come."""
+    """ASGI middleware: a body of more than ``limit`` bytes is answered 413, before it is
+    read where its Content-Length says so, else once that many bytes have come."""
 
     def __init__(self, app, limit):
         self.app = app
@@ -289,9 +288,8 @@ class ExportGRPCServer(grpc_server.GRPCServer):
 
 
 class ExportRESTServer(rest_server.RESTServer):
-    """KServe's REST server on ``host``, its FastAPI app (KServe's ``app``) with the limit
-    on a body, the export's metadata, and one line and a 4xx for a body that is no v2
-    request or asks for what is not served."""
+    """KServe's REST server on ``host``, its FastAPI app with the limit on a body, the
+    export's metadata, and a 4xx for a body that is no v2 request or what is not served."""
 
     def __init__(self, host, limit, *args, **kwargs):
         super().__init__(constants.FASTAPI_APP_IMPORT_STRING, *args, **kwargs)

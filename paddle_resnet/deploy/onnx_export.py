@@ -15,10 +15,8 @@ from paddle_resnet.deploy.legacy_int8 import matmul_input_ranges
 
 def check_converter(model_dir, quantized, pir):
     """UserError when the installed paddle2onnx cannot convert this model: 1.x reads no
-    PIR inference.json; 2.x (the one for Paddle 3) converts Paddle's int8
-    quantize/dequantize ops as float8 only (it aborts the process: "Only support e4m3 or
-    e5m2 now"), so a quantized legacy export needs 1.2.11; a quantized PIR export is
-    converted in fp32 and quantized by the toolkit (``pir_int8``)."""
+    PIR inference.json; 2.x converts Paddle's int8 quantize/dequantize ops as float8 only
+    (it aborts the process: "Only support e4m3 or e5m2 now")."""
     if not (quantized or pir):
         return
     version = require("paddle2onnx", "--onnx").__version__

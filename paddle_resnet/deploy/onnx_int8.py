@@ -239,11 +239,9 @@ def _sort_topologically(graph):
 
 
 def _quantize_before_max_pool(graph):
-    """Each pair quantizing a max pool's output moved in front of the pool, which then
-    runs on int8 (``max`` and a quantization commute: the values are the same); the pool's
-    output must be read by that pair alone. NNCF quantizes there too: OpenVINO ran the
-    stem's pool in fp32 behind a quantize of its own otherwise (0.17 ms of ResNet-50's
-    8 ms at batch 1, docs/measurements.md)."""
+    """Each pair quantizing a max pool's output (read by it alone) moved in front of the
+    pool, which then runs on int8 (``max`` and a quantization commute), as NNCF does:
+    OpenVINO ran the stem's pool in fp32 otherwise (0.17 ms of ResNet-50's 8 ms at batch 1)."""
     moved = 0
     for quantize, dequantizes in list(graph.quantize_pairs()):
         pool = graph.producers.get(quantize.input[0])

@@ -92,11 +92,10 @@ def residual_adds(program):
 
 
 def calibrate(loaded, batches, algo):
-    """({weight name: the absolute range of its input}, [[the absolute ranges of both
-    inputs] of each residual add, in program order]) over the image ``batches``, by
-    ``algo``: abs_max, the largest absolute value seen; avg, the mean of each batch's;
-    hist, the value below which ``HIST_PERCENT`` of the absolute values lie (a second pass
-    over a histogram up to abs_max). ``loaded``: ``exported.loaded`` of an fp32 PIR model."""
+    """({weight name: the absolute range of its input}, [[both inputs' ranges] of each
+    residual add]) over the image ``batches``, by ``algo``: abs_max, the largest absolute
+    value seen; avg, the mean of each batch's; hist, the value below which ``HIST_PERCENT``
+    of the absolute values lie (a second pass over a histogram up to abs_max)."""
     check_algo(algo)
     program, scope = loaded
     exe = paddle.static.Executor(paddle.CPUPlace())

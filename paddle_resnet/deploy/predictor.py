@@ -117,15 +117,8 @@ def predictor_settings(
             use_calib_mode=int8 and inf.trt_use_calib_mode and not quantized,
         )
     )
-    shape = list(input_shape)
-    calls.append(
-        _call(
-            "set_trt_dynamic_shape_info",
-            {feeds.IMAGE: [1] + shape},
-            {feeds.IMAGE: [max_batch] + shape},
-            {feeds.IMAGE: [max_batch] + shape},
-        )
-    )
+    smallest, largest = {feeds.IMAGE: [1, *input_shape]}, {feeds.IMAGE: [max_batch, *input_shape]}
+    calls.append(_call("set_trt_dynamic_shape_info", smallest, largest, largest))
     return calls
 
 
