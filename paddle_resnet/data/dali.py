@@ -1,16 +1,12 @@
 """DALI input pipelines: decode, augment and normalise; batches ready to feed.
 
-On GPU machines JPEGs are decoded by nvJPEG (DALI's ``mixed`` decoder) and the
-batches stay on the device (DALI's Paddle iterator). On CPU machines the same
-pipeline runs on the CPU and yields NumPy arrays, because DALI's Paddle iterator
-needs a GPU.
+On GPU machines JPEGs are decoded by nvJPEG and the batches stay on the device; on CPU
+machines the same pipeline yields NumPy arrays (DALI's Paddle iterator needs a GPU).
 
-Image trees are shuffled here, not by the DALI reader: each epoch gets its own
-permutation (or, with --sampling class-balanced, its own draw by class) and
-augmentation seed from (seed, epoch), so an epoch produces the same batches whether
-the run started at epoch 0 or resumed before it. Record
-files are shuffled by DALI's reader within a buffer of 1,024 records, over
-training records written in a fixed shuffled order (see records.py).
+Image trees are shuffled here, not by the DALI reader: each epoch gets its own order and
+augmentation seed from (seed, epoch), so an epoch produces the same batches whether the
+run started at epoch 0 or resumed before it. Record files are shuffled by DALI's reader
+within a buffer of 1,024 records, over training records written in a shuffled order.
 """
 
 import itertools

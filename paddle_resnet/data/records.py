@@ -2,11 +2,10 @@
 
     python scripts/data/make_records.py --image-root DIR --output DIR --format recordio|tfrecord
 
-Each split becomes one data file and its index in <output>:
-recordio: <split>.rec + <split>.idx; tfrecord: <split>.tfrecord + <split>.tfrecord.idx,
-next to classes.json. Validation records keep the order of ``scan_split`` (class by
-class), so a record's position is the image's index in the split's ImageList;
-training records are written in a fixed shuffled order (see ``shuffled``).
+Each split becomes one data file and its index in <output>, next to classes.json:
+recordio: <split>.rec + <split>.idx; tfrecord: <split>.tfrecord + <split>.tfrecord.idx.
+Validation records keep the order of ``scan_split``; training records are written in a
+fixed shuffled order (``shuffled``).
 
 Neither MXNet nor TensorFlow is needed: tf.train.Example is declared here as a protobuf
 message, its checksums are CRC32C. ``FORMATS`` at the end is the one table of record

@@ -1,24 +1,20 @@
 """The int8 model.onnx made for CPU int8 kernels: activations that cannot be negative
 quantized unsigned, and no requantization in front of a ReLU.
 
-Paddle's PTQ and QAT quantize every activation as signed int8 with zero point 0 (range
-[-128, 127] steps of its scale). After a ReLU half of that range is never used, and the
-CPU's int8 dot products take unsigned activations (VNNI: u8 x s8), so a signed tensor
-is shifted and compensated. Requantized as u8 with zero point 0 over the same range
-[0, 127 x scale], the steps halve and the shift goes: measured on ResNet-50 through
+Paddle's PTQ and QAT quantize every activation as signed int8 with zero point 0. After a
+ReLU half of that range is never used, and the CPU's int8 dot products take unsigned
+activations (VNNI: u8 x s8), so a signed tensor is shifted and compensated. Requantized
+as u8 over the same range, the steps halve and the shift goes: on ResNet-50 through
 OpenVINO, batch 1 went from 0.87x to 0.96x of OpenVINO's own NNCF int8 in one trial
-(docs/measurements.md, "CPU inference", has the benchmark). The Paddle model itself is
-left as quantized (Paddle Inference's oneDNN int8 reads it).
+(docs/measurements.md). The Paddle model itself is left as quantized.
 
-Paddle also quantizes the output of every convolution and residual add, also where a
-ReLU follows and its own output is quantized again: such a pair in front of a ReLU only
-rounds twice, and costs OpenVINO time (NNCF quantizes after the ReLU only). Those pairs
-are removed.
+Paddle also quantizes the output of every convolution and residual add where a ReLU
+follows and its own output is quantized again: such a pair only rounds twice, and costs
+OpenVINO time (NNCF quantizes after the ReLU only). Those pairs are removed.
 
-paddle2onnx 1.2.11 writes a quantized matmul (the classifier) in fp32: it drops the
-quantization of its input and folds that of its weight into an fp32 constant. Both are
-put back from the Paddle model's own ranges (``legacy_int8.matmul_input_ranges``): at
-batch 1 the fp32 classifier's 8 MB of weights are read for every image.
+paddle2onnx 1.2.11 writes a quantized matmul (the classifier) in fp32, dropping the
+quantization of its input and folding that of its weight: both are put back from the
+Paddle model's ranges (at batch 1 the fp32 classifier's 8 MB are read for every image).
 """
 
 import collections

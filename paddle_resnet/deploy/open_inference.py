@@ -3,14 +3,11 @@ the server: inputs are read through their ``name``, ``datatype``, ``shape`` and
 ``as_numpy()`` (KServe's InferInput), outputs are (name, datatype, array).
 
 A request holds one input:
-- ``images``: BYTES, shape [n], encoded images (JPEG, PNG), preprocessed as the export says
-  (``encoded_input.py``); a JSON request carries each as a base64 string (JSON holds no raw
-  bytes), binary data (gRPC, REST's binary extension) as it is;
+- ``images``: BYTES, shape [n], encoded images (JPEG, PNG), in JSON as base64 strings;
 - the export's own input (``data``): FP32, shape [n, *input shape], preprocessed already.
 n is 1 to ``max_batch``. The request parameter ``top_k`` (default: 5, or the number of
 classes if fewer) sets how many classes ``top_classes`` and ``top_probabilities`` name.
-Every refusal is a RequestError: one line naming the problem (the server answers 400 /
-INVALID_ARGUMENT)."""
+Every refusal is a RequestError (the server answers 400 / INVALID_ARGUMENT)."""
 
 import base64
 import binascii
