@@ -46,14 +46,10 @@ def build_classifier(config, max_batch, report=None):
 def accuracy(config, report):
     """Top-1 / top-k over every image of <image-root>/val, exactly once."""
     classifier, info, backend = build_classifier(config, config.data.batch_size, report)
-    val_split = open_split(config.data, "val")
-    check_num_classes(val_split, info["num_classes"], f"{config.data.image_root}/val")
-    check_class_names(
-        val_split.classes,
-        exported.read_classes(config.inference.directory),
-        f"{config.data.image_root}/val",
-        config.inference.directory,
-    )
+    val_split, where = open_split(config.data, "val"), f"{config.data.image_root}/val"
+    check_num_classes(val_split, info["num_classes"], where)
+    model_dir = config.inference.directory
+    check_class_names(val_split.classes, exported.read_classes(model_dir), where, model_dir)
     classes = val_split.classes
     totals, confusion = np.zeros(4), np.zeros((len(classes), len(classes)))
     start = time.perf_counter()

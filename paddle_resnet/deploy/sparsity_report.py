@@ -180,10 +180,7 @@ def report(path, json_path=None):
         )
     failures = violations(found, sparsity)
     if json_path:
+        document = {"path": path, "pattern": str(pattern), "tables": found, "violations": failures}
         with open(json_path, "w") as handle:
-            json.dump(
-                {"path": path, "pattern": str(pattern), "tables": found, "violations": failures},
-                handle,
-                indent=1,
-            )
+            json.dump(document, handle, indent=1)
     return failures

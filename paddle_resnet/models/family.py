@@ -26,11 +26,6 @@ class WeightNaming:
     variant: Optional[str] = None  # which of the family's variants the source's models are
 
 
-def no_variants(spec):
-    """A family whose members of equal shapes compute alike."""
-    return None
-
-
 @dataclass(frozen=True)
 class ModelFamily:
     name: str  # as messages name it: "ResNet"
@@ -45,7 +40,7 @@ class ModelFamily:
     # Members with the same shapes that compute differently (ResNet v1 and v1.5): the
     # variant of a spec, or None; a weight file of another variant is refused, saying
     # what tells them apart (``variant_difference``).
-    variant: Callable[[Any], Optional[str]] = no_variants
+    variant: Callable[[Any], Optional[str]] = lambda spec: None
     variant_difference: str = ""
     # The layer paths of each stage, the stem first, in the order the input meets them:
     # --frozen-stages freezes a prefix of them, --lr-mult-list scales each one's rate.
