@@ -206,8 +206,7 @@ class DaliLoader:
         if self.num_images == 0:  # a rank with no validation image left
             return
         batches = self._iterate_gpu() if self.on_gpu else self._iterate_cpu()
-        step = 0
-        while True:
+        for step in itertools.count():
             # A failure of DALI (a decode error, a read error) is described here, on either
             # device: raised as it came, DALI's RuntimeError read as a lost peer in a
             # multi-rank run (lifecycle.peers_watched), status 75 instead of this line.
@@ -217,7 +216,6 @@ class DaliLoader:
                 return
             except RuntimeError as err:
                 raise self.describe_failure(step, err) from None
-            step += 1
             yield batch
 
     def _iterate_cpu(self):

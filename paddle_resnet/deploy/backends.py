@@ -60,10 +60,6 @@ def _paddle(name):
     return build
 
 
-def _openvino(model_dir, inference_config, input_shape, max_batch, quantized):
-    return OpenVinoClassifier(model_dir, inference_config, input_shape, max_batch, quantized)
-
-
 def _onnxruntime(model_dir, inference_config, input_shape, max_batch, quantized):
     return OnnxClassifier(model_dir, inference_config)
 
@@ -93,7 +89,7 @@ BACKENDS = {
             "cpu",
             ("fp32", "bf16", "int8"),
             lambda: optional.has_openvino,
-            _openvino,
+            OpenVinoClassifier,
             reads_pir_through_onnx=True,
         ),
         Backend(

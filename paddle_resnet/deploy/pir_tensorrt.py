@@ -86,13 +86,8 @@ def convert(model_dir, settings, out_dir):
             "Paddle-TRT on a PIR export needs Paddle 3 built with TensorRT "
             "(paddlepaddle-gpu 3.x): this Paddle has no paddle.tensorrt"
         ) from None
-    source = settings["input"]
-    image = tensorrt.Input(
-        min_input_shape=tuple(source["min_input_shape"]),
-        optim_input_shape=tuple(source["optim_input_shape"]),
-        max_input_shape=tuple(source["max_input_shape"]),
-        name=source["name"],
-    )
+    shapes = {key: tuple(value) for key, value in settings["input"].items() if key != "name"}
+    image = tensorrt.Input(name=settings["input"]["name"], **shapes)
     config = tensorrt.TensorRTConfig(
         inputs=[image],
         min_subgraph_size=settings["min_subgraph_size"],
