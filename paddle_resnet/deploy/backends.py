@@ -123,11 +123,9 @@ def resolve(requested):
 
 def chosen(inference_config, info):
     """(Backend row, one line saying which and why, or None) for the export whose
-    model.json is ``info``. ``auto`` on a CPU takes the toolkit's OpenVINO backend where
-    OpenVINO is installed and the export's verification (``export_model.py
-    --verify-images``, ``verify.py``) passed it in the precision asked: on the same exports
-    it ran bf16 at 1.0-2.9x and int8 at 1.5-1.9x Paddle Inference's speed, fp32 at 1.1-1.3x
-    (docs/measurements.md); Paddle Inference otherwise. GPU machines as ``resolve``."""
+    model.json is ``info``. ``auto`` on a CPU takes OpenVINO where the export's
+    verification passed it in the precision asked: it ran bf16 at 1.0-2.9x and int8 at
+    1.5-1.9x Paddle Inference's speed, fp32 at 1.1-1.3x (docs/measurements.md)."""
     requested = inference_config.backend
     if requested != AUTO or devices.gpu_available():
         return resolve(requested), None

@@ -1,6 +1,5 @@
-"""Requests that arrive together run as one batch (the server's dynamic batching; KServe's
-Python ModelServer has none: its batcher is the agent sidecar of an InferenceService, for
-the v1 protocol's instances).
+"""Requests that arrive together run as one batch (KServe's Python ModelServer has no
+dynamic batching: its batcher is an InferenceService's sidecar, for the v1 protocol).
 
 The first request of a batch waits at most ``max_wait`` for others while fewer than
 ``max_batch`` images are queued; then the queued requests, whole and in order, run as one

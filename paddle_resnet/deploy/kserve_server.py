@@ -336,8 +336,7 @@ class ExportServer(kserve.ModelServer):
         self.register_model(model)
 
     def start(self):
-        """Serve until SIGTERM or SIGINT has drained the requests in flight: KServe's
-        ``start`` with one REST process, its servers given the host and the limit."""
+        """KServe's ``start`` with one REST process, its servers given the host and limit."""
         shared = (self.dataplane, self.model_repository_extension)
         self._rest_server = ExportRESTServer(
             self.host,
@@ -358,8 +357,7 @@ class ExportServer(kserve.ModelServer):
 
 def configure_logging(verbose):
     """KServe's loggers with their own handlers (Paddle's import gave the root logger one
-    that writes into the buffer bootstrap.paddle_chatter hid Paddle's prints in); refusals
-    in one line; KServe's and uvicorn's lines per request only when ``verbose``."""
+    that writes into the buffer bootstrap.paddle_chatter hid Paddle's prints in)."""
     kserve_logging.configure_logging(kserve_logging.KSERVE_LOG_CONFIG)
     refusals = quiet_refusals(
         (errors.InvalidInput, errors.ModelNotFound), (errors.ModelNotReady, errors.ServerNotReady)

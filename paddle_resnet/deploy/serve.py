@@ -7,9 +7,8 @@ The ports open once the model is loaded; the server says it is ready (GET
 /v2/health/ready) once a first inference of every batch size it runs has run. SIGTERM or
 Ctrl-C: the requests in flight are answered, then the process exits 0.
 
-The server runs in an environment of its own (``scripts/setup_serve.sh``: .venv-serve,
-Paddle 3.3.1 and KServe 0.21, no DALI): KServe 0.21 needs protobuf >= 6.33, Paddle 2.6 a
-protobuf 4. ``inference.py --mode serve`` starts it there (``hand_over``)."""
+The server runs in an environment of its own (``scripts/setup_serve.sh``: .venv-serve):
+KServe 0.21 needs protobuf >= 6.33, Paddle 2.6 a protobuf 4 (``hand_over``)."""
 
 import os
 import signal

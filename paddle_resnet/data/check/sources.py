@@ -1,6 +1,5 @@
-"""What the data check reads: each split of an image tree (``TreeSplit``: the loaders'
-own walk of it, ``folder.walk_split``) or of a record set (``RecordSplit``), each giving
-its images' headers, names and bytes by position."""
+"""What the data check reads: each split of an image tree (the loaders' own walk of it) or
+of a record set, each giving its images' headers, names and bytes by position."""
 
 import dataclasses
 import io
