@@ -95,8 +95,7 @@ class DataSplit:
         return self.num_images
 
     def spread(self, count):
-        """``count`` images evenly spaced over the split, so every class is in (folder
-        format; a record file stays whole and its reader stops where the caller does)."""
+        """``count`` images evenly spaced over the split (a record file stays whole)."""
         if self.image_list is None or count >= self.num_images:
             return self
         chosen = np.linspace(0, self.num_images - 1, count).round().astype(int)
@@ -189,8 +188,7 @@ def _color_jitter(images, brightness, contrast, saturation):
 
 
 class DaliLoader:
-    """One pass over the images of a pipeline, as feed dicts; the last batch cut to the
-    real images (the readers fill it up), so every image counts exactly once."""
+    """One pass over a pipeline's images as feed dicts, each image exactly once."""
 
     def __init__(self, pipe, num_images, batch_size, on_gpu, describe_failure):
         self.pipe = pipe
@@ -420,8 +418,7 @@ def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
 
 
 def describe_record_error(err, root, split, fmt):
-    """A one-line DataError for a RuntimeError of a pipeline reading ``split``'s records:
-    the malformed record the file's check names, else the file and DALI's reason."""
+    """A one-line DataError for a RuntimeError of a pipeline reading ``split``'s records."""
     data_path, index_path = records.record_paths(root, split, fmt)
     try:
         records.record_format(fmt).check(index_path, data_path)

@@ -95,8 +95,7 @@ def image_root_folder(image_root):
 
 @dataclass(frozen=True)
 class SplitTree:
-    """One walk of <image_root>/<split> (``walk_split``): what the loaders train on and
-    what the data check reports, from the same listing, so the two cannot disagree."""
+    """One walk of a split: what the loaders train on and the data check reports."""
 
     folder: str  # <image_root>/<split>
     classes: Tuple[str, ...]  # every class folder, empty ones too; their order is the labels'
@@ -118,8 +117,7 @@ class SplitTree:
 
 
 def walk_split(image_root, split) -> SplitTree:
-    """The one walk of <image_root>/<split>/<class>/*, in sorted order; a DataError when
-    the split's folder is missing."""
+    """The one walk of <image_root>/<split>/<class>/*, in sorted order."""
     split_dir = os.path.join(image_root_folder(image_root), split)
     if not os.path.isdir(split_dir):
         raise DataError(f"{split_dir}: missing; expected {image_root}/{split}/<class>/<image>")
@@ -170,8 +168,7 @@ def check_num_classes(image_list: ImageList, num_classes, where):
 
 
 def check_class_names(data_classes, model_classes, data_where, model_where):
-    """DataError naming the differing class names when the data's classes are not the
-    model's: every label would be silently shifted."""
+    """DataError where the data's classes are not the model's: labels would be shifted."""
     data_classes, model_classes = list(data_classes), list(model_classes)
     if data_classes == model_classes:
         return

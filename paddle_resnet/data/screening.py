@@ -135,8 +135,7 @@ def screening_problem(value, splits):
 
 def screened(config, train_split, val_split, rank, share):
     """(the run's ``Screening``, None for record files; the train and val splits carrying
-    their broken files), the same on every rank: rank 0 screens, ``share`` gives its result
-    to all. With the data check the broken files are refused here."""
+    their broken files), the same on every rank: rank 0 screens, ``share`` gives it to all."""
     splits = [s for s in (train_split, val_split) if s is not None and s.image_list is not None]
     if not splits:
         return None, train_split, val_split

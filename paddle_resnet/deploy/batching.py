@@ -31,8 +31,7 @@ def split(count, sizes):
 
 
 class Batcher:
-    """``await batcher(images)``: (the probabilities of a request's ``images``, how many
-    images the batch they ran in held), run with the requests queued beside it."""
+    """``await batcher(images)``: (their probabilities, how many images their batch held)."""
 
     def __init__(self, classify, max_batch, max_wait_seconds):
         self.classify = classify

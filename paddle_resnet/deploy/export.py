@@ -89,7 +89,6 @@ def _post_training_quantize(config, model_dir, info):
 
 
 def calibration_batches(config, info):
-    """The calibration images through the validation pipeline, spread over the
-    (class-sorted) training images, whose first ones are one class."""
+    """The calibration images, spread over the class-sorted training images."""
     calibration = open_split(config.data, "train").spread(config.inference.calibration_images)
     return dali_input.validation_batches(calibration, config.data, info)

@@ -70,8 +70,7 @@ def sparsity(info):
 
 
 def write(out_dir, exe, program, image, output, classes):
-    """The model (``image`` in, ``output`` out) and classes.json into ``out_dir``; its
-    model.json follows once the export knows all of it (``write_info``)."""
+    """The model and classes.json into ``out_dir``; its model.json follows (``write_info``)."""
     paddle.static.save_inference_model(
         os.path.join(out_dir, PREFIX), [image], [output], exe, program=program
     )

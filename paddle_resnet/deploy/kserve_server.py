@@ -133,8 +133,8 @@ def json_length(value, body):
 
 
 def binary_request(body, json_length, model_name):
-    """A REST request of the binary data extension (``json_length`` bytes of JSON, then
-    each binary input's bytes) as KServe's InferRequest, its binary inputs kept as bytes."""
+    """A REST request of the binary data extension as KServe's InferRequest, its binary
+    inputs kept as bytes."""
     try:
         header = json.loads(body[:json_length])
         inputs, raw, offset = [], [], json_length

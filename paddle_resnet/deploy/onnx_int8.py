@@ -71,8 +71,7 @@ class _Graph:
             self.graph.node.remove(self.producers.pop(name))
 
     def non_negative(self, name):
-        """Whether tensor ``name`` is a ReLU's output, or one passed on by ops that keep
-        signs (pooling; a dequantize whose quantize reads such a tensor)."""
+        """Whether tensor ``name`` is a ReLU's output, or one passed on by ops that keep signs."""
         node = self.producers.get(name)
         while node is not None and node.op_type in SIGN_PRESERVING:
             if node.op_type == "DequantizeLinear":
@@ -220,8 +219,7 @@ def _quantize_residual_adds(graph, add_ranges, shared_inputs):
 
 
 def _sort_topologically(graph):
-    """Each node after the producers of its inputs (a shared pair may have been made in
-    front of a later reader first), the order kept otherwise."""
+    """Each node after the producers of its inputs (a shared pair may come first)."""
     nodes = list(graph.graph.node)
     made = {i.name for i in graph.graph.input} | set(graph.initializers)
     ordered = []

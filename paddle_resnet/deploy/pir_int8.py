@@ -126,8 +126,7 @@ def calibrate(loaded, batches, algo):
 
 
 def _percentile_edge(histogram, top):
-    """The upper edge of the first bin of ``histogram`` (over [0, top]) below which
-    ``HIST_PERCENT`` of the counts lie."""
+    """The upper edge of the bin of ``histogram`` below which ``HIST_PERCENT`` lie."""
     cumulative = np.cumsum(histogram) / histogram.sum()
     bin_index = int(np.searchsorted(cumulative, HIST_PERCENT))
     return (bin_index + 1) * top / len(histogram)

@@ -67,8 +67,7 @@ def load_for_check(path):
 
 
 def onnx_weights(model_dir):
-    """({weight name: array}, names of the weights a QuantizeLinear reads) of the
-    model.onnx in ``model_dir``, or None when there is none."""
+    """({weight name: array}, the weights a QuantizeLinear reads) of its model.onnx, or None."""
     path = os.path.join(model_dir, exported.ONNX_FILE)
     if not os.path.exists(path):
         return None
@@ -142,8 +141,7 @@ def tables(path):
 
 
 def violations(found, sparsity):
-    """``where: weight`` of each weight the record marks sparse that does not hold its
-    pattern in a table of ``found``, or is missing from it."""
+    """``where: weight`` of each weight marked sparse that breaks its pattern or is missing."""
     _, marked = marked_weights(sparsity)
     failures = []
     for where, rows in found.items():

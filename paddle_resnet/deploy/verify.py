@@ -33,8 +33,8 @@ class Candidate:
 
 
 def machine_precisions(quantized):
-    """The CPU precisions this machine runs: a quantized model runs as int8 where the CPU
-    has int8 dot products; otherwise fp32, and bf16 where the CPU has it."""
+    """The CPU precisions this machine runs: int8 for a quantized model where it can, else
+    fp32 (and bf16 where it can)."""
     if quantized and cpu_has_int8_dot_products():
         return ["int8"]
     return ["fp32"] + (["bf16"] if predictor.cpu_supports_bf16() else [])

@@ -56,8 +56,7 @@ def fast_pass(sources, image_root, fmt, crop_size):
 
 
 def missing_classes(sources, splits, findings):
-    """Classes a split lacks: a class folder the other split has (an image tree), or a
-    class of classes.json without a record."""
+    """Classes a split lacks: the other split's, or those of classes.json without a record."""
     names = set().union(*(source.classes for source in sources.values()))
     for split, source in sources.items():
         if isinstance(source, TreeSplit):
