@@ -398,9 +398,8 @@ def undecodable(samples, num_threads):
 
 
 def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
-    """(encoded images, int64 labels) DALI nodes over the records of ``split``, inside
-    ``with pipe:``; each shard padded by repeating its last record (``records.shard_range``
-    tells which it holds). DALI's ``random_shuffle`` follows ``seed``, not the pipeline's."""
+    """(encoded images, int64 labels) DALI nodes over this shard's records (padded by its
+    last one), inside ``with pipe:``; DALI's ``random_shuffle`` follows ``seed`` only."""
     data_path, index_path = records.record_files(root, split, fmt)
     reader_args = dict(
         path=[data_path],

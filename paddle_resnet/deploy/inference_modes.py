@@ -137,9 +137,8 @@ def _predict_files(paths):
 
 
 def predict(config, report):
-    """Top-k class names with probabilities for each given image; where an image's folder
-    is named after a class, the accuracy over those images follows. Images that cannot be
-    decoded are named and left out, then a DataError says how many failed."""
+    """Top-k classes of each given image, and the accuracy over those in folders named after
+    classes; images that cannot be decoded are named, left out, and then refused."""
     given = _predict_files(config.inference.images)
     # Checked before DALI sees them: DALI 2.4's CPU decoder crashes (SIGSEGV) when
     # dozens of samples of one batch fail, as when a broken file pads the last batch.

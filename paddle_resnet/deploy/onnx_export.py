@@ -37,8 +37,7 @@ def check_converter(model_dir, quantized, pir):
 
 def write_onnx(model_dir):
     """model.onnx beside the Paddle model in ``model_dir``; returns its path. A quantized
-    legacy export keeps its quantize/dequantize pairs (``onnx_int8.for_cpu_int8``); a
-    quantized PIR export is converted in fp32 and its ranges written in."""
+    PIR export is converted in fp32 and its ranges written in."""
     quantization = exported.read_info(model_dir).get("quantization")
     pir = exported.is_pir_export(model_dir)
     check_converter(model_dir, bool(quantization), pir)

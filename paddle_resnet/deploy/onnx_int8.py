@@ -120,9 +120,8 @@ WEIGHT_CHANNEL_AXIS = {"Conv": 0, "MatMul": 1}
 
 
 def _input_pair(graph, data, abs_range, name, shared_inputs):
-    """(new nodes, the dequantized name) of a signed quantize/dequantize pair of tensor
-    ``data`` over [-abs_range, abs_range]; a pair already made for the same tensor and
-    range is reused (``shared_inputs``), so each tensor is quantized once."""
+    """(new nodes, the dequantized name) of a signed pair of ``data`` over ``abs_range``;
+    one already made for the same tensor and range is reused (``shared_inputs``)."""
     helper = require("onnx.helper", "int8 ONNX export")
     dequantized = shared_inputs.get((data, abs_range))
     if dequantized is not None:

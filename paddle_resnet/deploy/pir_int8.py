@@ -148,9 +148,8 @@ def qat_ranges(loaded):
 
 @contextlib.contextmanager
 def fp32_model(model_prefix, loaded):
-    """The path prefix of an fp32 copy of the PIR export at ``model_prefix`` (``loaded``)
-    for paddle2onnx: the export itself, or, for a QAT export, its program without the
-    fake-quantize ops, saved in a temporary folder while in use."""
+    """The path prefix of an fp32 PIR export for paddle2onnx: ``model_prefix``, or a QAT
+    export's program without the fake-quantize ops, in a temporary folder while in use."""
     program, scope = loaded
     fake = [op for op in program.global_block().ops if op.name() in FAKE_QUANTIZE_OPS]
     if not fake:

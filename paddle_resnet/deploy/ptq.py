@@ -46,9 +46,8 @@ def calibration_feeds(batches, count):
 
 
 def quantize_in_place(model_dir, batches, algo, count):
-    """Calibrate the fp32 model in ``model_dir`` on the first ``count`` images of
-    ``batches``; returns how, for model.json. A legacy export is replaced by its quantized
-    version; a PIR export stays fp32, its ranges recorded for the int8 model.onnx."""
+    """Calibrate the fp32 model in ``model_dir`` on ``count`` images; returns how, for
+    model.json. A PIR export stays fp32, its ranges recorded for the int8 model.onnx."""
     calibration, taken = calibration_feeds(batches, count)
     if taken < count:
         raise ConfigError(f"--calibration-images {count}: the calibration data hold only {taken}")
