@@ -1,16 +1,12 @@
 """DALI input pipelines: decode, augment and normalise; batches ready to feed.
 
-On GPU machines JPEGs are decoded by nvJPEG (DALI's ``mixed`` decoder) and the
-batches stay on the device (DALI's Paddle iterator). On CPU machines the same
-pipeline runs on the CPU and yields NumPy arrays, because DALI's Paddle iterator
-needs a GPU.
+On GPU machines JPEGs are decoded by nvJPEG and the batches stay on the device; on CPU
+machines the same pipeline yields NumPy arrays (DALI's Paddle iterator needs a GPU).
 
-Image trees are shuffled here, not by the DALI reader: each epoch gets its own
-permutation (or, with --sampling class-balanced, its own draw by class) and
-augmentation seed from (seed, epoch), so an epoch produces the same batches whether
-the run started at epoch 0 or resumed before it. Record
-files are shuffled by DALI's reader within a buffer of 1,024 records, over
-training records written in a fixed shuffled order (see records.py).
+Image trees are shuffled here, not by the DALI reader: each epoch gets its own order and
+augmentation seed from (seed, epoch), so an epoch produces the same batches whether the
+run started at epoch 0 or resumed before it. Record files are shuffled by DALI's reader
+within a buffer of 1,024 records, over training records written in a shuffled order.
 """
 
 import itertools
@@ -53,12 +49,9 @@ def train_steps(num_images, batch_size, world_size):
 
 
 def train_indices(num_images, batch_size, rank, world_size, seed, epoch, labels=None):
-    """This rank's images for one training epoch: shuffled, whole batches only. With
-    ``labels`` (each image's class) the epoch is ``class_balanced_order``'s draw instead.
-
-    One order per (seed, epoch), cut into a contiguous share per rank: the shares are
-    disjoint, and every rank gets the same number of steps, so collective ops never wait.
-    """
+    """This rank's images for one training epoch: shuffled (with ``labels``, drawn by
+    class), whole batches only. One order per (seed, epoch), cut into disjoint shares of
+    the same number of steps per rank, so collective ops never wait."""
     rng = np.random.RandomState(seed + epoch)
     order = rng.permutation(num_images) if labels is None else class_balanced_order(labels, rng)
     per_rank = num_images // world_size
@@ -68,10 +61,8 @@ def train_indices(num_images, batch_size, rank, world_size, seed, epoch, labels=
 
 
 def class_balanced_order(labels, rng):
-    """As many draws as images, each class of ``labels`` drawn equally often (the
-    remainder's classes chosen by ``rng``), shuffled. A class's draws are its images in a
-    fresh permutation, repeated as often as its share needs: a rare class's images come
-    back, a common class gives a different subset each epoch and no image twice."""
+    """As many draws as images, each class of ``labels`` drawn equally often, shuffled: a
+    rare class's images come back, a common class gives a different subset each epoch."""
     labels = np.asarray(labels)
     classes = np.unique(labels)
     shares = np.full(len(classes), len(labels) // len(classes))
@@ -91,42 +82,30 @@ def eval_indices(num_images, rank, world_size):
 
 @dataclass(frozen=True)
 class DataSplit:
-    """One split of the data set as the loaders read it: an image tree or a record file."""
+    """One split as the loaders read it: an image tree or a record file."""
 
     split: str
     classes: Tuple[str, ...]
     num_images: int
     image_list: Optional[ImageList] = None  # folder format only
-    # the files of ``image_list`` no decoder can read, as a screening of the split found
-    # them (``with_broken``); None: not screened, its loaders screen it themselves
+    # the files of ``image_list`` a screening found no decoder can read; None: not screened
     broken: Optional[Tuple[str, ...]] = None
 
     def __len__(self):
         return self.num_images
 
     def spread(self, count):
-        """``count`` images evenly spaced over the split, so every class is in (folder
-        format; a record file stays whole and its reader stops where the caller does)."""
+        """``count`` images evenly spaced over the split (a record file stays whole)."""
         if self.image_list is None or count >= self.num_images:
             return self
-        images = self.image_list
         chosen = np.linspace(0, self.num_images - 1, count).round().astype(int)
-        return DataSplit.of_images(
-            self.split,
-            ImageList(
-                tuple(images.files[i] for i in chosen),
-                tuple(images.labels[i] for i in chosen),
-                images.classes,
-            ),
-        )
+        return DataSplit.of_images(self.split, self.image_list.subset(chosen))
 
     @classmethod
     def of_images(cls, split, image_list):
         return cls(split, image_list.classes, len(image_list), image_list)
 
     def with_broken(self, broken):
-        """This split carrying ``broken``, the files of its image list that a screening
-        found no decoder can read (``screening.screened``): its loaders screen nothing."""
         return replace(self, broken=tuple(broken))
 
 
@@ -145,13 +124,7 @@ def open_split(data_config, split):
 
 
 def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=None, channels=3):
-    """A DALI pipeline over the (encoded image, label) nodes ``read_encoded()`` returns.
-
-    ``device_id=None`` builds a CPU-only pipeline. Output: (images, labels), images
-    normalised in ``layout`` ("NCHW" or "NHWC"), float32 (fp16 with
-    ``data_config.output_fp16``), with a zero fourth channel when ``channels`` is 4;
-    labels int64 of shape [N, 1].
-    """
+    """A DALI pipeline (CPU-only with ``device_id=None``) over ``read_encoded()``'s nodes."""
     cfg = data_config
     pipe = Pipeline(
         batch_size=cfg.batch_size,
@@ -201,8 +174,7 @@ def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=
 
 
 def _color_jitter(images, brightness, contrast, saturation):
-    """torchvision's ColorJitter(brightness, contrast, saturation): each factor drawn
-    uniformly from [1 - s, 1 + s] per image."""
+    """torchvision's ColorJitter: each factor drawn from [1 - s, 1 + s] per image."""
 
     def factor(strength):
         return fn.random.uniform(range=[1.0 - strength, 1.0 + strength])
@@ -216,12 +188,7 @@ def _color_jitter(images, brightness, contrast, saturation):
 
 
 class DaliLoader:
-    """Iterates one pass over the images a pipeline was built for.
-
-    Yields feed dicts {feeds.IMAGE, feeds.LABEL}; the last batch is cut to the real
-    images (the readers fill it up), so every image counts exactly once.
-    ``describe_failure(step, error)`` turns a pipeline failure into a DataError.
-    """
+    """One pass over a pipeline's images as feed dicts, each image exactly once."""
 
     def __init__(self, pipe, num_images, batch_size, on_gpu, describe_failure):
         self.pipe = pipe
@@ -237,8 +204,7 @@ class DaliLoader:
         if self.num_images == 0:  # a rank with no validation image left
             return
         batches = self._iterate_gpu() if self.on_gpu else self._iterate_cpu()
-        step = 0
-        while True:
+        for step in itertools.count():
             # A failure of DALI (a decode error, a read error) is described here, on either
             # device: raised as it came, DALI's RuntimeError read as a lost peer in a
             # multi-rank run (lifecycle.peers_watched), status 75 instead of this line.
@@ -248,7 +214,6 @@ class DaliLoader:
                 return
             except RuntimeError as err:
                 raise self.describe_failure(step, err) from None
-            step += 1
             yield batch
 
     def _iterate_cpu(self):
@@ -268,13 +233,14 @@ class DaliLoader:
             yield batch[0]
 
 
-def _folder_source(image_list, broken, batch, training, rank, world_size, seed, epoch, sampling):
-    """(read_encoded, describe_failure, number of images) for this rank's share of an image
-    tree; ``broken``: its files no decoder can read as screened (None: screened here);
-    ``sampling``: --sampling (training)."""
-    balanced_by = image_list.labels if sampling == "class-balanced" else None
+def _folder_source(data_split, data_config, training, rank, world_size, epoch):
+    """(read_encoded, describe_failure, number of images) for this rank's share of a tree."""
+    image_list, broken, batch = data_split.image_list, data_split.broken, data_config.batch_size
+    balanced_by = image_list.labels if data_config.sampling == "class-balanced" else None
     indices = (
-        train_indices(len(image_list), batch, rank, world_size, seed, epoch, balanced_by)
+        train_indices(
+            len(image_list), batch, rank, world_size, data_config.seed, epoch, balanced_by
+        )
         if training
         else eval_indices(len(image_list), rank, world_size)
     )
@@ -359,20 +325,11 @@ def make_loader(
     device_id=None,
     channels=3,
 ):
-    """The loader of one epoch (training) or one full pass (evaluation) for this rank;
-    ``layout`` and ``channels`` are the model's input (model.data_layout, image_channels)."""
+    """The loader of one epoch (training) or one full pass (evaluation) for this rank."""
     seed = data_config.seed + 1000 * epoch + rank
     if data_split.image_list is not None:
         read_encoded, describe_failure, num_images = _folder_source(
-            data_split.image_list,
-            data_split.broken,
-            data_config.batch_size,
-            training,
-            rank,
-            world_size,
-            data_config.seed,
-            epoch,
-            data_config.sampling,
+            data_split, data_config, training, rank, world_size, epoch
         )
     else:
         read_encoded, describe_failure, num_images = _record_source(
@@ -412,8 +369,7 @@ def _decoder(num_threads):
 
 
 def _decoded(pipe, batch):
-    """Whether ``pipe`` decodes every (key, encoded bytes) of ``batch``; DALI's own error
-    line hidden unless --verbose."""
+    """Whether ``pipe`` decodes every (key, encoded bytes) of ``batch``."""
     pipe.feed_input("encoded", [np.frombuffer(data, dtype=np.uint8) for _, data in batch])
     try:
         with native_chatter(verbose()):
@@ -424,9 +380,8 @@ def _decoded(pipe, batch):
 
 
 def undecodable(samples, num_threads):
-    """The keys of the (key, encoded bytes) ``samples`` that DALI's CPU decoder fails on,
-    decoded in batches on ``num_threads`` threads; a failed batch is decoded again image
-    by image to name the failing ones."""
+    """The keys of the (key, encoded bytes) ``samples`` that DALI's CPU decoder fails on;
+    a failed batch is decoded again image by image to name the failing ones."""
     samples = iter(samples)
     pipe = _decoder(num_threads)
     for batch in iter(lambda: list(itertools.islice(samples, DECODE_BATCH)), []):
@@ -443,14 +398,8 @@ def undecodable(samples, num_threads):
 
 
 def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
-    """(encoded images, int64 labels of shape [1]) DALI nodes over the records of ``split``.
-
-    Call inside ``with pipe:``. Each shard is padded to whole batches by repeating its
-    last record; ``records.shard_range`` tells which records the shard holds.
-
-    ``random_shuffle`` is DALI's: it draws from a buffer of 1024 records read in stored
-    order (by class). It follows ``seed`` only, not the pipeline's seed.
-    """
+    """(encoded images, int64 labels) DALI nodes over this shard's records (padded by its
+    last one), inside ``with pipe:``; DALI's ``random_shuffle`` follows ``seed`` only."""
     data_path, index_path = records.record_files(root, split, fmt)
     reader_args = dict(
         path=[data_path],
@@ -468,11 +417,7 @@ def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
 
 
 def describe_record_error(err, root, split, fmt):
-    """A one-line DataError for a RuntimeError of a pipeline reading ``split``'s records.
-
-    The file is checked first (a TFRecord file record by record), so a malformed record
-    is named; otherwise the message gives the record file and DALI's own reason.
-    """
+    """A one-line DataError for a RuntimeError of a pipeline reading ``split``'s records."""
     data_path, index_path = records.record_paths(root, split, fmt)
     try:
         records.record_format(fmt).check(index_path, data_path)
@@ -482,8 +427,7 @@ def describe_record_error(err, root, split, fmt):
 
 
 def dali_reason(err):
-    """DALI's own reason: the line after "encountered:" (the lines before it name the
-    operator and where the pipeline was defined)."""
+    """DALI's own reason: the line after "encountered:" (before it: where and what failed)."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     if "encountered:" in lines[:-1]:
         return lines[lines.index("encountered:") + 1]

@@ -3,10 +3,8 @@
     python scripts/data/fashion_mnist_to_jpeg.py --output demo_data/fashion_mnist
     (or python -m paddle_resnet.data.fashion_mnist ...)
 
-Produces <output>/train/<class>/*.jpg from the 60,000-image training split
-(or the first --train-per-class images of each class) and <output>/val/<class>/*.jpg
-from the whole 10,000-image test split. Re-running with the same arguments
-reuses a complete tree.
+<output>/train/<class>/*.jpg from the training split, <output>/val/<class>/*.jpg from
+the test split; re-running with the same arguments reuses a complete tree.
 """
 
 import argparse
@@ -91,16 +89,10 @@ def main():
     parser.add_argument("--output", default="demo_data/fashion_mnist")
     parser.add_argument("--source", default=SOURCE, help="folder with the *-ubyte.gz files")
     parser.add_argument(
-        "--train-per-class",
-        type=int,
-        default=None,
-        help="training images per class (default: all 6,000)",
+        "--train-per-class", type=int, help="training images per class (default: all 6,000)"
     )
     parser.add_argument(
-        "--val-per-class",
-        type=int,
-        default=None,
-        help="validation images per class (default: all 1,000)",
+        "--val-per-class", type=int, help="validation images per class (default: all 1,000)"
     )
     args = parser.parse_args()
     return exit_status(

@@ -6,7 +6,7 @@ import os
 import struct
 import sys
 from dataclasses import dataclass
-from typing import List, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 from PIL import Image
 
@@ -27,10 +27,16 @@ class ImageList:
     def __len__(self):
         return len(self.files)
 
+    def subset(self, positions):
+        """The images at ``positions``, in that order."""
+        files, labels = self.files, self.labels
+        return ImageList(
+            tuple(files[i] for i in positions), tuple(labels[i] for i in positions), self.classes
+        )
+
 
 def folder_contents(folder):
-    """(the image files directly inside ``folder``, its other files: what the loaders
-    ignore), each sorted by name; hidden files (.DS_Store, ...) are neither."""
+    """(the image files directly inside ``folder``, its other files), sorted; not hidden ones."""
     images, others = [], []
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
@@ -41,19 +47,11 @@ def folder_contents(folder):
     return images, others
 
 
-def list_images(folder):
-    """The image files directly inside ``folder``, sorted by name."""
-    return folder_contents(folder)[0]
-
-
 def class_contents(folder, split_dir=None):
     """(images, other files, linked folders not followed) of ``folder`` and all its
-    subfolders, in sorted order (``folder_contents``): a class's images, sub-folders
-    included, as torchvision's ImageFolder takes them (``train/<class>/<sub>/*.jpg`` is
-    of <class>). Links are followed (a class may gather folders from elsewhere), but not
-    to a folder walked already (a cycle, or a second way to the same images) nor, given
-    ``split_dir``, back into the split or above it (``leads_into``): either would count
-    the same images twice, the second time under this class."""
+    subfolders, in sorted order, as torchvision's ImageFolder takes a class. Links are
+    followed, but not to a folder walked already (a cycle) nor, given ``split_dir``, back
+    into the split or above it: either would count the same images twice."""
     images, others, unfollowed = [], [], []
     split_real = split_dir and os.path.realpath(split_dir)
 
@@ -82,14 +80,8 @@ def class_contents(folder, split_dir=None):
 
 
 def leads_into(real, split_real):
-    """Whether the folder at real path ``real`` is the split's (real path ``split_real``),
-    inside it or above it: a walk through it reaches images of the split again."""
+    """Whether the folder at real path ``real`` is the split's, inside it or above it."""
     return os.path.commonpath([real, split_real]) in (real, split_real)
-
-
-def images_under(folder):
-    """The image files in ``folder`` and all its subfolders, in sorted order."""
-    return class_contents(folder)[0]
 
 
 def image_root_folder(image_root):
@@ -101,23 +93,9 @@ def image_root_folder(image_root):
     return image_root
 
 
-def split_folder(image_root, split):
-    """<image_root>/<split>, or a DataError naming what is missing."""
-    split_dir = os.path.join(image_root_folder(image_root), split)
-    if not os.path.isdir(split_dir):
-        raise DataError(f"{split_dir}: missing; expected {image_root}/{split}/<class>/<image>")
-    return split_dir
-
-
-def class_folders(split_dir):
-    """The class folder names of a split, sorted: their order is the labels'."""
-    return sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
-
-
 @dataclass(frozen=True)
 class SplitTree:
-    """One walk of <image_root>/<split> (``walk_split``): what the loaders train on and
-    what the data check reports, from the same listing, so the two cannot disagree."""
+    """One walk of a split: what the loaders train on and the data check reports."""
 
     folder: str  # <image_root>/<split>
     classes: Tuple[str, ...]  # every class folder, empty ones too; their order is the labels'
@@ -128,8 +106,7 @@ class SplitTree:
     unfollowed: Tuple[str, ...]  # linked folders not walked (``class_contents``)
 
     def image_list(self) -> ImageList:
-        """The images the loaders train on; a DataError for a split they refuse: one
-        without class folders, or with a class folder without images (the first named)."""
+        """The images the loaders train on; a DataError for a split they refuse."""
         if not self.classes:
             raise DataError(f"{self.folder}: no class folders")
         if self.empty:
@@ -140,17 +117,13 @@ class SplitTree:
 
 
 def walk_split(image_root, split) -> SplitTree:
-    """The one walk of <image_root>/<split>/<class>/*, in a fixed (sorted) order: every
-    class folder with its images (``class_contents``: sub-folders included) and the files
-    the loaders skip, and the linked folders it does not follow; a DataError when the
-    split's folder is missing."""
-    split_dir = split_folder(image_root, split)
-    classes = class_folders(split_dir)
+    """The one walk of <image_root>/<split>/<class>/*, in sorted order."""
+    split_dir = os.path.join(image_root_folder(image_root), split)
+    if not os.path.isdir(split_dir):
+        raise DataError(f"{split_dir}: missing; expected {image_root}/{split}/<class>/<image>")
+    classes = sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
     ignored = sum(folder_contents(split_dir), [])  # outside a class folder
-    files: List[str] = []
-    labels: List[int] = []
-    empty: List[str] = []
-    unfollowed: List[str] = []
+    files, labels, empty, unfollowed = [], [], [], []
     for label, name in enumerate(classes):
         class_dir = os.path.join(split_dir, name)
         images, others, links = class_contents(class_dir, split_dir)
@@ -160,22 +133,12 @@ def walk_split(image_root, split) -> SplitTree:
         labels.extend([label] * len(images))
         ignored.extend(others)
         unfollowed.extend(links)
-    return SplitTree(
-        split_dir,
-        tuple(classes),
-        tuple(files),
-        tuple(labels),
-        tuple(empty),
-        tuple(ignored),
-        tuple(unfollowed),
-    )
+    return SplitTree(split_dir, *map(tuple, (classes, files, labels, empty, ignored, unfollowed)))
 
 
 def scan_split(image_root, split) -> ImageList:
-    """The images of <image_root>/<split> the loaders train on (``walk_split``), or a
-    DataError for a split they refuse (``SplitTree.image_list``); a warning line on the
-    console for each linked folder the walk did not follow, so that images missing from
-    a class are explained (the data check names them as a finding)."""
+    """The images of <image_root>/<split> the loaders train on, or a DataError; a warning
+    for each linked folder the walk did not follow, so that missing images are explained."""
     tree = walk_split(image_root, split)
     for path in tree.unfollowed:
         print(
@@ -205,8 +168,7 @@ def check_num_classes(image_list: ImageList, num_classes, where):
 
 
 def check_class_names(data_classes, model_classes, data_where, model_where):
-    """DataError naming the differing class names when the data's classes are not the
-    model's: every label would be silently shifted."""
+    """DataError where the data's classes are not the model's: labels would be shifted."""
     data_classes, model_classes = list(data_classes), list(model_classes)
     if data_classes == model_classes:
         return
@@ -250,11 +212,9 @@ class ImageHeader(NamedTuple):
 
 
 def read_fault(path, err):
-    """A RestartableError naming ``path`` for an OSError of the file system met while
-    reading it (EIO, ESTALE, ETIMEDOUT: a shared volume that failed, which a restart may
-    find working), or None: an error the user must act on (a file gone, no permission),
-    or none of the system's (Pillow's own errors carry no errno), which make the file a
-    broken image."""
+    """A RestartableError naming ``path`` for an OSError of the file system (EIO, ESTALE:
+    a shared volume that failed, which a restart may find working), or None: the user's
+    (a file gone, no permission) or Pillow's (no errno), which make the file a broken image."""
     if err.errno is None or os_error_is_users(err):
         return None
     return RestartableError(
@@ -264,8 +224,7 @@ def read_fault(path, err):
 
 
 def read_header(path):
-    """The ImageHeader of the file at ``path`` (about 0.1 ms); a RestartableError when the
-    file system fails to read it (``read_fault``)."""
+    """The ImageHeader of the file at ``path`` (about 0.1 ms), or a ``read_fault``."""
     try:
         with open(path, "rb") as handle:
             return stream_header(handle, os.fstat(handle.fileno()).st_size)
@@ -277,10 +236,9 @@ def read_header(path):
 
 
 def stream_header(handle, size):
-    """The ImageHeader of the ``size`` bytes of the binary ``handle`` (a file, or the
-    encoded image of a record): Pillow identifies it from its header and, for a JPEG,
-    its end-of-image marker must be there: the structure a decoder needs. Other formats
-    are decoded (rare, and their end is not one marker)."""
+    """The ImageHeader of the ``size`` bytes of the binary ``handle``: Pillow identifies it
+    from its header and a JPEG's end marker must be there; other formats (rare, and their
+    end is not one marker) are decoded."""
     head = handle.read(HEAD_BYTES)
     key = hashlib.blake2b(size.to_bytes(8, "little") + head, digest_size=16).digest()
     handle.seek(0)
@@ -292,11 +250,9 @@ def stream_header(handle, size):
             deep = ";16" in rawmode or mode.startswith("I;16") or mode in ("I", "F")
             problem = None if kind == "JPEG" else _decode_problem(image)
             exif = image.info.get("exif") if kind == "JPEG" else None
-    except OSError as err:
-        if err.errno is not None:  # the file system's, not Pillow's: the caller's to name
+    except Exception as err:  # Pillow raises many types for what it cannot identify
+        if isinstance(err, OSError) and err.errno is not None:  # the file system's: the caller's
             raise
-        return ImageHeader(size, None, None, 0, 0, 0, "not an image", key)
-    except Exception:  # Pillow raises many types for what it cannot identify
         return ImageHeader(size, None, None, 0, 0, 0, "not an image", key)
     if kind == "JPEG" and not _jpeg_end_found(handle, size):
         problem = "cut short (no JPEG end marker)"
@@ -310,10 +266,8 @@ EXIF_SHORT = 3  # the TIFF type of a 16-bit value
 
 
 def exif_orientation(exif):
-    """The Orientation (tag 0x0112) of IFD0 of a JPEG's Exif segment (``exif``: its APP1
-    data as Pillow keeps it, ``Exif\\0\\0`` and a TIFF block, either byte order), or None:
-    absent, or a segment too broken to tell (nothing to report then). Reads only within
-    the segment (a JPEG bounds it at 64 KB) and only IFD0: a few microseconds, where
+    """The Orientation of IFD0 of a JPEG's Exif segment (its APP1 data as Pillow keeps it),
+    or None: absent, or too broken to tell. Reads only IFD0: a few microseconds, where
     Pillow's ``getexif`` parses every entry and warns on the console about broken ones."""
     tiff = exif[6:] if exif.startswith(b"Exif\0\0") else exif
     order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
@@ -332,11 +286,9 @@ def exif_orientation(exif):
 def _decode_problem(image):
     try:
         image.load()
-    except OSError as err:
-        if err.errno is not None:  # the file system's (Pillow's own carry none)
+    except Exception as err:  # Pillow raises many types for broken files
+        if isinstance(err, OSError) and err.errno is not None:  # the file system's
             raise
-        return "cut short or corrupt"
-    except Exception:  # Pillow raises many types for broken files
         return "cut short or corrupt"
     return None
 
@@ -361,8 +313,7 @@ def file_reading_pool():
 
 
 def read_headers(files):
-    """The ImageHeader of each of ``files``, in order (a generator), read in parallel
-    threads (``file_reading_pool``), CHUNK files a task."""
+    """The ImageHeader of each of ``files``, in order, read in parallel threads."""
     chunks = [files[i : i + CHUNK] for i in range(0, len(files), CHUNK)]
     with file_reading_pool() as pool:
         for headers in pool.map(lambda chunk: [read_header(path) for path in chunk], chunks):
@@ -373,10 +324,8 @@ def structurally_broken(files):
     """The files of ``files`` that no decoder can read: not an image, or a truncated JPEG.
     DALI 2.4's CPU decoder can crash the process (SIGSEGV in a worker thread) when a
     sample of a batch fails, more often the larger the batch, and prints its own error
-    line before ours: the loaders screen their images first. About 0.1 ms a file (35,000
-    in 3.4 s on 2 cores). A training run screens its splits once per job
-    (``screening.py``) and hands the result to its loaders on the splits
-    (``DataSplit.broken``); a loader screens a split only when nobody did."""
+    line before ours: the loaders screen their images first (35,000 in 3.4 s on 2 cores),
+    where nobody did (``screening.py``)."""
     return tuple(path for path, header in zip(files, read_headers(files)) if header.problem)
 
 
@@ -388,25 +337,21 @@ def refuse_broken(broken):
 
 
 def unreadable_images(files):
-    """The files of ``files`` that Pillow cannot decode, one by one (a generator); a
-    RestartableError where the file system fails to read one (``read_fault``)."""
+    """The files of ``files`` that Pillow cannot decode (a generator), or a ``read_fault``."""
     for path in files:
         try:
             with Image.open(path) as image:
                 image.load()
-        except OSError as err:
-            fault = read_fault(path, err)
+        except Exception as err:  # Pillow raises many types for broken files
+            fault = read_fault(path, err) if isinstance(err, OSError) else None
             if fault:
                 raise fault from None
-            yield path
-        except Exception:  # Pillow raises many types for broken files
             yield path
 
 
 def linked_subset(image_root, destination, train_images):
-    """An image tree at ``destination`` holding the first ``train_images`` training images
-    of ``image_root`` (spread over its classes, as symbolic links) and all of its
-    validation images: a short epoch of the same data, for benchmarks."""
+    """An image tree at ``destination`` linking the first ``train_images`` training images
+    of ``image_root`` (spread over its classes) and its validation images, for benchmarks."""
     source = os.path.abspath(image_root)
     classes = sorted(os.listdir(os.path.join(source, "train")))
     per_class = -(-train_images // len(classes))

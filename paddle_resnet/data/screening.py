@@ -4,13 +4,10 @@ handed to the loaders on the run's splits (``DataSplit.broken``), and, with the 
 (``check.at_start`` config key), what the check finds.
 
 Rank 0 reads every image's header once, or takes the result it cached beside the run
-(``<output-dir>/data_check.json``) when the tree is unchanged: the same class folders
-with the same modification times and the same file names. Every other rank takes rank 0's
-result (``share``: the job's key-value store, ``training/rendezvous.py``) instead of
-reading 1.3 M headers of its own; the loaders then screen nothing. The tree is the same
-when each file has the same name, size and modification time (a file rewritten in place
-within the file system's time resolution and at the same size is not noticed: delete the
-cache to screen again).
+(``<output-dir>/data_check.json``) when each file has the same name, size and modification
+time (a file rewritten in place within the file system's time resolution and at the same
+size is not noticed: delete the cache to screen again). Every other rank takes rank 0's
+result (``share``: the job's key-value store) instead of reading 1.3 M headers of its own.
 """
 
 import dataclasses
@@ -31,8 +28,7 @@ CACHE_FILE = "data_check.json"
 
 @dataclasses.dataclass
 class Screening:
-    """The screening of a run's splits: the positions of the broken files of each split,
-    and with the data check its lines and record for the run's report."""
+    """The positions of each split's broken files, and the data check's lines and record."""
 
     broken: Dict[str, List[int]]
     lines: List[str]
@@ -41,9 +37,8 @@ class Screening:
 
 
 def fingerprint(config, splits):
-    """A digest of what the screening depends on: each file's name, size and modification
-    time (stat, in parallel: no file is opened), the crop size the check compares with,
-    whether the check runs, and the toolkit's version."""
+    """A digest of each file's name, size and modification time (stat, in parallel), the
+    crop size, whether the check runs, and the toolkit's version."""
     digest = hashlib.blake2b(digest_size=16)
     code = provenance.code()
     digest.update(f"{code['toolkit']} {config.data.crop_size} {config.check.at_start}".encode())
@@ -68,8 +63,7 @@ def _stats(paths):
 
 
 def screen(config, splits):
-    """Rank 0's ``Screening`` of ``splits``, read from the cache of an unchanged tree or
-    from every image's header (the data check's fast pass where it runs)."""
+    """Rank 0's ``Screening`` of ``splits``, from the cache of an unchanged tree or read."""
     cache = os.path.join(config.run.output_dir, CACHE_FILE)
     key = fingerprint(config, splits)
     cached = _read_cache(cache, key)
@@ -118,8 +112,7 @@ def _read_cache(path, key):
 
 def screening_problem(value, splits):
     """Why ``value``, rank 0's screening read from the job's store, cannot be this rank's
-    (as ``dataclasses.asdict`` of a ``Screening`` of ``splits``), or None: its broken files
-    are positions in each split's image list, and they pick the files the loaders skip."""
+    (``dataclasses.asdict`` of a ``Screening`` of ``splits``), or None."""
     names = [f.name for f in dataclasses.fields(Screening)]
     if not isinstance(value, dict) or sorted(value) != sorted(names):
         return f"not a screening (a mapping of {', '.join(names)})"
@@ -141,11 +134,8 @@ def screening_problem(value, splits):
 
 
 def screened(config, train_split, val_split, rank, share):
-    """(the run's ``Screening`` of its image tree, None for record files; the train and val
-    splits carrying their broken files for the loaders, ``DataSplit.with_broken``), the
-    same on every rank: rank 0 screens, ``share(name, value)`` gives its result to all.
-    With the data check the broken files are refused here, as the loaders would refuse
-    them."""
+    """(the run's ``Screening``, None for record files; the train and val splits carrying
+    their broken files), the same on every rank: rank 0 screens, ``share`` gives it to all."""
     splits = [s for s in (train_split, val_split) if s is not None and s.image_list is not None]
     if not splits:
         return None, train_split, val_split

@@ -1,14 +1,6 @@
-"""The backends that run an exported model, by name: the one table that
-``inference.py --backend`` (its choices), the inference command and the export's
-verification (``verify.py``) read. A new backend is one module beside this one and one
-row here.
-
-Each row: the device it runs on, the precisions it takes and the flag that sets them
-(``--cpu-precision`` on CPUs, ``--trt-precision`` on TensorRT), how it reads an export
-from PIR, whether this machine can run it, and how to build a classifier (float images
-in, class probabilities out) for an exported folder. What reads the table asks the row,
-not the backend's name; a backend that needs an optional package declares it in
-``core/optional.py``.
+"""The backends that run an exported model, by name: the one table that ``--backend``, the
+inference command and the export's verification read. A new backend is one module beside
+this one and one row here; what reads the table asks the row, not the backend's name.
 """
 
 import dataclasses
@@ -68,10 +60,6 @@ def _paddle(name):
     return build
 
 
-def _openvino(model_dir, inference_config, input_shape, max_batch, quantized):
-    return OpenVinoClassifier(model_dir, inference_config, input_shape, max_batch, quantized)
-
-
 def _onnxruntime(model_dir, inference_config, input_shape, max_batch, quantized):
     return OnnxClassifier(model_dir, inference_config)
 
@@ -101,7 +89,7 @@ BACKENDS = {
             "cpu",
             ("fp32", "bf16", "int8"),
             lambda: optional.has_openvino,
-            _openvino,
+            OpenVinoClassifier,
             reads_pir_through_onnx=True,
         ),
         Backend(
@@ -119,8 +107,7 @@ CHOICES = (AUTO,) + tuple(BACKENDS)
 
 def resolve(requested):
     """The Backend row of ``--backend requested``: ``auto`` becomes trt on GPU machines
-    with TensorRT, gpu on those without, and cpu elsewhere; the GPU backends need a GPU
-    (and trt TensorRT's libraries)."""
+    with TensorRT, gpu on those without, and cpu elsewhere."""
     if requested == AUTO:
         if not devices.gpu_available():
             return BACKENDS["cpu"]
@@ -136,11 +123,9 @@ def resolve(requested):
 
 def chosen(inference_config, info):
     """(Backend row, one line saying which and why, or None) for the export whose
-    model.json is ``info``. ``auto`` on a CPU takes the toolkit's OpenVINO backend where
-    OpenVINO is installed and the export's verification (``export_model.py
-    --verify-images``, ``verify.py``) passed it in the precision asked: on the same exports
-    it ran bf16 at 1.0-2.9x and int8 at 1.5-1.9x Paddle Inference's speed, fp32 at 1.1-1.3x
-    (docs/measurements.md); Paddle Inference otherwise. GPU machines as ``resolve``."""
+    model.json is ``info``. ``auto`` on a CPU takes OpenVINO where the export's
+    verification passed it in the precision asked: it ran bf16 at 1.0-2.9x and int8 at
+    1.5-1.9x Paddle Inference's speed, fp32 at 1.1-1.3x (docs/measurements.md)."""
     requested = inference_config.backend
     if requested != AUTO or devices.gpu_available():
         return resolve(requested), None
@@ -162,9 +147,7 @@ def chosen(inference_config, info):
 
 
 def build_classifier(inference_config, max_batch):
-    """(classifier, model.json content, backend row, the lines saying which backend
-    ``auto`` took and why and what runs) for the exported model of ``inference_config``:
-    what inference.py and the server (``serve.py``) run."""
+    """(classifier, model.json content, backend row, the lines on what runs and why)."""
     exported.check_dir(inference_config.directory)
     info = exported.read_info(inference_config.directory)
     backend, why = chosen(inference_config, info)

@@ -1,15 +1,12 @@
-"""Requests that arrive together run as one batch (the server's dynamic batching; KServe's
-Python ModelServer has none: its batcher is the agent sidecar of an InferenceService, for
-the v1 protocol's instances).
+"""Requests that arrive together run as one batch (KServe's Python ModelServer has no
+dynamic batching: its batcher is an InferenceService's sidecar, for the v1 protocol).
 
-Each request's images wait in one queue on the server's event loop. The first of a batch
-waits at most ``max_wait`` for others while fewer than ``max_batch`` images are queued;
-then the queued requests, whole and in order, up to ``max_batch`` images, run as one batch
-on the engine: one thread, one batch at a time (a classifier is not thread-safe, and it
-uses every core itself). While a batch runs, the next one gathers, so under load batches
-fill without waiting. A batch runs as a few calls of fixed sizes (``batch_sizes``, largest
-first): OpenVINO then compiles a static-shape model for those few sizes only
-(``openvino_runtime.PerBatchSize``), all during the warm-up."""
+The first request of a batch waits at most ``max_wait`` for others while fewer than
+``max_batch`` images are queued; then the queued requests, whole and in order, run as one
+batch on the engine: one thread, one batch at a time (a classifier is not thread-safe, and
+it uses every core itself). While a batch runs, the next one gathers. A batch runs as a few
+calls of fixed sizes (``batch_sizes``): OpenVINO then compiles a static-shape model for
+those few sizes only, all during the warm-up."""
 
 import asyncio
 import collections
@@ -34,9 +31,7 @@ def split(count, sizes):
 
 
 class Batcher:
-    """``await batcher(images)``: (the probabilities of ``images``, a request's batch, and
-    how many images the batch they ran in held), run together with the requests queued
-    beside it through ``classify`` (a float batch -> probabilities)."""
+    """``await batcher(images)``: (their probabilities, how many images their batch held)."""
 
     def __init__(self, classify, max_batch, max_wait_seconds):
         self.classify = classify
@@ -58,8 +53,7 @@ class Batcher:
         return np.concatenate(calls)
 
     def warm_up(self, input_shape):
-        """Run each size once (OpenVINO compiles its model then): the first inference, on
-        the engine's thread, before the server says it is ready."""
+        """Run each size once (OpenVINO compiles its model then), before the server is ready."""
         for size in self.sizes:
             self.engine.submit(self.run, np.zeros([size, *input_shape], np.float32)).result()
 
@@ -77,8 +71,7 @@ class Batcher:
         return sum(len(images) for images, _, _ in self.queued)
 
     async def _gather(self):
-        """Wait for the first request, then up to ``max_wait`` after its arrival for
-        others, unless ``max_batch`` images are queued first."""
+        """Wait for the first request, then up to ``max_wait`` after its arrival for others."""
         while not self.queued:
             self.arrived.clear()
             await self.arrived.wait()

@@ -8,8 +8,7 @@ from paddle_resnet.core.errors import UserError
 
 
 def checked_batch(images, input_shape):
-    """``images`` as the contiguous float32 batch a backend takes, or a UserError when
-    their shape is not the model's ``input_shape`` (without the batch)."""
+    """``images`` as a contiguous float32 batch, or a UserError for another shape."""
     images = np.ascontiguousarray(images, dtype=np.float32)
     if images.ndim != 4 or tuple(images.shape[1:]) != tuple(input_shape):
         raise UserError(

@@ -22,8 +22,7 @@ def preprocessing(data_config, info):
 
 
 def validation_batches(data_split, data_config, info):
-    """Batches of ``data_split`` preprocessed as the model was exported (the validation
-    pipeline): what accuracy, prediction and INT8 calibration feed the model."""
+    """Batches of ``data_split`` through the validation pipeline, as the model was exported."""
     shape = info["input_shape"]
     channels = shape[0] if info["layout"] == "NCHW" else shape[-1]
     return make_loader(

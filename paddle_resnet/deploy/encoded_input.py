@@ -1,10 +1,8 @@
-"""Encoded images (what a client sends the server: JPEG, PNG) as the exported model's input,
-preprocessed as the model was exported (its model.json) and as the validation pipeline
-that ``inference.py --mode predict`` feeds does it (``data/dali.py``): decoded to RGB with
-the EXIF orientation applied (DALI's ``adjust_orientation``), the shorter side resized to
-``resize_short`` (bilinear, antialiased when shrinking), the centred ``crop_size`` square
-(its corner rounded half up, as DALI's ``crop_pos`` 0.5 places it), normalised, in the
-model's layout (a zero fourth channel for 4-channel NHWC models).
+"""Encoded images (what a client sends the server) as the exported model's input,
+preprocessed as the validation pipeline does it: decoded to RGB with the EXIF orientation
+applied, the shorter side resized to ``resize_short`` (bilinear, antialiased when
+shrinking), the centred ``crop_size`` square (its corner rounded half up, as DALI's
+``crop_pos`` 0.5 places it), normalised, in the model's layout.
 
 Pillow does it instead of DALI, so a serving machine needs no DALI. Both decode with
 libjpeg-turbo (the same pixels); the resampling differs a little: before normalisation,
@@ -27,9 +25,8 @@ def _half_up(value):
 
 
 class ImagePreprocessing:
-    """Encoded image bytes -> one float32 input of the exported model (``model.json``
-    ``info``); an image of more than ``max_pixels`` (width x height) is refused before it is
-    decoded."""
+    """Encoded image bytes -> one float32 input of the exported model; an image of more
+    than ``max_pixels`` is refused before it is decoded."""
 
     def __init__(self, info, max_pixels=None):
         self.max_pixels = max_pixels

@@ -1,9 +1,6 @@
-"""Export: a checkpoint or pretrained parameters become the exported-model folder
-(``exported.py``), written through a staging folder so an earlier export survives a
-crash; optionally post-training quantized (``ptq.py``), converted to ONNX
-(``onnx_export.py``) and OpenVINO (``openvino_conversion.py``), and verified against the
-fp32 Paddle predictor on real images (``verify.py``). The model itself comes the way
-training and evaluation take their weights (``training/prepare.inference_model``)."""
+"""Export: a checkpoint or pretrained parameters become the exported-model folder, written
+through a staging folder so an earlier export survives a crash; optionally quantized,
+converted to ONNX and OpenVINO, and verified against the fp32 Paddle predictor."""
 
 import dataclasses
 import json
@@ -29,8 +26,7 @@ from paddle_resnet.training import prepare
 
 
 def export(config):
-    """Write the inference model of ``config`` (from the IR of ``--ir``: inference.pdmodel
-    from the legacy IR, inference.json from PIR); returns the export report."""
+    """Write the inference model of ``config``; returns the export report."""
     # The exported model takes fp32 images, whatever DALI fed training (--dali-output-fp16).
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, output_fp16=False))
     inf = config.inference
@@ -51,8 +47,7 @@ def export(config):
 
 
 def _write(config, model):
-    """The folder of ``model`` (a ``prepare.InferenceModel``), complete or not at all,
-    and the export report."""
+    """The folder of ``model``, complete or not at all, and the export report."""
     out_dir = config.inference.directory
     info = exported.describe(config, model.input_shape, model.sparsity, model.quantization)
     with staged_directory(out_dir) as staging:  # an earlier export survives a crash
@@ -85,8 +80,7 @@ def _write(config, model):
 
 def _post_training_quantize(config, model_dir, info):
     """Quantize the fp32 model just written to ``model_dir``; returns how, for model.json.
-    Calibration reads training images (never synthetic ones, and not the validation
-    images the model is then measured on) through the validation pipeline."""
+    Calibration reads training images, not the validation images the model is measured on."""
     inf = config.inference
     if not config.data.image_root:
         raise ConfigError("--ptq-algo needs --image-root: it calibrates on real training images")
@@ -95,8 +89,6 @@ def _post_training_quantize(config, model_dir, info):
 
 
 def calibration_batches(config, info):
-    """The calibration images of ``config`` (``--calibration-images``) as the model
-    ``info`` describes takes them: feed batches through the validation pipeline, spread
-    over the (class-sorted) training images, whose first ones are one class."""
+    """The calibration images, spread over the class-sorted training images."""
     calibration = open_split(config.data, "train").spread(config.inference.calibration_images)
     return dali_input.validation_batches(calibration, config.data, info)

@@ -1,9 +1,7 @@
 """The exported inference model folder, its format: the layout, model.json, and the
-readers that inference.py, the predictors, the conversions and the sparsity checker
-use. Export writes the folder (``export.py``); the conversions add their files to it
-(``onnx_export``, ``openvino_conversion``, ``pir_tensorrt``); nothing here writes but
-``write`` and ``write_info``: a reader never writes (``check_dir`` only finishes a
-replacement a crash interrupted, as every read of a staged folder does: ``core/atomic``).
+readers. Nothing here writes but ``write`` and ``write_info``: a reader never writes
+(``check_dir`` only finishes a replacement a crash interrupted, as every read of a staged
+folder does: ``core/atomic``).
 
     <dir>/inference.pdmodel, inference.pdiparams   program and weights (paddle.static.save_inference_model)
     <dir>/inference.json                           the program instead, exported from PIR (--ir pir)
@@ -42,9 +40,7 @@ TENSORRT_SETTINGS_FILE = "settings.json"
 
 
 def describe(config, input_shape, sparsity, quantization):
-    """model.json's content for a model exported from ``config``: ``sparsity`` the
-    pattern its weights hold and which (``training/sparsity/pattern.record``, None when
-    dense), ``quantization`` how it was quantized (None: fp32)."""
+    """model.json's content for a model exported from ``config``."""
     data = config.data
     return {
         "arch": config.model.arch,
@@ -74,8 +70,7 @@ def sparsity(info):
 
 
 def write(out_dir, exe, program, image, output, classes):
-    """The model (``image`` in, ``output`` out) and classes.json into ``out_dir``; its
-    model.json follows, once the export knows all of it (``write_info``)."""
+    """The model and classes.json into ``out_dir``; its model.json follows (``write_info``)."""
     paddle.static.save_inference_model(
         os.path.join(out_dir, PREFIX), [image], [output], exe, program=program
     )
@@ -83,7 +78,7 @@ def write(out_dir, exe, program, image, output, classes):
 
 
 def write_info(out_dir, info):
-    """model.json: what the model is and how it was made (``describe``, quantization)."""
+    """model.json: what the model is and how it was made."""
     with open(os.path.join(out_dir, INFO_FILE), "w") as handle:
         json.dump(info, handle, indent=1)
 
@@ -122,9 +117,7 @@ def is_pir_export(model_dir):
 def check_paddle_reads(model_dir):
     """UserError, in one line, where the running Paddle cannot read the export's program:
     PIR's inference.json needs Paddle 3 (Paddle 2.6's predictor crashed on it with a
-    segmentation fault, without a word). ONNX Runtime and OpenVINO serve its model.onnx
-    on any Paddle. In the PIR-only rehearsal a legacy export is refused: its program is
-    the legacy IR's."""
+    segmentation fault, without a word); the PIR-only rehearsal refuses a legacy export."""
     if not is_pir_export(model_dir) and bootstrap.pir_only():
         raise UserError(
             f"{model_dir}: exported from the legacy IR (inference.pdmodel), which "
@@ -143,15 +136,13 @@ def check_paddle_reads(model_dir):
 
 
 def model_paths(model_dir):
-    """(program file, parameters file), as paddle.inference.Config takes them (either
-    program format: Paddle Inference reads both; Paddle 2.6 the legacy one only)."""
+    """(program file, parameters file), as paddle.inference.Config takes them."""
     check_paddle_reads(model_dir)
     return model_file(model_dir), os.path.join(model_dir, PARAMS_FILE)
 
 
 def read_info(model_dir):
-    """What the export recorded: architecture, input shape, layout, preprocessing; the
-    keys its readers take checked."""
+    """What the export recorded (model.json), the keys its readers take checked."""
     path = os.path.join(model_dir, INFO_FILE)
     required = {"num_classes": int, "layout": str, "input_shape": list, "preprocess": dict}
     try:
@@ -161,9 +152,8 @@ def read_info(model_dir):
 
 
 def quantized_in_paddle(model_dir):
-    """Whether the export's Paddle program carries quantize ops (a quantized legacy
-    export, a PIR QAT export), not only model.onnx (a PIR PTQ export: its program is
-    fp32, its ranges in model.json)."""
+    """Whether the export's Paddle program carries quantize ops, not only model.onnx (a PIR
+    PTQ export: its program is fp32, its ranges in model.json)."""
     quantization = read_info(model_dir).get("quantization")
     return bool(quantization) and "input_ranges" not in quantization
 

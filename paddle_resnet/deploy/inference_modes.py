@@ -1,8 +1,6 @@
 """What inference.py does with an exported model: accuracy over a validation tree,
-latency and throughput per batch size, or the classes of image files, through the
-backend ``--backend`` names (``backends.py``); ``--mode serve`` hands the process over to
-the server (``serve.py``). Preprocessing (resize, crop,
-normalisation, layout) comes from the model's model.json, written by export_model.py,
+latency and throughput per batch size, or the classes of image files; ``--mode serve``
+hands the process over to the server. Preprocessing comes from the model's model.json,
 so it always matches training."""
 
 import os
@@ -31,16 +29,14 @@ from paddle_resnet.data.folder import (
     ImageList,
     check_class_names,
     check_num_classes,
-    images_under,
+    class_contents,
     unreadable_images,
 )
 from paddle_resnet.deploy import backends, dali_input, exported, serve
 
 
 def build_classifier(config, max_batch, report=None):
-    """(classifier, model.json content, backend row) for the exported model of
-    ``config``; the lines on which backend ``auto`` took and on what runs (OpenVINO's) go
-    to ``report``."""
+    """(classifier, model.json content, backend row); the lines on it go to ``report``."""
     classifier, info, backend, notes = backends.build_classifier(config.inference, max_batch)
     for line in notes if report is not None else ():
         report.print(line)
@@ -50,14 +46,10 @@ def build_classifier(config, max_batch, report=None):
 def accuracy(config, report):
     """Top-1 / top-k over every image of <image-root>/val, exactly once."""
     classifier, info, backend = build_classifier(config, config.data.batch_size, report)
-    val_split = open_split(config.data, "val")
-    check_num_classes(val_split, info["num_classes"], f"{config.data.image_root}/val")
-    check_class_names(
-        val_split.classes,
-        exported.read_classes(config.inference.directory),
-        f"{config.data.image_root}/val",
-        config.inference.directory,
-    )
+    val_split, where = open_split(config.data, "val"), f"{config.data.image_root}/val"
+    check_num_classes(val_split, info["num_classes"], where)
+    model_dir = config.inference.directory
+    check_class_names(val_split.classes, exported.read_classes(model_dir), where, model_dir)
     classes = val_split.classes
     totals, confusion = np.zeros(4), np.zeros((len(classes), len(classes)))
     start = time.perf_counter()
@@ -129,7 +121,7 @@ def _predict_files(paths):
     files = []
     for path in paths:
         if os.path.isdir(path):
-            found = images_under(path)
+            found = class_contents(path)[0]  # its subfolders' images too
             if not found:
                 raise DataError(
                     f"{path}: no images in it or its subfolders ({', '.join(IMAGE_EXTENSIONS)})"
@@ -145,13 +137,8 @@ def _predict_files(paths):
 
 
 def predict(config, report):
-    """Top-k class names with probabilities for each given image (files, or folders read
-    with their subfolders). Where an image's folder is named after one of the model's
-    classes (a validation tree), the accuracy over those images follows, per class too.
-
-    Images that cannot be decoded are named and left out; the others are predicted,
-    and then a DataError (exit code 2) says how many failed.
-    """
+    """Top-k classes of each given image, and the accuracy over those in folders named after
+    classes; images that cannot be decoded are named, left out, and then refused."""
     given = _predict_files(config.inference.images)
     # Checked before DALI sees them: DALI 2.4's CPU decoder crashes (SIGSEGV) when
     # dozens of samples of one batch fail, as when a broken file pads the last batch.
@@ -187,11 +174,8 @@ def _predict(config, report, files):
             }
             predictions.append(entry)
             report.log("PREDICT", entry, kind="PREDICT", console=False)
-            report.print(
-                image
-                + ": "
-                + ", ".join(f"{p['class']} {p['probability']:.3f}" for p in entry["top"])
-            )
+            tops = ", ".join(f"{p['class']} {p['probability']:.3f}" for p in entry["top"])
+            report.print(f"{image}: {tops}")
             folder = os.path.basename(os.path.dirname(image))
             if folder in index:
                 add_confusions(confusion, best[None], [index[folder]])

@@ -1,13 +1,8 @@
 """KServe's ModelServer (kserve 0.21: the Open Inference Protocol over REST and gRPC) serving
-an export, with what the toolkit adds (docs/guide.md#serve), each where KServe takes it: the
-model (``ExportModel``), its data plane (``ExportDataPlane``: ready when its models are, the
-export's metadata, REST's binary inputs kept as bytes), KServe's REST and gRPC servers on
-``--host`` with the size limit (``ExportServer``: KServe's own bind every interface and read
-gRPC's limit from KServe's module globals, which nothing here writes; ``BodyLimit``: a body
-streamed in chunks too), one line in the log for a refused request.
-
-kserve is optional (``core/optional.py``): ``serve.py`` imports this module only where it is
-installed."""
+an export, with what the toolkit adds (docs/guide.md#serve), each where KServe takes it.
+KServe's own servers bind every interface and read gRPC's limit from KServe's module
+globals, which nothing here writes; a refused request is one line in the log. ``serve.py``
+imports this module only where kserve is installed."""
 
 import asyncio
 import json
@@ -47,7 +42,7 @@ EVERY_INTERFACE = "0.0.0.0"
 
 
 def _refuse(status, message):
-    """An ASGI app answering ``status`` with KServe's error body; the log's one line."""
+    """An ASGI app answering ``status`` with KServe's error body."""
     kserve_logging.logger.warning("refused: %s", message)
 
     async def respond(scope, receive, send):
@@ -60,10 +55,8 @@ def _refuse(status, message):
 
 
 class BodyLimit:
-    """ASGI middleware: a request body of more than ``limit`` bytes is answered 413: before
-    it is read where its Content-Length says so, else (a body streamed in chunks) once that
-    many bytes have come, the rest unread. A body without a length is read here and handed
-    on as it came."""
+    """ASGI middleware: a body of more than ``limit`` bytes is answered 413, before it is
+    read where its Content-Length says so, else once that many bytes have come."""
 
     def __init__(self, app, limit):
         self.app = app
@@ -99,9 +92,8 @@ class BodyLimit:
 
 
 def quiet_refusals(client_errors, not_ready):
-    """A logging filter for KServe's records of its answers: a refused request (an
-    exception in ``client_errors``) becomes one warning line without its traceback; a "not
-    ready" (``not_ready``: a readiness probe during the warm-up) one line of information."""
+    """A logging filter: a refused request (``client_errors``) becomes one warning line
+    without its traceback; a "not ready" (a probe during the warm-up) one line of information."""
 
     def one_line(record):
         error = record.exc_info[1] if record.exc_info else None
@@ -117,8 +109,7 @@ def quiet_refusals(client_errors, not_ready):
 
 
 def describe_malformed(errors):
-    """One line for a REST body that is no v2 request (the validation ``errors`` of
-    pydantic, as FastAPI gives them or not)."""
+    """One line for a REST body that is no v2 request (pydantic's validation ``errors``)."""
     first = errors[0] if errors else {}
     where = tuple(first.get("loc", ()))
     while where[:1] in (("body",), ("InferenceRequest",)):  # where FastAPI found it
@@ -132,8 +123,7 @@ def describe_malformed(errors):
 
 
 def json_length(value, body):
-    """The binary data extension's header ``value``: the length of the JSON that starts
-    ``body``, checked."""
+    """The binary data extension's header ``value`` (the JSON's length), checked."""
     if not (value.isascii() and value.isdigit()) or int(value) > len(body):
         raise errors.InvalidInput(
             f"{JSON_LENGTH_HEADER} {value!r}: the length of the request's JSON, a whole number "
@@ -143,9 +133,8 @@ def json_length(value, body):
 
 
 def binary_request(body, json_length, model_name):
-    """A REST request in the binary data extension's form (a JSON header of
-    ``json_length`` bytes, then each binary input's bytes) as KServe's InferRequest, its
-    binary inputs kept as the bytes they are."""
+    """A REST request of the binary data extension as KServe's InferRequest, its binary
+    inputs kept as bytes."""
     try:
         header = json.loads(body[:json_length])
         inputs, raw, offset = [], [], json_length
@@ -179,8 +168,7 @@ def binary_request(body, json_length, model_name):
 
 
 class ExportModel(kserve.Model):
-    """The export as KServe's model: requests read by ``served`` (a ServedExport), run by
-    ``batcher``."""
+    """The export as KServe's model: requests read by ``served``, run by ``batcher``."""
 
     def __init__(self, served, batcher):
         super().__init__(served.name)
@@ -233,8 +221,7 @@ class ExportModel(kserve.Model):
 
 
 class ExportDataPlane(dataplane.DataPlane):
-    """KServe's data plane, ready when its models are, with the export's metadata
-    (``served``) and binary inputs kept as bytes."""
+    """KServe's data plane, ready when its models are, binary inputs kept as bytes."""
 
     def __init__(self, model_registry, served):
         super().__init__(model_registry=model_registry)
@@ -269,9 +256,8 @@ class ExportDataPlane(dataplane.DataPlane):
 
 
 class ExportGRPCServer(grpc_server.GRPCServer):
-    """KServe's gRPC server on ``host`` (KServe's listens on every interface), taking
-    messages of at most ``limit`` bytes (KServe's reads its limit from its module's
-    command-line arguments)."""
+    """KServe's gRPC server on ``host``, taking messages of at most ``limit`` bytes
+    (KServe's reads its limit from its module's command-line arguments)."""
 
     def __init__(self, host, limit, *args, **kwargs):
         super().__init__(*args, kwargs={}, **kwargs)
@@ -302,10 +288,8 @@ class ExportGRPCServer(grpc_server.GRPCServer):
 
 
 class ExportRESTServer(rest_server.RESTServer):
-    """KServe's REST server on ``host`` (KServe's listens on every interface), its FastAPI
-    app (KServe's ``app``, which KServe's ``create_application`` fills) with the toolkit's
-    additions: the limit on a body, the metadata with the export's parameters, one line
-    and a 4xx for a body that is no v2 request or asks for what is not served."""
+    """KServe's REST server on ``host``, its FastAPI app with the limit on a body, the
+    export's metadata, and a 4xx for a body that is no v2 request or what is not served."""
 
     def __init__(self, host, limit, *args, **kwargs):
         super().__init__(constants.FASTAPI_APP_IMPORT_STRING, *args, **kwargs)
@@ -325,25 +309,25 @@ class ExportRESTServer(rest_server.RESTServer):
         app.add_exception_handler(NotImplementedError, _not_served)
 
 
-async def _malformed(request, error):
-    """A body that is no v2 request: 400 and one line, as KServe answers bad input
-    (FastAPI's own answer is a 422 listing its validation)."""
-    message = describe_malformed(error.errors())
+def _json_refusal(status, message):
     kserve_logging.logger.warning("refused: %s", message)
-    return responses.JSONResponse({"error": message}, status_code=400)
+    return responses.JSONResponse({"error": message}, status_code=status)
+
+
+async def _malformed(request, error):
+    """A body that is no v2 request: 400, as KServe answers bad input (FastAPI's is a 422
+    listing its validation)."""
+    return _json_refusal(400, describe_malformed(error.errors()))
 
 
 async def _not_served(request, error):
     """What KServe's routes do not implement (a model version, an explainer): 404, as a
-    model of that name would be, and one line (KServe's is a 501 and a traceback)."""
-    message = f"{request.url.path}: {error}"
-    kserve_logging.logger.warning("refused: %s", message)
-    return responses.JSONResponse({"error": message}, status_code=404)
+    model of that name would be (KServe's is a 501 and a traceback)."""
+    return _json_refusal(404, f"{request.url.path}: {error}")
 
 
 class ExportServer(kserve.ModelServer):
-    """KServe's ModelServer serving ``model`` (an ExportModel of ``served``) on ``host``,
-    refusing requests of more than ``limit`` bytes."""
+    """KServe's ModelServer serving ``model`` on ``host``, taking at most ``limit`` bytes."""
 
     def __init__(self, model, served, host, limit, **settings):
         super().__init__(**settings)
@@ -352,8 +336,7 @@ class ExportServer(kserve.ModelServer):
         self.register_model(model)
 
     def start(self):
-        """Serve until SIGTERM or SIGINT has drained the requests in flight: KServe's
-        ``start`` with one REST process, its servers given the host and the limit."""
+        """KServe's ``start`` with one REST process, its servers given the host and limit."""
         shared = (self.dataplane, self.model_repository_extension)
         self._rest_server = ExportRESTServer(
             self.host,
@@ -374,8 +357,7 @@ class ExportServer(kserve.ModelServer):
 
 def configure_logging(verbose):
     """KServe's loggers with their own handlers (Paddle's import gave the root logger one
-    that writes into the buffer bootstrap.paddle_chatter hid Paddle's prints in); refusals
-    in one line; KServe's and uvicorn's lines per request only when ``verbose``."""
+    that writes into the buffer bootstrap.paddle_chatter hid Paddle's prints in)."""
     kserve_logging.configure_logging(kserve_logging.KSERVE_LOG_CONFIG)
     refusals = quiet_refusals(
         (errors.InvalidInput, errors.ModelNotFound), (errors.ModelNotReady, errors.ServerNotReady)
@@ -391,8 +373,7 @@ def configure_logging(verbose):
 
 
 def model_server(served, batcher, settings, verbose):
-    """(KServe's ModelServer serving ``served`` through ``batcher``, not ready yet; the
-    model)."""
+    """(KServe's ModelServer serving ``served`` through ``batcher``, not ready yet; its model)."""
     configure_logging(verbose)
     model = ExportModel(served, batcher)
     server = ExportServer(

@@ -8,10 +8,8 @@ from paddle_resnet.deploy.exported import loaded
 
 
 def matmul_input_ranges(model_dir):
-    """{weight name: the int8 range (absolute maximum) of its input} for each matmul of
-    a quantized legacy export whose input and weight are both quantized (the classifier):
-    paddle2onnx 1.2.11 writes those matmuls in fp32, dropping the input's quantization
-    and folding the weight's, so ``onnx_int8`` restores them from these ranges."""
+    """{weight name: the int8 range of its input} for each matmul of a quantized legacy
+    export whose input and weight are both quantized (the classifier)."""
     with loaded(model_dir) as (program, scope):
         ops = program.global_block().ops
         dequantized = {op.output("Y")[0]: op for op in ops if op.type == "dequantize_linear"}

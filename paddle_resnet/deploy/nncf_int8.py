@@ -1,14 +1,10 @@
 """OpenVINO's own int8: an export's fp32 ``model.onnx`` quantized by NNCF, the yardstick
-the toolkit's int8 is measured against (speed: scripts/benchmark_inference.py; accuracy:
-scripts/compare_quantization.py --nncf). It is not a PTQ engine of export_model.py: on
-the demo and on ResNet-50 it was neither faster nor more accurate than the toolkit's own
-scales (docs/measurements.md, "CPU inference"), which serve Paddle Inference, ONNX Runtime
-and OpenVINO alike.
+the toolkit's int8 is measured against (scripts/benchmark_inference.py,
+scripts/compare_quantization.py --nncf). Not a PTQ engine of export_model.py: it was
+neither faster nor more accurate than the toolkit's own scales (docs/measurements.md).
 
 NNCF lives outside the venv (scripts/setup_nncf.sh: its numpy 2 would replace the numpy
-1.26 Paddle 2.6 needs), in a folder that only a child process sees: ``nncf_quantize.py``
-runs with that folder on its PYTHONPATH and hands back an OpenVINO IR file, as
-``pir_tensorrt.py`` runs Paddle-TRT's conversion in a process of its own.
+1.26 Paddle 2.6 needs), in a folder that only a child process sees (``nncf_quantize.py``).
 """
 
 import os
@@ -44,14 +40,12 @@ def _run_child(site, purpose, *args):
 
 
 def version(site, purpose):
-    """The version of the NNCF in ``site``; a UserError naming scripts/setup_nncf.sh
-    when there is none, said as what ``purpose`` needs."""
+    """The version of the NNCF in ``site``; a UserError saying ``purpose`` needs it."""
     return _run_child(site, purpose, "version")
 
 
 def quantize(site, onnx_path, batches, preset, out_path):
-    """``out_path``: an OpenVINO IR (.xml and .bin) of the fp32 ``onnx_path`` quantized
-    by NNCF with ``preset``, calibrated on the images of ``batches``."""
+    """``out_path``: an OpenVINO IR of ``onnx_path`` quantized by NNCF on ``batches``."""
     with tempfile.TemporaryDirectory(prefix="nncf_images_") as scratch:
         images = os.path.join(scratch, "images.npy")
         np.save(images, np.concatenate(list(batches)))

@@ -1,7 +1,5 @@
-"""NNCF's side of ``nncf_int8.py``, run by it as a process of its own with NNCF's
-folder on its PYTHONPATH: the copies of packages NNCF brought (numpy 2 among them,
-which scripts/setup_nncf.sh deletes) never reach a process that runs Paddle. It
-imports neither Paddle nor the toolkit, which would load Paddle.
+"""NNCF's side of ``nncf_int8.py``, run by it as a process of its own with NNCF's folder
+on its PYTHONPATH; it imports neither Paddle nor the toolkit, which would load Paddle.
 
     python -P nncf_quantize.py version
     python -P nncf_quantize.py quantize <fp32 model.onnx> <images.npy> <preset> <out.xml>
@@ -15,9 +13,8 @@ import openvino as ov
 
 
 def quantize(onnx_path, images_path, preset, out_path):
-    """The fp32 ``onnx_path`` as OpenVINO reads it, quantized by NNCF (its OpenVINO
-    backend, the path OpenVINO documents) with ``preset`` on the images of
-    ``images_path``, one per item so that subset_size counts images; written as an
+    """The fp32 ``onnx_path`` quantized by NNCF's OpenVINO backend with ``preset`` on the
+    images of ``images_path`` (one per item: subset_size counts images), written as an
     OpenVINO IR with its weights as they are (the IR's default compresses them to fp16)."""
     images = [image[None] for image in np.load(images_path)]
     model = nncf.quantize(

@@ -15,10 +15,8 @@ from paddle_resnet.deploy.legacy_int8 import matmul_input_ranges
 
 def check_converter(model_dir, quantized, pir):
     """UserError when the installed paddle2onnx cannot convert this model: 1.x reads no
-    PIR inference.json; 2.x (the one for Paddle 3) converts Paddle's int8
-    quantize/dequantize ops as float8 only (it aborts the process: "Only support e4m3 or
-    e5m2 now"), so a quantized legacy export needs 1.2.11; a quantized PIR export is
-    converted in fp32 and quantized by the toolkit (``pir_int8``)."""
+    PIR inference.json; 2.x converts Paddle's int8 quantize/dequantize ops as float8 only
+    (it aborts the process: "Only support e4m3 or e5m2 now")."""
     if not (quantized or pir):
         return
     version = require("paddle2onnx", "--onnx").__version__
@@ -39,9 +37,7 @@ def check_converter(model_dir, quantized, pir):
 
 def write_onnx(model_dir):
     """model.onnx beside the Paddle model in ``model_dir``; returns its path. A quantized
-    legacy export keeps its quantize/dequantize pairs as ONNX QDQ nodes (rewritten for
-    CPU kernels by ``onnx_int8.for_cpu_int8``); a quantized PIR export is converted in
-    fp32 and its recorded or trained ranges written in (``onnx_int8.from_fp32``)."""
+    PIR export is converted in fp32 and its ranges written in."""
     quantization = exported.read_info(model_dir).get("quantization")
     pir = exported.is_pir_export(model_dir)
     check_converter(model_dir, bool(quantization), pir)

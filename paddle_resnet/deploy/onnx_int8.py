@@ -1,24 +1,20 @@
 """The int8 model.onnx made for CPU int8 kernels: activations that cannot be negative
 quantized unsigned, and no requantization in front of a ReLU.
 
-Paddle's PTQ and QAT quantize every activation as signed int8 with zero point 0 (range
-[-128, 127] steps of its scale). After a ReLU half of that range is never used, and the
-CPU's int8 dot products take unsigned activations (VNNI: u8 x s8), so a signed tensor
-is shifted and compensated. Requantized as u8 with zero point 0 over the same range
-[0, 127 x scale], the steps halve and the shift goes: measured on ResNet-50 through
+Paddle's PTQ and QAT quantize every activation as signed int8 with zero point 0. After a
+ReLU half of that range is never used, and the CPU's int8 dot products take unsigned
+activations (VNNI: u8 x s8), so a signed tensor is shifted and compensated. Requantized
+as u8 over the same range, the steps halve and the shift goes: on ResNet-50 through
 OpenVINO, batch 1 went from 0.87x to 0.96x of OpenVINO's own NNCF int8 in one trial
-(docs/measurements.md, "CPU inference", has the benchmark). The Paddle model itself is
-left as quantized (Paddle Inference's oneDNN int8 reads it).
+(docs/measurements.md). The Paddle model itself is left as quantized.
 
-Paddle also quantizes the output of every convolution and residual add, also where a
-ReLU follows and its own output is quantized again: such a pair in front of a ReLU only
-rounds twice, and costs OpenVINO time (NNCF quantizes after the ReLU only). Those pairs
-are removed.
+Paddle also quantizes the output of every convolution and residual add where a ReLU
+follows and its own output is quantized again: such a pair only rounds twice, and costs
+OpenVINO time (NNCF quantizes after the ReLU only). Those pairs are removed.
 
-paddle2onnx 1.2.11 writes a quantized matmul (the classifier) in fp32: it drops the
-quantization of its input and folds that of its weight into an fp32 constant. Both are
-put back from the Paddle model's own ranges (``legacy_int8.matmul_input_ranges``): at
-batch 1 the fp32 classifier's 8 MB of weights are read for every image.
+paddle2onnx 1.2.11 writes a quantized matmul (the classifier) in fp32, dropping the
+quantization of its input and folding that of its weight: both are put back from the
+Paddle model's ranges (at batch 1 the fp32 classifier's 8 MB are read for every image).
 """
 
 import collections
@@ -75,8 +71,7 @@ class _Graph:
             self.graph.node.remove(self.producers.pop(name))
 
     def non_negative(self, name):
-        """Whether tensor ``name`` is a ReLU's output, or one passed on by ops that keep
-        signs (pooling; a dequantize whose quantize reads such a tensor)."""
+        """Whether tensor ``name`` is a ReLU's output, or one passed on by ops that keep signs."""
         node = self.producers.get(name)
         while node is not None and node.op_type in SIGN_PRESERVING:
             if node.op_type == "DequantizeLinear":
@@ -101,8 +96,7 @@ class _Graph:
 
 
 def _drop_requantize_before_relu(graph):
-    """Remove each quantize/dequantize pair between a convolution or add and ReLUs that
-    alone read it; returns how many."""
+    """Remove each quantize/dequantize pair between a convolution or add and ReLUs."""
     dropped = []
     for quantize, dequantizes in graph.quantize_pairs():
         source = graph.producers.get(quantize.input[0])
@@ -126,10 +120,8 @@ WEIGHT_CHANNEL_AXIS = {"Conv": 0, "MatMul": 1}
 
 
 def _input_pair(graph, data, abs_range, name, shared_inputs):
-    """(new nodes, the dequantized name) of a signed quantize/dequantize pair of tensor
-    ``data`` over [-abs_range, abs_range], its constants named after ``name``; a pair
-    already made for the same tensor and range is reused (``shared_inputs``: (tensor,
-    range) -> dequantized name), so each tensor is quantized once."""
+    """(new nodes, the dequantized name) of a signed pair of ``data`` over ``abs_range``;
+    one already made for the same tensor and range is reused (``shared_inputs``)."""
     helper = require("onnx.helper", "int8 ONNX export")
     dequantized = shared_inputs.get((data, abs_range))
     if dequantized is not None:
@@ -157,10 +149,8 @@ def _insert_before(graph, node, nodes):
 def _quantize_weighted(graph, input_ranges, op_types, shared_inputs):
     """Quantize each fp32 op of ``op_types`` whose constant weight is named in
     ``input_ranges`` ({weight name: its input's absolute maximum}): the input by a signed
-    pair over that range (``_input_pair``; made unsigned after ReLUs by
-    ``_unsigned_after_relu``), the weight per output channel by its absolute maximum (a
-    legacy export's matmul weights lie on Paddle's int8 grid already, so they come back
-    exactly); returns how many."""
+    pair over that range, the weight per output channel by its absolute maximum (a legacy
+    export's matmul weights lie on Paddle's int8 grid already: they come back exactly)."""
     helper = require("onnx.helper", "int8 ONNX export")
     quantized = 0
     for node in [n for n in graph.graph.node if n.op_type in op_types]:
@@ -197,8 +187,7 @@ def _quantize_weighted(graph, input_ranges, op_types, shared_inputs):
 
 
 def residual_adds(graph):
-    """The Add nodes of two activations (ResNet's residual adds; a bias add has a
-    constant), in graph order."""
+    """The Add nodes of two activations (a bias add has a constant), in graph order."""
     return [
         node
         for node in graph.graph.node
@@ -207,9 +196,8 @@ def residual_adds(graph):
 
 
 def _quantize_residual_adds(graph, add_ranges, shared_inputs):
-    """Both inputs of each residual add quantized by a pair over its range (``add_ranges``:
-    [[range of input 0, of input 1]] per add, in the order of ``residual_adds``); a
-    shortcut already quantized for a convolution keeps that pair. Returns how many adds."""
+    """Both inputs of each residual add quantized over its ``add_ranges`` (per add, in the
+    order of ``residual_adds``); a shortcut quantized for a convolution keeps that pair."""
     adds = residual_adds(graph)
     if len(adds) != len(add_ranges):
         raise UserError(
@@ -230,9 +218,7 @@ def _quantize_residual_adds(graph, add_ranges, shared_inputs):
 
 
 def _sort_topologically(graph):
-    """Order the nodes so that each comes after the producers of its inputs (a shared
-    pair may have been made in front of a later reader first), keeping the order
-    otherwise."""
+    """Each node after the producers of its inputs (a shared pair may come first)."""
     nodes = list(graph.graph.node)
     made = {i.name for i in graph.graph.input} | set(graph.initializers)
     ordered = []
@@ -246,11 +232,9 @@ def _sort_topologically(graph):
 
 
 def _quantize_before_max_pool(graph):
-    """Each pair quantizing a max pool's output moved in front of the pool, which then
-    runs on int8 (``max`` and a quantization commute: the values are the same); the pool's
-    output must be read by that pair alone. NNCF quantizes there too: OpenVINO ran the
-    stem's pool in fp32 behind a quantize of its own otherwise (0.17 ms of ResNet-50's
-    8 ms at batch 1, docs/measurements.md). Returns how many."""
+    """Each pair quantizing a max pool's output (read by it alone) moved in front of the
+    pool, which then runs on int8 (``max`` and a quantization commute), as NNCF does:
+    OpenVINO ran the stem's pool in fp32 otherwise (0.17 ms of ResNet-50's 8 ms at batch 1)."""
     moved = 0
     for quantize, dequantizes in list(graph.quantize_pairs()):
         pool = graph.producers.get(quantize.input[0])
@@ -267,8 +251,7 @@ def _quantize_before_max_pool(graph):
 
 
 def _unsigned_after_relu(graph):
-    """Each signed, zero-point-0 pair of a non-negative activation made unsigned over the
-    same range; returns how many."""
+    """Each signed pair of a non-negative activation made unsigned over the same range."""
     changed = 0
     for quantize, dequantizes in graph.quantize_pairs():
         if len(quantize.input) < 3 or not graph.non_negative(quantize.input[0]):
@@ -277,13 +260,10 @@ def _unsigned_after_relu(graph):
         if zero_point is None or zero_point.dtype != np.int8 or zero_point.any():
             continue
         scale = graph.constant(quantize.input[1]).astype(np.float32)
+        output = quantize.output[0]
         names = (
-            graph.add_constant(
-                quantize.output[0] + ".u8_scale", np.asarray(scale * 127 / 255, np.float32)
-            ),
-            graph.add_constant(
-                quantize.output[0] + ".u8_zero_point", np.zeros(zero_point.shape, np.uint8)
-            ),
+            graph.add_constant(output + ".u8_scale", np.asarray(scale * 127 / 255, np.float32)),
+            graph.add_constant(output + ".u8_zero_point", np.zeros(zero_point.shape, np.uint8)),
         )
         replaced = quantize.input[1:3]
         pair = [quantize, *dequantizes]
@@ -297,9 +277,7 @@ def _unsigned_after_relu(graph):
 
 
 def for_cpu_int8(path, matmul_input_ranges):
-    """Rewrite the int8 model.onnx at ``path`` (module docstring), its fp32 matmuls
-    quantized over ``matmul_input_ranges`` (``_quantize_weighted``); returns {rewrite:
-    how many}."""
+    """Rewrite the int8 model.onnx at ``path`` (module docstring); {rewrite: how many}."""
     onnx = require("onnx", "int8 ONNX export")
     model = onnx.load(path)
     counts = {"dropped before a ReLU": _drop_requantize_before_relu(_Graph(model.graph))}
@@ -312,13 +290,11 @@ def for_cpu_int8(path, matmul_input_ranges):
 
 
 def from_fp32(path, input_ranges, add_ranges=()):
-    """Rewrite the fp32 model.onnx at ``path`` (of a PIR export) into int8: each
-    convolution and matmul whose weight is named in ``input_ranges`` quantized as
-    ``_quantize_weighted`` does, both inputs of each residual add over ``add_ranges``
-    (PTQ's; a QAT model has none), a max pool's quantization moved in front of it
-    (``_quantize_before_max_pool``), after-ReLU inputs unsigned. Only inputs are quantized,
-    never outputs, so there is no requantization in front of a ReLU to remove (NNCF
-    quantizes the same places); returns {rewrite: how many}."""
+    """Rewrite the fp32 model.onnx at ``path`` (of a PIR export) into int8: the inputs and
+    weights of the ops ``input_ranges`` names, both inputs of each residual add over
+    ``add_ranges`` (PTQ's; a QAT model has none), max pools on int8, after-ReLU inputs
+    unsigned. Only inputs are quantized, never outputs, so there is no requantization in
+    front of a ReLU to remove (NNCF quantizes the same places); returns {rewrite: how many}."""
     onnx = require("onnx", "int8 ONNX export")
     model = onnx.load(path)
     graph, shared_inputs = _Graph(model.graph), {}

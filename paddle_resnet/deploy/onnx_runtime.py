@@ -13,8 +13,7 @@ from paddle_resnet.deploy import exported
 
 
 def session(path, threads=0):
-    """An ONNX Runtime CPU session of the model at ``path`` on ``threads`` threads (0:
-    ONNX Runtime's choice)."""
+    """An ONNX Runtime CPU session of the model at ``path`` (``threads`` 0: its choice)."""
     onnxruntime = require("onnxruntime", "--backend onnxruntime")
     options = onnxruntime.SessionOptions()
     # its warnings (initializers paddle2onnx left unused) are chatter: errors only

@@ -1,17 +1,13 @@
-"""The exported model as the Open Inference Protocol (KServe v2) sees it: its metadata,
-what a request may hold, and what a response holds. Independent of the server: the
-inputs are read through their ``name``, ``datatype``, ``shape`` and ``as_numpy()`` (KServe's
-InferInput), the outputs are (name, datatype, array).
+"""The exported model as the Open Inference Protocol (KServe v2) sees it, independent of
+the server: inputs are read through their ``name``, ``datatype``, ``shape`` and
+``as_numpy()`` (KServe's InferInput), outputs are (name, datatype, array).
 
 A request holds one input:
-- ``images``: BYTES, shape [n], encoded images (JPEG, PNG), preprocessed as the export says
-  (``encoded_input.py``); a JSON request carries each as a base64 string (JSON holds no raw
-  bytes), binary data (gRPC, REST's binary extension) as it is;
+- ``images``: BYTES, shape [n], encoded images (JPEG, PNG), in JSON as base64 strings;
 - the export's own input (``data``): FP32, shape [n, *input shape], preprocessed already.
 n is 1 to ``max_batch``. The request parameter ``top_k`` (default: 5, or the number of
 classes if fewer) sets how many classes ``top_classes`` and ``top_probabilities`` name.
-Every refusal is a RequestError: one line naming the problem (the server answers 400 /
-INVALID_ARGUMENT)."""
+Every refusal is a RequestError (the server answers 400 / INVALID_ARGUMENT)."""
 
 import base64
 import binascii
@@ -43,12 +39,10 @@ def _shape(dims):
 
 
 class ServedExport:
-    """What the server knows of the exported model in ``model_dir``: its name, metadata,
-    and how a request becomes images and probabilities become outputs."""
+    """What the server knows of the exported model in ``model_dir``."""
 
     def __init__(self, model_dir, info, backend, precision, max_batch, name=None, max_pixels=None):
         self.name = name or os.path.basename(os.path.abspath(model_dir))
-        self.info = info
         self.classes = exported.read_classes(model_dir)
         self.input_shape = tuple(info["input_shape"])
         self.max_batch = max_batch
@@ -99,19 +93,16 @@ class ServedExport:
         return value
 
     def _one_input(self, inputs):
+        either = (
+            f"{IMAGES!r} (BYTES, encoded images) or "
+            f"{feeds.IMAGE!r} (FP32 {_shape(['n', *self.input_shape])})"
+        )
         if len(inputs) != 1:
-            raise RequestError(
-                f"a request holds one input, {IMAGES!r} (BYTES, encoded images) or "
-                f"{feeds.IMAGE!r} (FP32 {_shape(['n', *self.input_shape])}); "
-                f"this one holds {len(inputs)}"
-            )
+            raise RequestError(f"a request holds one input, {either}; this one holds {len(inputs)}")
         request_input = inputs[0]
         expected = {IMAGES: "BYTES", feeds.IMAGE: "FP32"}
         if request_input.name not in expected:
-            raise RequestError(
-                f"input {request_input.name!r}: this model takes {IMAGES!r} (BYTES, encoded "
-                f"images) or {feeds.IMAGE!r} (FP32 {_shape(['n', *self.input_shape])})"
-            )
+            raise RequestError(f"input {request_input.name!r}: this model takes {either}")
         if request_input.datatype != expected[request_input.name]:
             raise RequestError(
                 f"input {request_input.name!r} is {request_input.datatype}: expected "
@@ -140,8 +131,8 @@ class ServedExport:
             ) from None
 
     def request_images(self, inputs):
-        """The one input of a request, checked: ("encoded", [bytes, ...]) for encoded
-        images, still to decode (``decode``), or ("tensor", float32 batch)."""
+        """The one input of a request, checked: ("encoded", [bytes, ...]) still to decode,
+        or ("tensor", float32 batch)."""
         request_input = self._one_input(inputs)
         shape = list(request_input.shape)
         if any(size < 0 for size in shape):  # [-1] would pass for any number of images
@@ -190,8 +181,7 @@ class ServedExport:
         return np.stack(batch)
 
     def outputs_of(self, probabilities, k):
-        """[(name, datatype, array)] of the response: the probabilities, and the top-k
-        classes' names and probabilities, best first."""
+        """[(name, datatype, array)] of the response, the top-k best first."""
         best = np.argsort(-probabilities, axis=1, kind="stable")[:, :k]
         names = np.array(
             [[self.classes[i].encode() for i in row] for row in best], dtype=np.object_

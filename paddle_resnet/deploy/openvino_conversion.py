@@ -11,13 +11,11 @@ from paddle_resnet.deploy.onnx_export import write_onnx
 
 
 def openvino_model(model_dir, core, ov):
-    """The exported model as OpenVINO reads it: converted once (about a second for
-    ResNet-50), then read from ``<dir>/openvino/model.xml`` while that is newer than its
-    source. The source is inference.pdmodel, or model.onnx (written now if missing) for a
-    quantized model and for a PIR export: OpenVINO 2026.4's Paddle reader refuses
-    Paddle's per-channel quantize/dequantize ops ("quant_axis is NOT in the range of
-    [-1]") and reads no .json ("format .json is not supported"); its ONNX reader takes
-    both. A folder that cannot be written is converted every time."""
+    """The exported model as OpenVINO reads it: converted once, then read from
+    ``<dir>/openvino/model.xml`` while that is newer than its source: inference.pdmodel, or
+    model.onnx (written if missing) for a quantized model and for a PIR export: OpenVINO
+    2026.4's Paddle reader refuses Paddle's per-channel quantize/dequantize ops
+    ("quant_axis is NOT in the range of [-1]") and reads no .json."""
     cached = os.path.join(model_dir, exported.OPENVINO_DIR, exported.OPENVINO_FILE)
     source = os.path.join(model_dir, exported.MODEL_FILE)
     if exported.read_info(model_dir).get("quantization") or exported.is_pir_export(model_dir):

@@ -1,22 +1,12 @@
 """OpenVINO as the CPU backend of the exported model (``inference.py --backend openvino``).
 
-OpenVINO reads the exported model itself: ``inference.pdmodel`` through its Paddle front
-end, or for a quantized model the ``model.onnx`` beside it (written when missing), whose
-quantize/dequantize pairs its ONNX front end turns into int8 FakeQuantize ops (its
-Paddle front end refuses Paddle's per-channel ones). The converted model is cached in
-the exported folder (``openvino_conversion.openvino_model``).
-
-Precisions (``--cpu-precision``):
-- fp32 and bf16: OpenVINO's ``INFERENCE_PRECISION_HINT`` (on AMX CPUs OpenVINO picks bf16
-  unless told f32, so fp32 is asked for explicitly); the precision that ran is read back;
-- int8: the model's own scales (PTQ or QAT, recorded in model.json), so the accuracy a
-  user measured is the accuracy they ship; a model without scales is refused.
-Batches: one static-shape model is compiled (and kept) for each batch size a run calls
-with, under the LATENCY hint (one stream on every ``--cpu-threads`` thread, by default
-all cores): a static shape lets OpenVINO plan memory and pick kernels for that one shape,
-measured up to 1.25x faster than a dynamic batch split over THROUGHPUT's streams
-(ResNet-50, bf16, batch 32). A run compiles once per batch size: its batch, and a smaller
-last one.
+OpenVINO reads the exported model itself (``openvino_conversion.openvino_model``).
+Precisions (``--cpu-precision``): fp32 and bf16 by OpenVINO's ``INFERENCE_PRECISION_HINT``
+(on AMX CPUs OpenVINO picks bf16 unless told f32, so fp32 is asked for explicitly); int8
+by the model's own scales (PTQ or QAT), so the accuracy a user measured is the accuracy
+they ship. One static-shape model is compiled (and kept) for each batch size a run calls
+with, under the LATENCY hint (one stream on every thread): measured up to 1.25x faster
+than a dynamic batch split over THROUGHPUT's streams (ResNet-50, bf16, batch 32).
 """
 
 from paddle_resnet.core.bootstrap import available_cores
@@ -38,8 +28,7 @@ def capabilities(core):
 
 
 def compile_settings(inference_config, quantized):
-    """OpenVINO's CPU properties for ``inference_config`` (``--cpu-precision``,
-    ``--cpu-threads``); ``quantized``: the model has scales."""
+    """OpenVINO's CPU properties for ``inference_config``; ``quantized``: the model has scales."""
     precision = inference_config.cpu_precision
     if precision == "int8" and not quantized:
         raise ConfigError(
@@ -58,16 +47,14 @@ def compile_settings(inference_config, quantized):
 
 
 def compile_for_batch(core, model, image_shape, batch_size, settings):
-    """``model`` compiled for batches of exactly ``batch_size`` images of ``image_shape``:
-    a static shape lets OpenVINO plan memory and pick kernels for that one shape."""
+    """``model`` compiled for batches of exactly ``batch_size`` images of ``image_shape``."""
     static = model.clone()  # ``model`` keeps its dynamic batch for the next size
     static.reshape([batch_size, *image_shape])
     return core.compile_model(static, "CPU", settings)
 
 
 class PerBatchSize:
-    """Runs a batch on a model compiled for its size by ``compile_batch(batch_size)``,
-    compiled on the first batch of that size and kept (a run has few sizes)."""
+    """Runs a batch on a model compiled for its size on its first batch, and kept."""
 
     def __init__(self, compile_batch):
         self.compile_batch = compile_batch
@@ -87,8 +74,7 @@ class PerBatchSize:
 
 
 def layer_precisions(compiled):
-    """How many convolution and matmul layers of the executed graph computed in each
-    precision, as OpenVINO ran them: e.g. {"bf16": 20, "f32": 1}."""
+    """How many convolution and matmul layers OpenVINO ran in each precision."""
     counts = {}
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()

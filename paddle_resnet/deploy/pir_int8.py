@@ -10,12 +10,10 @@ PIR int8 export stays fp32 (PTQ) or keeps QAT's simulated quantization, and int8
 from model.onnx in OpenVINO and ONNX Runtime.
 
 Ranges are keyed by the weight each input meets (``conv2d_3.w_0``): paddle2onnx keeps
-parameter names, so the same key finds the convolution in model.onnx. PTQ also calibrates
-both inputs of each residual add (the branch's batch-normalised output and the shortcut),
-as NNCF does: OpenVINO then adds in int8 and writes each convolution's output in int8,
-which halves the memory traffic of large batches. Adds have no parameter to name them;
-they are listed in program order, which paddle2onnx keeps (``onnx_int8`` checks the
-count).
+parameter names. PTQ also calibrates both inputs of each residual add, as NNCF does:
+OpenVINO then adds in int8 and writes each convolution's output in int8, which halves the
+memory traffic of large batches. Adds have no parameter to name them: they are listed in
+program order, which paddle2onnx keeps (``onnx_int8`` checks the count).
 """
 
 import contextlib
@@ -55,8 +53,7 @@ def _quantized_ops(program):
 
 
 def _weight_name(op):
-    """The parameter ``op`` multiplies by: its second operand, or what QAT's fake-quantize
-    op read to make it."""
+    """The parameter ``op`` multiplies by, behind QAT's fake-quantize ops."""
     value = op.operand_source(1)
     producer = value.get_defining_op()
     while producer is not None and producer.name() in FAKE_QUANTIZE_OPS:
@@ -66,9 +63,8 @@ def _weight_name(op):
 
 
 def _remove_fetch_ops(program):
-    """Remove the fetch ops of a loaded ``program``; returns the values they fetched.
-    Values chosen at run time can then be fetched (the executor numbers fetches across
-    both: the program's own fetch op answered for a value of another type)."""
+    """Remove the fetch ops of a loaded ``program``; returns the values they fetched (the
+    executor numbers fetches across both: the program's own answered for another value)."""
     fetched = []
     for op in [op for op in program.global_block().ops if op.name() == "pd_op.fetch"]:
         fetched.append(op.operand_source(0))
@@ -87,8 +83,7 @@ def _inputs_by_weight(program):
 
 
 def residual_adds(program):
-    """The adds of ``program`` whose two operands are activations (ResNet's residual
-    adds; a classifier's bias add has a parameter), in program order."""
+    """The adds of ``program`` of two activations (a bias add has a parameter), in order."""
     return [
         op
         for op in program.global_block().ops
@@ -97,12 +92,10 @@ def residual_adds(program):
 
 
 def calibrate(loaded, batches, algo):
-    """({weight name: the absolute range of its input}, [[the absolute ranges of both
-    inputs] of each residual add, in program order]) over the image ``batches`` (feed
-    arrays), by ``algo``: abs_max, the largest absolute value seen; avg, the mean of each
-    batch's; hist, the value below which ``HIST_PERCENT`` of the absolute values lie (a
-    second pass over a histogram up to abs_max). ``loaded``: (program, scope) of an
-    exported fp32 PIR model (``exported.loaded``)."""
+    """({weight name: the absolute range of its input}, [[both inputs' ranges] of each
+    residual add]) over the image ``batches``, by ``algo``: abs_max, the largest absolute
+    value seen; avg, the mean of each batch's; hist, the value below which ``HIST_PERCENT``
+    of the absolute values lie (a second pass over a histogram up to abs_max)."""
     check_algo(algo)
     program, scope = loaded
     exe = paddle.static.Executor(paddle.CPUPlace())
@@ -118,10 +111,7 @@ def calibrate(loaded, batches, algo):
                 yield exe.run(program, feed={feeds.IMAGE: images}, fetch_list=values)
 
         maxima = np.array([[np.abs(a).max() for a in arrays] for arrays in each_batch()])
-        if algo == "avg":
-            ranges = maxima.mean(axis=0)
-        else:
-            ranges = maxima.max(axis=0)
+        ranges = maxima.mean(axis=0) if algo == "avg" else maxima.max(axis=0)
         if algo == "hist":
             histograms = np.zeros((len(names), HIST_BINS))
             for arrays in each_batch():
@@ -136,16 +126,14 @@ def calibrate(loaded, batches, algo):
 
 
 def _percentile_edge(histogram, top):
-    """The upper edge of the first bin of ``histogram`` (over [0, top]) at which
-    ``HIST_PERCENT`` of the counts lie below."""
+    """The upper edge of the bin of ``histogram`` below which ``HIST_PERCENT`` lie."""
     cumulative = np.cumsum(histogram) / histogram.sum()
     bin_index = int(np.searchsorted(cumulative, HIST_PERCENT))
     return (bin_index + 1) * top / len(histogram)
 
 
 def qat_ranges(loaded):
-    """{weight name: the trained absolute range of its input} of a PIR QAT export: the
-    scale of the fake-quantize op in front of each quantized op's input."""
+    """{weight name: the trained absolute range of its input} of a PIR QAT export."""
     program, scope = loaded
     ranges = {}
     for op in _quantized_ops(program):
@@ -160,10 +148,8 @@ def qat_ranges(loaded):
 
 @contextlib.contextmanager
 def fp32_model(model_prefix, loaded):
-    """The path prefix of an fp32 copy of the PIR export at ``model_prefix`` for
-    paddle2onnx: the export itself, or, for a QAT export, its program without the
-    fake-quantize ops (each op's output replaced by its input), saved in a temporary
-    folder while in use. ``loaded``: (program, scope) of that export, in its scope."""
+    """The path prefix of an fp32 PIR export for paddle2onnx: ``model_prefix``, or a QAT
+    export's program without the fake-quantize ops, in a temporary folder while in use."""
     program, scope = loaded
     fake = [op for op in program.global_block().ops if op.name() in FAKE_QUANTIZE_OPS]
     if not fake:

@@ -1,18 +1,13 @@
 """Paddle-TRT for a PIR export (inference.json).
 
 On Paddle 3 a PIR program reaches TensorRT through ``paddle.tensorrt.convert``: it
-lowers the program's subgraphs into ``tensorrt_engine`` ops and writes the converted
-model, which a plain GPU predictor runs (the legacy IR's route,
-``Config.enable_tensorrt_engine``, stays the one for inference.pdmodel). The conversion
-runs in a process of its own (``python -m paddle_resnet.deploy.pir_tensorrt``), on PIR
-for its whole length, and its result is kept in ``<dir>/tensorrt/`` (``exported``) beside the
-settings it was made with, converted again when they change.
+lowers the program's subgraphs into ``tensorrt_engine`` ops, which a plain GPU predictor
+runs. The conversion runs in a process of its own, on PIR for its whole length, and its
+result is kept in ``<dir>/tensorrt/`` beside the settings it was made with.
 
-Against the legacy route, PIR-TRT here has no calibrator (INT8 comes from the model's
-own scales: an export with --ptq-algo or --qat) and, like it, no 2:4 sparse kernels
-(Paddle removed its sparsity switch, PR #53905). Not executed on this machine: PyPI has
-no Paddle 3 GPU wheel, and the CPU wheel has no ``paddle.tensorrt``; the settings are
-checked as data (tests/test_pir.py).
+PIR-TRT has no calibrator (INT8 comes from the model's own scales) and no 2:4 sparse
+kernels (Paddle removed its sparsity switch, PR #53905). PyPI has no Paddle 3 GPU wheel,
+and the CPU wheel has no ``paddle.tensorrt``: the settings are checked as data.
 """
 
 import importlib
@@ -28,7 +23,7 @@ from paddle_resnet.deploy.predictor import ConfigCall, workspace_bytes
 
 
 def conversion_settings(inference_config, input_shape, max_batch, quantized):
-    """What ``paddle.tensorrt``'s ``Input`` and ``TensorRTConfig`` are given, as data."""
+    """What ``paddle.tensorrt``'s ``Input`` and ``TensorRTConfig`` are given."""
     inf = inference_config
     if inf.trt_use_calib_mode:
         raise ConfigError(
@@ -63,8 +58,7 @@ def predictor_calls(inference_config):
 
 
 def converted_model(model_dir, inference_config, input_shape, max_batch, quantized):
-    """The folder of ``model_dir``'s TensorRT conversion for these settings, converted
-    now (in its own process) unless already there."""
+    """The folder of ``model_dir``'s TensorRT conversion for these settings."""
     settings = conversion_settings(inference_config, input_shape, max_batch, quantized)
     folder = os.path.join(model_dir, exported.TENSORRT_DIR)
     try:
@@ -92,13 +86,8 @@ def convert(model_dir, settings, out_dir):
             "Paddle-TRT on a PIR export needs Paddle 3 built with TensorRT "
             "(paddlepaddle-gpu 3.x): this Paddle has no paddle.tensorrt"
         ) from None
-    source = settings["input"]
-    image = tensorrt.Input(
-        min_input_shape=tuple(source["min_input_shape"]),
-        optim_input_shape=tuple(source["optim_input_shape"]),
-        max_input_shape=tuple(source["max_input_shape"]),
-        name=source["name"],
-    )
+    shapes = {key: tuple(value) for key, value in settings["input"].items() if key != "name"}
+    image = tensorrt.Input(name=settings["input"]["name"], **shapes)
     config = tensorrt.TensorRTConfig(
         inputs=[image],
         min_subgraph_size=settings["min_subgraph_size"],

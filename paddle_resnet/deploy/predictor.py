@@ -1,9 +1,8 @@
-"""Paddle Inference predictors: TensorRT or plain CUDA on GPUs, oneDNN (fp32 / bf16) on CPUs.
+"""Paddle Inference predictors: TensorRT or plain CUDA on GPUs, oneDNN on CPUs.
 
-``predictor_settings`` turns the ``inference`` config section into the list of
-``paddle.inference.Config`` calls to make. Keeping that list as data lets the
-TensorRT set-up be checked on machines whose Paddle build has no TensorRT (it
-raises as soon as TensorRT is switched on).
+The ``paddle.inference.Config`` calls are kept as data (``predictor_settings``), so the
+TensorRT set-up is checked on machines whose Paddle has no TensorRT (it raises as soon as
+TensorRT is switched on).
 """
 
 import os
@@ -52,10 +51,7 @@ def workspace_bytes(size):
 def predictor_settings(
     inference_config, backend, input_shape, max_batch, quantized=False, pir_export=False
 ):
-    """The ``paddle.inference.Config`` calls for ``backend``; ``input_shape`` excludes the
-    batch; ``quantized``: the Paddle program carries int8 scales
-    (``exported.quantized_in_paddle``);
-    ``pir_export``: the model is PIR's inference.json."""
+    """The ``paddle.inference.Config`` calls for ``backend``."""
     inf = inference_config
     if backend != "trt" and inf.trt_precision != "FP32":
         raise ConfigError(f"--trt-precision {inf.trt_precision} needs --backend trt, not {backend}")
@@ -121,15 +117,8 @@ def predictor_settings(
             use_calib_mode=int8 and inf.trt_use_calib_mode and not quantized,
         )
     )
-    shape = list(input_shape)
-    calls.append(
-        _call(
-            "set_trt_dynamic_shape_info",
-            {feeds.IMAGE: [1] + shape},
-            {feeds.IMAGE: [max_batch] + shape},
-            {feeds.IMAGE: [max_batch] + shape},
-        )
-    )
+    smallest, largest = {feeds.IMAGE: [1, *input_shape]}, {feeds.IMAGE: [max_batch, *input_shape]}
+    calls.append(_call("set_trt_dynamic_shape_info", smallest, largest, largest))
     return calls
 
 
@@ -140,12 +129,9 @@ ONEDNN_PIR_GAP = "ConvertPirAttribute2RuntimeAttribute"
 
 
 class Classifier:
-    """A Paddle Inference predictor: float images in, class probabilities out.
-
-    ``model_dir`` is assumed checked (``exported.check_dir``); ``input_shape`` excludes
-    the batch, as model.json records it. An fp32 model that oneDNN cannot run on Paddle
-    3.3 (``ONEDNN_PIR_GAP``) runs on Paddle's plain CPU kernels instead, with a notice.
-    """
+    """A Paddle Inference predictor: float images in, class probabilities out. An fp32
+    model that oneDNN cannot run on Paddle 3.3 (``ONEDNN_PIR_GAP``) runs on Paddle's plain
+    CPU kernels instead, with a notice."""
 
     def __init__(self, model_dir, calls, input_shape):
         self.model_dir, self.calls = model_dir, list(calls)

@@ -1,13 +1,7 @@
-"""Post-training quantization (PTQ) of an exported model.
-
-PTQ runs the fp32 model on real calibration images, picks each activation's int8 range
-with the chosen algorithm (KL divergence, histogram percentile, MSE, average or absolute
-maximum), takes each weight's per-channel absolute maximum, and writes a model whose
-convolutions and matmuls carry those scales. Paddle Inference runs it in INT8 with oneDNN
-(``--cpu-precision int8``); TensorRT reads the same scales (speed and accuracy on the
-demo: docs/measurements.md, INT8). That is the legacy IR's PostTrainingQuantization; a
-PIR export is calibrated by the toolkit itself (``pir_int8.calibrate``) and runs int8
-from its model.onnx.
+"""Post-training quantization (PTQ) of an exported model: each activation's int8 range
+from real calibration images, each weight's per-channel absolute maximum. A legacy export
+goes through Paddle's PostTrainingQuantization (oneDNN and TensorRT read its scales); a PIR
+export is calibrated by the toolkit itself (``pir_int8.calibrate``).
 """
 
 import os
@@ -52,10 +46,8 @@ def calibration_feeds(batches, count):
 
 
 def quantize_in_place(model_dir, batches, algo, count):
-    """Calibrate the fp32 model in ``model_dir`` on the first ``count`` images of
-    ``batches``; returns how, for model.json. A legacy export is replaced by its
-    quantized version; a PIR export stays fp32, its ranges recorded for the int8
-    model.onnx (``pir_int8``)."""
+    """Calibrate the fp32 model in ``model_dir`` on ``count`` images; returns how, for
+    model.json. A PIR export stays fp32, its ranges recorded for the int8 model.onnx."""
     calibration, taken = calibration_feeds(batches, count)
     if taken < count:
         raise ConfigError(f"--calibration-images {count}: the calibration data hold only {taken}")

@@ -3,16 +3,12 @@
     paddle-resnet-serve --inference-dir inference/resnet18_demo     # ports 8080, 8081
     python inference.py --inference-dir inference/resnet18_demo --mode serve
 
-KServe's ModelServer answers (``kserve_server.py``); the model runs on the backend
-``inference.py --backend auto`` takes (``backends.build_classifier``), with requests that
-arrive together run as one batch (``batching.py``). The ports open once the model is
-loaded; the server says it is ready (GET /v2/health/ready) once a first inference of every
-batch size it runs has run. SIGTERM or Ctrl-C: the requests in flight are answered, then
-the process exits 0.
+The ports open once the model is loaded; the server says it is ready (GET
+/v2/health/ready) once a first inference of every batch size it runs has run. SIGTERM or
+Ctrl-C: the requests in flight are answered, then the process exits 0.
 
-The server runs in an environment of its own (``scripts/setup_serve.sh``: .venv-serve,
-Paddle 3.3.1 and KServe 0.21, no DALI): KServe 0.21 needs protobuf >= 6.33, Paddle 2.6 a
-protobuf 4. ``inference.py --mode serve`` starts it there (``hand_over``)."""
+The server runs in an environment of its own (``scripts/setup_serve.sh``: .venv-serve):
+KServe 0.21 needs protobuf >= 6.33, Paddle 2.6 a protobuf 4 (``hand_over``)."""
 
 import os
 import signal
@@ -66,8 +62,7 @@ def _warm_up(batcher, served, model, failures, stopped):
 
 
 def check_ports(settings):
-    """UserError, before anything loads, for a --host that names no address, or a port
-    another process listens on."""
+    """UserError, before anything loads, for a --host that names no address or a port in use."""
     try:
         family = socket.getaddrinfo(settings.host, None, type=socket.SOCK_STREAM)[0][0]
     except OSError as err:
@@ -143,8 +138,7 @@ def serving_command(config):
 
 def hand_over(config):
     """``inference.py --mode serve``: this process becomes the server (the same process
-    id, so a signal to it reaches the server), run by this interpreter where KServe is
-    installed, else by the serving environment's (``SERVING_PYTHON``, or .venv-serve)."""
+    id, so a signal to it reaches the server), in the serving environment without KServe."""
     python = sys.executable
     if not optional.has_kserve:
         python = os.environ.get(

@@ -1,9 +1,7 @@
 """What will ship, weight by weight: shape, density, whether it holds the sparsity
-pattern its file records (a checkpoint's meta.json, an export's model.json; 2:4 for
-files without the record), and its precision (fp32, or int8 with where its scale came
-from), for a checkpoint folder, a .pdparams file or an exported model (and the
-model.onnx beside it); the library of ``python -m paddle_resnet.commands.check_sparsity
-PATH``, and export's last check of what it wrote (``check``)."""
+pattern its file records (2:4 for files without the record), and its precision, for a
+checkpoint, a .pdparams file or an exported model (and its model.onnx): the library of
+``paddle-resnet-check-sparsity``, and export's last check of what it wrote (``check``)."""
 
 import json
 import os
@@ -36,16 +34,14 @@ def scale_source(quantization):
 
 
 def marked_weights(record):
-    """(pattern, names) of a sparsity record (``pattern.record``; None: no sparse weights,
-    checked against the toolkit's 2:4)."""
+    """(pattern, names) of a sparsity record (None: no sparse weights, checked as 2:4)."""
     if not record:
         return NVIDIA_2_4, set()
     return Pattern.parse(record["pattern"]), set(record["weights"])
 
 
 def load_for_check(path):
-    """(params, sparsity record or None, source of the int8 scales or None) of a
-    checkpoint, a .pdparams file or an exported model."""
+    """(params, sparsity record, source of the int8 scales) of ``path``."""
     if exported.is_exported_model(path):
         info = exported.read_info(path)
         return (
@@ -71,9 +67,7 @@ def load_for_check(path):
 
 
 def onnx_weights(model_dir):
-    """({weight name: array}, names of the weights a QuantizeLinear reads) of the
-    model.onnx in ``model_dir`` (what ONNX runtimes and TensorRT's ONNX parser read), or
-    None when there is none."""
+    """({weight name: array}, the weights a QuantizeLinear reads) of its model.onnx, or None."""
     path = os.path.join(model_dir, exported.ONNX_FILE)
     if not os.path.exists(path):
         return None
@@ -99,8 +93,7 @@ def onnx_weights(model_dir):
 
 
 def rows_with_precision(params, sparsity, quantized, source):
-    """The compliance table against a sparsity record, each weight with its precision:
-    int8 where a quantizer reads it (``quantized``), else fp32."""
+    """The compliance table against a sparsity record, each weight with its precision."""
     pattern, marked = marked_weights(sparsity)
     rows = compliance_table(
         {n: v for n, v in params.items() if not n.endswith(QAT_SUFFIXES)}, marked, pattern
@@ -129,9 +122,8 @@ def print_rows(rows, title, pattern):
 
 
 def tables(path):
-    """({where: rows} for ``path`` and, for an exported model, its model.onnx; the
-    sparsity record they are checked against). A PIR export on Paddle 2.6, which cannot
-    read its program, is checked through its model.onnx alone."""
+    """({where: rows} for ``path`` and its model.onnx; the sparsity record). A PIR export
+    on Paddle 2.6, which cannot read its program, is checked through its model.onnx alone."""
     onnx_model = onnx_weights(path) if exported.is_exported_model(path) else None
     if onnx_model and exported.is_pir_export(path) and not paddle_internals.PADDLE3:
         info = exported.read_info(path)
@@ -149,8 +141,7 @@ def tables(path):
 
 
 def violations(found, sparsity):
-    """``where: weight`` of each weight the record marks sparse that does not hold its
-    pattern in a table of ``found``, or is missing from it."""
+    """``where: weight`` of each weight marked sparse that breaks its pattern or is missing."""
     _, marked = marked_weights(sparsity)
     failures = []
     for where, rows in found.items():
@@ -161,8 +152,8 @@ def violations(found, sparsity):
 
 
 def check(path, where):
-    """SparsityViolation, in one line, when a weight an export marks sparse does not hold
-    its pattern (or is missing) in ``path``; nothing is read for a dense export."""
+    """SparsityViolation, in one line, for a weight an export marks sparse that does not
+    hold its pattern (or is missing) in ``path``."""
     sparsity = exported.sparsity(exported.read_info(path))
     if not sparsity:
         return
@@ -173,8 +164,7 @@ def check(path, where):
 
 
 def report(path, json_path=None):
-    """Print the tables of ``path``; returns the violations (``where: weight``): weights
-    marked sparse that do not hold the recorded pattern, or are missing."""
+    """Print the tables of ``path``; returns the violations (``violations``)."""
     found, sparsity = tables(path)
     pattern, marked = marked_weights(sparsity)
     for where, rows in found.items():
@@ -188,10 +178,7 @@ def report(path, json_path=None):
         )
     failures = violations(found, sparsity)
     if json_path:
+        document = {"path": path, "pattern": str(pattern), "tables": found, "violations": failures}
         with open(json_path, "w") as handle:
-            json.dump(
-                {"path": path, "pattern": str(pattern), "tables": found, "violations": failures},
-                handle,
-                indent=1,
-            )
+            json.dump(document, handle, indent=1)
     return failures

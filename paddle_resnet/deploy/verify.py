@@ -33,16 +33,15 @@ class Candidate:
 
 
 def machine_precisions(quantized):
-    """The CPU precisions this machine runs: a quantized model runs as int8 where the CPU
-    has int8 dot products; otherwise fp32, and bf16 where the CPU has it."""
+    """The CPU precisions this machine runs: int8 for a quantized model where it can, else
+    fp32 (and bf16 where it can)."""
     if quantized and cpu_has_int8_dot_products():
         return ["int8"]
     return ["fp32"] + (["bf16"] if predictor.cpu_supports_bf16() else [])
 
 
 def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
-    """What this machine can run of the exported model in ``model_dir``: every available
-    CPU backend of the registry, in each precision it takes that the machine runs."""
+    """Every available CPU backend, in each precision it takes that this machine runs."""
     rows = []
     has_onnx = os.path.exists(os.path.join(model_dir, exported.ONNX_FILE))
     pir = exported.is_pir_export(model_dir)
@@ -59,9 +58,8 @@ def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
             int8 = quantized and (backend.int8_from_pir or not pir)
             precisions = [p for p in machine_precisions(int8) if p in backend.precisions]
         for precision in precisions:
-            settings = dataclasses.replace(inference_config, cpu_precision="fp32")
-            if not backend.model_precision:
-                settings = dataclasses.replace(inference_config, cpu_precision=precision)
+            flag = "fp32" if backend.model_precision else precision
+            settings = dataclasses.replace(inference_config, cpu_precision=flag)
             build = functools.partial(
                 backend.build, model_dir, settings, input_shape, max_batch, quantized
             )
@@ -71,8 +69,7 @@ def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
 
 
 def verify(model_dir, data_config, inference_config, count):
-    """The verification table of the export in ``model_dir`` over ``count`` validation
-    images; UserError naming the first row below its tolerance."""
+    """The verification table over ``count`` images; UserError for a row below tolerance."""
     info = exported.read_info(model_dir)
     input_shape = info["input_shape"]
     split = open_split(data_config, "val").spread(count)
@@ -80,44 +77,34 @@ def verify(model_dir, data_config, inference_config, count):
     images = [batch[feeds.IMAGE] for batch in batches]
     labels = np.concatenate([batch[feeds.LABEL].ravel() for batch in batches])
     max_batch = max(len(batch) for batch in images)
+    quantized = bool(info.get("quantization"))
     fp32_settings = dataclasses.replace(inference_config, cpu_precision="fp32")
+    pir_export = exported.is_pir_export(model_dir)
     reference = predictor.Classifier(
         model_dir,
         predictor.predictor_settings(
-            fp32_settings,
-            "cpu",
-            input_shape,
-            max_batch,
-            quantized=bool(info.get("quantization")),
-            pir_export=exported.is_pir_export(model_dir),
+            fp32_settings, "cpu", input_shape, max_batch, quantized, pir_export
         ),
         input_shape,
     )
     expected = np.concatenate([reference(batch) for batch in images])
-    rows = [
-        {
-            "backend": "cpu fp32 (reference)",
-            "precision": "fp32",
-            "agreement": 1.0,
-            "max_prob_diff": 0.0,
-            "top1": float((expected.argmax(1) == labels).mean()),
+
+    def compared(backend, precision, probs):
+        return {
+            "backend": backend,
+            "precision": precision,
+            "agreement": float((probs.argmax(1) == expected.argmax(1)).mean()),
+            "max_prob_diff": float(np.abs(probs - expected).max()),
+            "top1": float((probs.argmax(1) == labels).mean()),
         }
-    ]
-    quantized = bool(info.get("quantization"))
+
+    rows = [compared("cpu fp32 (reference)", "fp32", expected)]
     for candidate in candidates(model_dir, inference_config, input_shape, max_batch, quantized):
         if candidate.name == "cpu fp32" and not quantized:
             continue  # the reference itself
         classifier = candidate.build()
         probs = np.concatenate([classifier(batch) for batch in images])
-        rows.append(
-            {
-                "backend": candidate.name,
-                "precision": candidate.precision,
-                "agreement": float((probs.argmax(1) == expected.argmax(1)).mean()),
-                "max_prob_diff": float(np.abs(probs - expected).max()),
-                "top1": float((probs.argmax(1) == labels).mean()),
-            }
-        )
+        rows.append(compared(candidate.name, candidate.precision, probs))
     for row in rows:
         if row["agreement"] < MIN_AGREEMENT[row["precision"]]:
             raise UserError(

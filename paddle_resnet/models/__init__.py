@@ -1,9 +1,6 @@
-"""Models by family: each family's module (``resnet_family.py`` beside the network of
-``resnet.py``) declares its ``family.ModelFamily`` and registers its members by name in
-``registry.py``.
-
-Every module of this folder is imported here, so that each family's registration has
-run before anyone asks the registry: a new family is one new module, listed nowhere.
+"""Models by family. Every module of this folder is imported here, so that each family's
+registration has run before anyone asks the registry: a new family is one new module,
+listed nowhere.
 """
 
 import importlib

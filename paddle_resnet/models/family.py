@@ -1,12 +1,7 @@
-"""What a model family declares once, beside its network module.
-
-A family is how the toolkit builds one kind of network and everything the rest of the
-code must know of it and would otherwise guess: its classifier layer (replaced when the
-class count changes), the layers 2:4 sparsity keeps dense, the input layouts it takes,
-whether it is made of residual units, which of its training ops run faster on oneDNN
-kernels, and how other frameworks' weight files name its tensors. What int8 quantizes
-is not declared: it is read from the built program (``training/qat.int8_ops``). Its members are registered by name (``registry.register_model``), each with
-its ``spec``: what tells it apart from the other members, handed to ``build``.
+"""What a model family declares once, beside its network module: how the toolkit builds
+one kind of network and everything the rest of the code must know of it and would
+otherwise guess. What int8 quantizes is not declared: it is read from the built program
+(``training/qat.int8_ops``).
 """
 
 from dataclasses import dataclass
@@ -31,11 +26,6 @@ class WeightNaming:
     variant: Optional[str] = None  # which of the family's variants the source's models are
 
 
-def no_variants(spec):
-    """A family whose members of equal shapes compute alike."""
-    return None
-
-
 @dataclass(frozen=True)
 class ModelFamily:
     name: str  # as messages name it: "ResNet"
@@ -50,7 +40,7 @@ class ModelFamily:
     # Members with the same shapes that compute differently (ResNet v1 and v1.5): the
     # variant of a spec, or None; a weight file of another variant is refused, saying
     # what tells them apart (``variant_difference``).
-    variant: Callable[[Any], Optional[str]] = no_variants
+    variant: Callable[[Any], Optional[str]] = lambda spec: None
     variant_difference: str = ""
     # The layer paths of each stage, the stem first, in the order the input meets them:
     # --frozen-stages freezes a prefix of them, --lr-mult-list scales each one's rate.

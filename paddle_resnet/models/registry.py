@@ -1,12 +1,6 @@
-"""The model registry: every architecture by name, built from the ``model`` config section.
-
-    model = build_model(config.model)      # config.model.arch == "resnet50"
-
-A name maps to an entry: the member's family (``family.ModelFamily``: its builder and
-what the rest of the toolkit must know of it) and its spec (what tells it apart within
-the family, e.g. ResNet's ``Arch``). Each family's module registers its members
-(``register_model("resnet50", RESNET, Arch(...))``); the package imports every module
-of this folder, so a new family is one module here.
+"""The model registry: every architecture by name (``build_model(config.model)``), each
+the member's family and its spec (what tells it apart within the family, e.g. ResNet's
+``Arch``), registered by its family's module.
 """
 
 import dataclasses

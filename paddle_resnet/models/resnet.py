@@ -64,7 +64,20 @@ class _Downsample(nn.Layer):
         return self.bn(self.conv(x))
 
 
-class BasicBlock(nn.Layer):
+class _Residual(nn.Layer):
+    def _shortcut(self, in_channels, out_channels, stride, data_format):
+        """The ReLU and the downsampling shortcut, made after the block's other layers."""
+        self.relu = nn.ReLU()
+        self.downsample = None
+        if stride != 1 or in_channels != out_channels:
+            self.downsample = _Downsample(in_channels, out_channels, stride, data_format)
+
+    def forward(self, x):
+        shortcut = x if self.downsample is None else self.downsample(x)
+        return self.relu(self.branch(x) + shortcut)
+
+
+class BasicBlock(_Residual):
     expansion = 1
 
     def __init__(self, in_channels, channels, stride, arch, data_format, zero_init_residual):
@@ -75,19 +88,14 @@ class BasicBlock(nn.Layer):
         self.bn1 = _bn(channels, data_format)
         self.conv2 = _conv(channels, channels, 3, data_format=data_format)
         self.bn2 = _bn(channels, data_format, zero_gamma=zero_init_residual)
-        self.relu = nn.ReLU()
-        self.downsample = None
-        if stride != 1 or in_channels != channels:
-            self.downsample = _Downsample(in_channels, channels, stride, data_format)
+        self._shortcut(in_channels, channels, stride, data_format)
 
-    def forward(self, x):
-        shortcut = x if self.downsample is None else self.downsample(x)
+    def branch(self, x):
         y = self.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return self.relu(y + shortcut)
+        return self.bn2(self.conv2(y))
 
 
-class Bottleneck(nn.Layer):
+class Bottleneck(_Residual):
     expansion = 4
 
     def __init__(self, in_channels, channels, stride, arch, data_format, zero_init_residual):
@@ -102,33 +110,18 @@ class Bottleneck(nn.Layer):
         self.bn2 = _bn(width, data_format)
         self.conv3 = _conv(width, out_channels, 1, data_format=data_format)
         self.bn3 = _bn(out_channels, data_format, zero_gamma=zero_init_residual)
-        self.relu = nn.ReLU()
-        self.downsample = None
-        if stride != 1 or in_channels != out_channels:
-            self.downsample = _Downsample(in_channels, out_channels, stride, data_format)
+        self._shortcut(in_channels, out_channels, stride, data_format)
 
-    def forward(self, x):
-        shortcut = x if self.downsample is None else self.downsample(x)
+    def branch(self, x):
         y = self.relu(self.bn1(self.conv1(x)))
         y = self.relu(self.bn2(self.conv2(y)))
-        y = self.bn3(self.conv3(y))
-        return self.relu(y + shortcut)
+        return self.bn3(self.conv3(y))
 
 
 class ResNet(nn.Layer):
-    """Stem (7x7/2 conv, 3x3/2 max-pool), four stages, global average pool, FC.
+    """Stem (7x7/2 conv, 3x3/2 max-pool), four stages, global average pool, FC: logits."""
 
-    Input: float images, NCHW or NHWC as ``data_format`` says. Output: logits.
-    """
-
-    def __init__(
-        self,
-        arch: Arch,
-        num_classes=1000,
-        data_format="NCHW",
-        zero_init_residual=False,
-        in_channels=3,
-    ):
+    def __init__(self, arch: Arch, num_classes, data_format, zero_init_residual, in_channels):
         super().__init__()
         block = {"basic": BasicBlock, "bottleneck": Bottleneck}[arch.block]
         self.conv1 = _conv(in_channels, 64, 7, 2, data_format=data_format)

@@ -1,11 +1,7 @@
-"""The ResNet family (ResNet v1 / v1.5, ResNeXt; the network is ``resnet.py``): its
-builder, its facts, how other frameworks' weight files name its tensors, and every
-member this toolkit trains, by name.
-
-Our tensors are named as torchvision names them, in Paddle's words
-(``model.state_dict()``: ``layer1.0.conv2.weight``, ``layer1.0.bn2._mean``,
-``layer1.0.downsample.conv.weight``, ``fc.weight``); each ``WeightNaming`` below says
-how a source calls them.
+"""The ResNet family (ResNet v1 / v1.5, ResNeXt): its builder, its facts, how other
+frameworks' weight files name its tensors, and every member, by name. Our tensors are
+named as torchvision names them, in Paddle's words (``layer1.0.bn2._mean``,
+``layer1.0.downsample.conv.weight``).
 """
 
 import re

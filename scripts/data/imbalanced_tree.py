@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from paddle_resnet.core.errors import UserError, exit_status
-from paddle_resnet.data.folder import list_images
+from paddle_resnet.data.folder import folder_contents
 
 
 def kept_images(largest, count, ratio, rare=None):
@@ -39,7 +39,7 @@ def write_tree(source, destination, ratio, rare=None, seed=None):
     classes = sorted(os.listdir(os.path.join(source, "train")))
     if rare is not None and not 0 < rare < len(classes):
         raise UserError(f"--rare {rare}: must be between 1 and {len(classes) - 1} classes")
-    images = {name: list_images(os.path.join(source, "train", name)) for name in classes}
+    images = {name: folder_contents(os.path.join(source, "train", name))[0] for name in classes}
     largest = min(map(len, images.values()))
     order = (
         classes

@@ -3,29 +3,15 @@ would refuse, skip or change without a word, found before hours of training.
 
     paddle-resnet-check-data --image-root DIR [--config NAME] [--decode] [--json FILE]
 
-Per split: the classes and the images per class (smallest, largest, their ratio). Then
-one line per kind of finding, with a count and up to three examples: files that are not
-images or are cut short, empty class folders, classes missing from a split, files the
-loaders skip, linked folders they do not follow (back into the split, or a cycle), CMYK /
-16-bit / alpha images and grayscale ones among colour ones (with what DALI's decoder
-makes of them), images far smaller than the crop, the same image in train/ and val/ (a
-leak into the validation figure) or under two classes of a split, an imbalance of 10:1
-or more. Notes say what the pipeline does with a property the whole
-set shares (all grayscale, all a little smaller than the crop, palettes, EXIF
-orientations); they are not findings.
+Per split: the classes and the images per class; then one line per kind of finding
+(``findings.CATALOGUE``) with a count and up to three examples. Notes say what the
+pipeline does with a property the whole set shares; they are not findings.
 
-Two depths. The fast pass reads each file's header (Pillow's lazy open: no decode; a
-JPEG's end marker) and hashes its size with its first 4 KB: only files whose keys agree
-can be the same image, and only those are hashed whole (BLAKE2b) to confirm. ``decode``
-adds a full decode by DALI's CPU decoder on every core, as training decodes, and its
-rate. A training run starts with the fast pass, once per job (``screening.py``): its
-findings are warnings, broken images are refused as the loaders refuse them.
-
-Here: the passes over a data set and the tool. One job a module: what is read
-(``sources``: the tree as the loaders walk it, or the record files), the headers read
-(``survey``), the kinds of finding and their texts (``findings``: the catalogue), the
-same image twice (``duplicates``), the decode (``decoding``) and the lines, JSON and exit
-status (``result``).
+Two depths. The fast pass reads each file's header (no decode; a JPEG's end marker) and
+hashes its size with its first 4 KB: only files whose keys agree can be the same image,
+and only those are hashed whole to confirm. ``decode`` adds a full decode by DALI's CPU
+decoder, as training decodes. A training run starts with the fast pass, once per job
+(``screening.py``): its findings are warnings, broken images are refused.
 """
 
 import json
@@ -65,21 +51,12 @@ def fast_pass(sources, image_root, fmt, crop_size):
     readable = survey.images - sum(map(len, survey.broken.values()))
     if readable and survey.gray == readable:
         findings["gray"] = findings["gray"].restated(ALL_GRAY)
-    result = Result(
-        image_root,
-        fmt,
-        crop_size,
-        splits,
-        findings,
-        survey.images,
-        time.perf_counter() - start,
-    )
-    return result, survey
+    seconds = time.perf_counter() - start
+    return Result(image_root, fmt, crop_size, splits, findings, survey.images, seconds), survey
 
 
 def missing_classes(sources, splits, findings):
-    """Classes a split lacks: a class folder the other split has (an image tree), or a
-    class of classes.json without a record."""
+    """Classes a split lacks: the other split's, or those of classes.json without a record."""
     names = set().union(*(source.classes for source in sources.values()))
     for split, source in sources.items():
         if isinstance(source, TreeSplit):
@@ -104,9 +81,7 @@ def missing_splits(sources, data_config, findings):
 
 
 def report(config):
-    """paddle-resnet-check-data: the fast pass (and with --decode the decode) over
-    ``config.data``'s image tree or record files; prints its lines, writes --json;
-    returns the exit status: 0 clean, 1 findings."""
+    """paddle-resnet-check-data; returns the exit status: 0 clean, 1 findings."""
     data, start = config.data, time.perf_counter()
     sources = open_sources(data)
     result, survey = fast_pass(sources, data.image_root, data.format, data.crop_size)

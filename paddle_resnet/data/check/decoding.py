@@ -8,8 +8,7 @@ from paddle_resnet.data.dali import undecodable
 
 
 def decode_pass(sources, survey, num_threads):
-    """Decode every image the fast pass found readable with DALI on ``num_threads``
-    threads; the failures become findings; returns the pass's figures."""
+    """Decode every image the fast pass found readable; returns the pass's figures."""
     threads = num_threads or available_cores()
     decoded = [0]
 

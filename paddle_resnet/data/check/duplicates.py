@@ -14,8 +14,7 @@ def full_digest(source, position):
 
 
 def same_images(sources, keys):
-    """Groups of (split, position) holding the same bytes: the keys (size and first 4 KB)
-    find the candidates, a hash of the whole confirms."""
+    """Groups of (split, position) holding the same bytes."""
     splits = list(sources)
     all_keys = np.concatenate([keys[s] for s in splits])
     starts = np.cumsum([0] + [len(keys[s]) for s in splits])

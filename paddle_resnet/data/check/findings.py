@@ -1,6 +1,5 @@
-"""The data check's catalogue of findings, as data: every kind with what it counts and its
-text, in the order they are printed (``CATALOGUE``), and the thresholds behind them;
-``Finding`` counts one kind and writes its line."""
+"""The data check's catalogue of findings, as data, in the order they are printed
+(``CATALOGUE``), and the thresholds behind them."""
 
 import dataclasses
 from typing import List, NamedTuple
@@ -34,15 +33,13 @@ class Finding:
 
     def add(self, example):
         """One more; ``example`` (a name, or a function making it, called only while
-        examples are wanted: a finding may hold every image of a million) kept among the
-        first EXAMPLES."""
+        examples are wanted: a finding may hold a million) kept among the first EXAMPLES."""
         self.count += 1
         if len(self.examples) < EXAMPLES:
             self.examples.append(example() if callable(example) else example)
 
     def line(self, label=None):
-        """``finding: <count> <text>: <examples>`` (or ``label``: ...); a text holding
-        ``{count}`` places the count there."""
+        """``finding: <count> <text>: <examples>``; a text holding ``{count}`` places it there."""
         count = counted(self.count, self.noun)
         what = self.text.format(count=count) if "{count}" in self.text else f"{count} {self.text}"
         listed = ", ".join(self.examples) + (", ..." if self.count > len(self.examples) else "")
@@ -55,9 +52,7 @@ class Finding:
 
 
 class Kind(NamedTuple):
-    """A kind of finding as the catalogue declares it: its text may name what depends on
-    the check ({refused}, {refused_classes}, {crop_size}, {far}, {upscale}, {imbalance},
-    {extensions}; ``new_findings`` fills them in) and ``{count}`` (``Finding.line``)."""
+    """A kind of finding as the catalogue declares it; ``new_findings`` fills in its text."""
 
     kind: str
     noun: str
@@ -155,8 +150,7 @@ ALL_GRAY = Kind(
 
 
 def new_findings(crop_size, fmt):
-    """Every kind of ``CATALOGUE``, empty, in its order, its text filled in for the crop
-    and the data format."""
+    """Every kind of ``CATALOGUE``, empty, its text filled in for the crop and the format."""
     values = {
         "refused": "train.py refuses them" if fmt == "folder" else "DALI fails on them mid-run",
         "refused_classes": " (train.py refuses them)" if fmt == "folder" else "",
@@ -170,7 +164,6 @@ def new_findings(crop_size, fmt):
 
 
 def finding(kind, **values):
-    """The empty Finding of the catalogue's ``kind``, its text filled in with ``values``
-    (``{count}`` left for ``Finding.line``)."""
+    """The empty Finding of the catalogue's ``kind``, its text filled in with ``values``."""
     text = kind.text.format(count="{count}", **values)
     return Finding(kind.kind, kind.noun, text, kind.serious)

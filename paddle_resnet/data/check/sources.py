@@ -1,6 +1,5 @@
-"""What the data check reads: each split of an image tree (``TreeSplit``: the loaders'
-own walk of it, ``folder.walk_split``) or of a record set (``RecordSplit``), each giving
-its images' headers, names and bytes by position."""
+"""What the data check reads: each split of an image tree (the loaders' own walk of it) or
+of a record set, each giving its images' headers, names and bytes by position."""
 
 import dataclasses
 import io
@@ -30,20 +29,10 @@ class TreeSplit:
 
     @classmethod
     def scan(cls, image_root, split):
-        """<image_root>/<split> as the loaders walk it (``walk_split``), with what they
-        refuse (empty class folders) or skip (``ignored``, ``unfollowed``) kept for the
-        findings."""
+        """<image_root>/<split> as the loaders walk it, with what they refuse or skip."""
         tree = walk_split(image_root, split)
-        return cls(
-            split,
-            image_root,
-            tree.classes,
-            list(tree.files),
-            list(tree.labels),
-            list(tree.empty),
-            list(tree.ignored),
-            list(tree.unfollowed),
-        )
+        found = (tree.files, tree.labels, tree.empty, tree.ignored, tree.unfollowed)
+        return cls(split, image_root, tree.classes, *map(list, found))
 
     def headers(self):
         """(label, ImageHeader) of each image, in order."""

@@ -1,6 +1,5 @@
-"""The data check's survey: every image's header read once (a source's ``headers``), counted
-per class and into the findings it shows (broken, colour modes, sizes against the crop),
-with the key each leaves for the duplicate search."""
+"""The data check's survey: every image's header read once, counted per class and into the
+findings it shows, with the key each leaves for the duplicate search."""
 
 import dataclasses
 from collections import Counter
