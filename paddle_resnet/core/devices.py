@@ -122,9 +122,8 @@ def require_tensorrt(option):
     if tensorrt_version() is None:
         built = tensorrt_compiled_version()
         raise ConfigError(
-            f"{option} needs TensorRT{' ' + built if built else ''}, which "
-            f"{build_name()} cannot load (add its lib folder to LD_LIBRARY_PATH; "
-            "paddle-resnet-doctor says more)"
+            f"{option} needs TensorRT{' ' + built if built else ''}, which {build_name()} cannot "
+            "load (add its lib folder to LD_LIBRARY_PATH; paddle-resnet-doctor says more)"
         )
 
 

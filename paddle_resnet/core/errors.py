@@ -52,14 +52,13 @@ EXIT_STATUSES = (
     ExitStatus(
         str(USER_ERROR),
         "input that no restart can fix (one line names it)",
-        "bad flags or configuration, data that cannot be read as asked, a checkpoint that "
-        "does not fit or belongs to another run, every checkpoint damaged; a run that "
-        "diverged (a loss or weights not finite: the line names the step, the loss, the "
-        "learning rate, the last finite checkpoint and what to change; nothing non-finite "
-        "is saved, so a restart would diverge again); a full disk or "
-        "quota, no permission, a read-only or lock-less file system: a person must act "
-        "first (free space, change the mount), and a restart would fail the same way, a "
-        "full disk only after repeating the epoch it could not save",
+        "bad flags or configuration, data that cannot be read as asked, a checkpoint that does not "
+        "fit or belongs to another run, every checkpoint damaged; a run that diverged (a loss or "
+        "weights not finite: the line names the step, the loss, the learning rate, the last finite "
+        "checkpoint and what to change; nothing non-finite is saved, so a restart would diverge "
+        "again); a full disk or quota, no permission, a read-only or lock-less file system: a "
+        "person must act first (free space, change the mount), and a restart would fail the same "
+        "way, a full disk only after repeating the epoch it could not save",
         "Slurm: FAILED, not requeued; Indexed Job: fails at once (FailJob); TrainJob "
         "(Trainer v2): the JobSet fails at once (FailJobSet); PaddleJob: retried until "
         "its backoffLimit (OnFailure cannot tell statuses apart)",

@@ -74,9 +74,8 @@ def gpu_findings():
         yield Finding(
             "GPUs",
             "none usable",
-            f"{devices.why_no_gpu()}: --amp, --use-pure-fp16, "
-            "--sync-bn and the gpu/trt backends are refused; everything runs on the "
-            "CPU",
+            f"{devices.why_no_gpu()}: --amp, --use-pure-fp16, --sync-bn and the gpu/trt backends "
+            "are refused; everything runs on the CPU",
             provides="gpu",
             met=False,
         )

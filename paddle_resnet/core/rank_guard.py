@@ -236,9 +236,8 @@ def watch(rank_pid, launcher_pid, rank, timeout, messages, teardown=TEARDOWN_SEC
             )
         if exits_at is not None and now > exits_at + EXIT_MARGIN_SECONDS:
             return end(
-                f"its run had finished (status 0), but it was still alive {teardown:g} s "
-                f"later, past its own exit at the teardown's grace ({TEARDOWN_VARIABLE}): "
-                "ended"
+                f"its run had finished (status 0), but it was still alive {teardown:g} s later, "
+                f"past its own exit at the teardown's grace ({TEARDOWN_VARIABLE}): ended"
             )
         if exits_at is None and ended_at is not None and 0 < teardown < now - ended_at:
             return end(

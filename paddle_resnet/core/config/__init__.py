@@ -21,37 +21,13 @@ from paddle_resnet.core.bootstrap import FALSE_WORDS, TRUE_WORDS
 from paddle_resnet.core.config.data import CheckConfig, DataConfig
 from paddle_resnet.core.config.deploy import InferenceConfig, ServeConfig
 from paddle_resnet.core.config.keys import (
-    ALL_TOOLS,
-    AMP_DTYPES,
-    CHECK_DATA,
     CONFIG_DIR,
-    CPU_PRECISIONS,
-    DATA_LAYOUTS,
     DEFAULT_INFERENCE_DIR,
-    EXPORT,
-    EXPORT_INFERENCE,
-    IMAGE_TOOLS,
-    INFERENCE,
-    INFERENCE_MODES,
     IRS,
-    LR_SCHEDULES,
     MASK_ALGOS,
-    MODEL_TOOLS,
     PTQ_ALGOS,
     REPOSITORY,
-    RUN_SCOPES,
-    SAMPLINGS,
-    SERVE,
     TOOLS,
-    TRAIN,
-    TRAIN_EXPORT,
-    TRAIN_INFERENCE,
-    TRT_PRECISIONS,
-    at_least,
-    each,
-    in_range,
-    nonempty,
-    positive,
 )
 from paddle_resnet.core.config.learning import FinetuneConfig, LossConfig, LRConfig, OptimizerConfig
 from paddle_resnet.core.config.model import ModelConfig
@@ -60,70 +36,20 @@ from paddle_resnet.core.config.run import RunConfig
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.text_files import read_text
 
-# What the package offers: its keys' declarations and sections, and the functions below.
+# Re-exported for the package's users; the sections declare their keys from ``keys``.
 __all__ = [
-    "ALL_TOOLS",
-    "AMP_DTYPES",
     "AmpConfig",
-    "AspConfig",
-    "CHECK_DATA",
-    "CONFIG_DIR",
-    "CPU_PRECISIONS",
-    "CheckConfig",
-    "Config",
     "ConfigError",
-    "DATA_LAYOUTS",
     "DEFAULT_INFERENCE_DIR",
     "DataConfig",
-    "EXPORT",
-    "EXPORT_INFERENCE",
-    "FinetuneConfig",
-    "IMAGE_TOOLS",
-    "INFERENCE",
-    "INFERENCE_MODES",
-    "INFERENCE_SECTIONS",
     "IRS",
     "InferenceConfig",
-    "LRConfig",
-    "LR_SCHEDULES",
-    "LossConfig",
     "MASK_ALGOS",
-    "MAX_RECIPE_BYTES",
-    "MODEL_TOOLS",
     "ModelConfig",
-    "OptimizerConfig",
     "PTQ_ALGOS",
-    "QatConfig",
     "REPOSITORY",
-    "RUN_SCOPES",
-    "RunConfig",
-    "SAMPLINGS",
-    "SECTION_TITLES",
-    "SERVE",
     "ServeConfig",
     "TOOLS",
-    "TRAIN",
-    "TRAIN_EXPORT",
-    "TRAIN_INFERENCE",
-    "TRT_PRECISIONS",
-    "all_keys",
-    "at_least",
-    "build_config",
-    "config_field",
-    "convert_value",
-    "describe_key",
-    "each",
-    "in_range",
-    "list_recipes",
-    "nonempty",
-    "parse_bool",
-    "positive",
-    "read_recipe",
-    "resolve_config_path",
-    "run_differences",
-    "section",
-    "to_yaml",
-    "validate",
 ]
 
 
@@ -198,7 +124,7 @@ def parse_bool(value, source):
 
 def convert_value(dotted, value, source):
     """Coerce ``value`` to the type of config field ``dotted``; ConfigError if it cannot."""
-    f = config_field(dotted)
+    f = config_field(dotted, source)
     kind, args = typing.get_origin(f.type), typing.get_args(f.type)
     try:
         if value is None:
@@ -270,9 +196,7 @@ def read_recipe(path):
         if not isinstance(entries, dict):
             raise ConfigError(f"{path}: section {section!r} must be a mapping")
         for key, value in entries.items():
-            dotted = f"{section}.{key}"
-            config_field(dotted, path)
-            values[dotted] = convert_value(dotted, value, path)
+            values[f"{section}.{key}"] = convert_value(f"{section}.{key}", value, path)
     return values
 
 
@@ -374,9 +298,8 @@ def validate(config):
         ),
         (
             loss.class_weights_from_epoch <= run.epochs,
-            f"loss.class_weights_from_epoch (--class-weights-from-epoch) must be at most "
-            f"run.epochs ({run.epochs}), got {loss.class_weights_from_epoch}: the weights "
-            "would never apply",
+            "loss.class_weights_from_epoch (--class-weights-from-epoch) must be at most run.epochs "
+            f"({run.epochs}), got {loss.class_weights_from_epoch}: the weights would never apply",
         ),
         # Balanced draws already show every class equally often: weights or offsets from
         # the split's counts would correct the imbalance a second time.

@@ -31,9 +31,8 @@ class ModelConfig:
     image_channels: int = key(
         3,
         "--image-channels",
-        "input channels: 3 (RGB), or 4 (RGB and a "
-        "zero channel padded by DALI, so NHWC fp16 convolutions get "
-        "tensor-core friendly shapes; --image-shape 4,224,224)",
+        "input channels: 3 (RGB), or 4 (RGB and a zero channel padded by DALI, so NHWC fp16 "
+        "convolutions get tensor-core friendly shapes; --image-shape 4,224,224)",
         choices=(3, 4),
         tools=TRAIN_EXPORT,
     )

@@ -38,9 +38,8 @@ class AmpConfig:
     fuse_resunit: bool = key(
         False,
         "--fuse-resunit",
-        "cuDNN v8 ResUnit fusion of the training "
-        "program (with --amp; needs a Paddle built with the cuDNN frontend, "
-        "e.g. NGC 23.12+)",
+        "cuDNN v8 ResUnit fusion of the training program (with --amp; needs a Paddle built with "
+        "the cuDNN frontend, e.g. NGC 23.12+)",
     )
 
 
