@@ -268,10 +268,9 @@ RUN_LOCK = ".run.lock"
 @contextlib.contextmanager
 def held_by_this_run(lock_path, what):
     """Hold ``lock_path`` (an exclusive ``flock``, its content "<host> pid <pid>") while
-    the block runs: one run per folder. A second process is refused in one line naming
-    the holder. The kernel (or the network file system's lock manager) releases the
-    lock when its process dies, wherever it ran, so a dead run's lock is simply taken
-    over; the file stays (removing it would let two processes lock two files)."""
+    the block runs: one run per folder; a second process is refused in one line naming
+    the holder. A dead run's lock is released by the kernel and taken over; the file stays
+    (removing it would let two processes lock two files)."""
     os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
     descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -293,15 +292,12 @@ def held_by_this_run(lock_path, what):
 
 
 def _in_use(what, lock_path, holder):
-    """The line refusing ``what``, whose lock ``lock_path`` another process holds; its
-    content ``holder`` ("<host> pid <pid>", or empty: the holder had not written it yet).
-    A run alive on this host is named with its process. A holder on another host may be
-    dead: a network file system keeps the lock of a client that died until its lease ends
-    or it restarts (NFS), or until the client is evicted (Lustre), and no other host can
-    prove that it died (a pod restarted elsewhere may even share its host name): the line
-    says how to take the folder over, by hand, once the person knows that the run is gone.
-    Removing the file is the take-over: the next run locks a new file, which the dead
-    holder's lock does not cover (so never remove it while that run may be alive)."""
+    """The line refusing ``what``, whose lock ``lock_path`` another process holds (its
+    content ``holder``: "<host> pid <pid>", or empty before the holder wrote it). A holder
+    on another host may be dead, and no host can prove it (NFS keeps a dead client's lock
+    until its lease ends, Lustre until it is evicted): the line says how to take the folder
+    over by hand, removing the file (the next run locks a new one, which the dead holder's
+    lock does not cover)."""
     host, _, pid = holder.partition(" pid ")
     if not pid.isdigit():
         return (

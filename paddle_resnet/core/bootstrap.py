@@ -68,8 +68,7 @@ def is_verbose(argv=None, environ=os.environ):
     return said
 
 
-def verbose():
-    """Whether Paddle's chatter is shown now."""
+def verbose():  # whether Paddle's chatter is shown now
     return _verbose[0]
 
 
@@ -105,19 +104,16 @@ def pir_only(environ=os.environ):
 # 2-core AMX Xeon, Paddle 3.3.1, training 1.07x as fast at the demo's 32 px and 1.16x at
 # 224 px (ResNet-50), where jemalloc, OpenMP affinity and a larger oneDNN cache gained
 # nothing or lost (scripts/benchmark_cpu_training.py --process; docs/measurements.md).
-# The allocator must be in place before the process starts, so the command's first step
-# starts it again with it (same process id), before Paddle loads: only the toolkit's own
-# command (its train.py beside the package, the console script, -m
-# paddle_resnet.commands.train), never another script that calls its main. Not on GPU
-# machines (not measured there); the images set LD_PRELOAD themselves. The library is
-# looked for where Intel's launcher (torch.backends.xeon.run_cpu) looks, and in Debian's
-# multiarch folder.
+# It must be in place before the process starts: the command's first step starts it again
+# with it, before Paddle loads (only the toolkit's own command; not on GPU machines, not
+# measured there, whose images set LD_PRELOAD themselves).
 TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so", "libtcmalloc.so")
 
 
 def tcmalloc(environ=os.environ):
-    """The first tcmalloc library in the active conda environment's or virtualenv's lib/,
-    ~/.local/lib, then the system's folders (Debian's multiarch one among them), or None."""
+    """The first tcmalloc library where Intel's launcher (torch.backends.xeon.run_cpu)
+    looks (conda's or the virtualenv's lib/, ~/.local/lib, the system's) or in Debian's
+    multiarch folder; None without one."""
     local = os.path.expanduser("~/.local")
     prefixes = [environ.get("CONDA_PREFIX"), environ.get("VIRTUAL_ENV"), local, "/usr/local"]
     folders = [os.path.join(p, "lib") for p in prefixes if p] + ["/usr/local/lib64"]
@@ -155,8 +151,7 @@ def command_of(orig_argv):
 
 def is_training_command(orig_argv):
     """Whether the command line runs the toolkit's own training command: its train.py
-    (the file beside the package, however named on the command line), its console script,
-    or its module; not another project's script that happens to be named train.py."""
+    (however named), console script or module; not another project's train.py."""
     command = command_of(orig_argv)
     if command == TRAINING_MODULE or os.path.basename(command) == TRAINING_CONSOLE_SCRIPT:
         return True
@@ -189,11 +184,10 @@ def training_environment(environ=os.environ, library=None):
 
 
 def preload_allocator(environ=os.environ, orig_argv=sys.orig_argv):
-    """The training command's first step: start again in its ``training_environment`` if
-    it is not in it yet (the same process id, arguments and open files). Another
-    process calling its main (a script, the tests), GPU machines (unless
-    PADDLE_RESNET_ALLOCATOR=tcmalloc) and a second attempt are left as they are;
-    ``allocator_note`` says which."""
+    """The training command's first step: start again (the same process id, arguments and
+    open files) in its ``training_environment``; another process calling its main, GPU
+    machines (unless PADDLE_RESNET_ALLOCATOR=tcmalloc) and a second attempt are left as
+    they are (``allocator_note`` says which)."""
     if not is_training_command(orig_argv) or not sys.executable:
         return
     chosen = environ.get(ALLOCATOR_VARIABLE)
@@ -248,10 +242,9 @@ def allocator_note(environ=os.environ):
 
 
 def prepare_process(argv=None):
-    """Each command's first step (and a script's, and the test suite's), before anything
-    that loads Paddle: the console's quiet from the command line (``argv``, default this
-    process's), the environment Paddle reads at import, then Pillow and Paddle imported,
-    Paddle's chatter hidden. A second call changes nothing that the first set."""
+    """Each command's (and script's, and the test suite's) first step: the console's quiet
+    from the command line (``argv``, default this process's), the environment Paddle reads
+    at import, then Pillow and Paddle imported. A second call changes nothing."""
     set_verbose(is_verbose(argv))
     prepare_environment(verbose=verbose())
     # Pillow before Paddle: Paddle's library exports zlib symbols that Pillow's PNG encoder
@@ -310,14 +303,13 @@ def native_chatter(verbose):
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
     with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 1)
-        os.dup2(null.fileno(), 2)
+        for fd in saved:
+            os.dup2(null.fileno(), fd)
         try:
             yield
         finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)

@@ -73,9 +73,6 @@ class _BoolFlag(argparse.Action):
             values = False
         setattr(namespace, self.dest, True if values is None else values)
 
-    def format_usage(self):
-        return " | ".join(self.option_strings)
-
 
 class _Repeated(argparse.Action):
     """A flag that may be given again, its values adding up: ``--tracker mlflow --tracker
@@ -199,11 +196,9 @@ def build_parser(tool, description=None, choices=None):
 def config_from_args(namespace):
     """Defaults < recipe < --set < flags, as a validated Config."""
     given = vars(namespace)
-    values = {}
-    if given.get("config"):
-        values.update(read_recipe(resolve_config_path(given["config"])))
-    if given.get("image_shape"):
-        values.update(image_shape_values(given["image_shape"]))
+    values = read_recipe(resolve_config_path(given["config"])) if given.get("config") else {}
+    shape = image_shape_values(given["image_shape"]) if given.get("image_shape") else {}
+    values.update(shape)
     for assignment in given.get("set") or []:
         dotted, sep, raw = assignment.partition("=")
         if not sep:
@@ -215,14 +210,13 @@ def config_from_args(namespace):
         for dotted, raw in given.items()
         if "." in dotted
     }
-    if given.get("image_shape"):
-        for dotted, value in image_shape_values(given["image_shape"]).items():
-            if dotted in flags and flags[dotted] != value:
-                flag = config_field(dotted).metadata["flag"]
-                raise ConfigError(
-                    f"--image-shape {given['image_shape']} sets {flag} {value}, "
-                    f"but {flag} {flags[dotted]} is given too"
-                )
+    for dotted, value in shape.items():
+        if dotted in flags and flags[dotted] != value:
+            flag = config_field(dotted).metadata["flag"]
+            raise ConfigError(
+                f"--image-shape {given['image_shape']} sets {flag} {value}, "
+                f"but {flag} {flags[dotted]} is given too"
+            )
     values.update(flags)
     return build_config(values)
 
@@ -235,13 +229,7 @@ def parse(tool, argv):
 def flag_table_markdown(choices=None):
     """The flag table (docs/flags.md), generated from the config fields, with the tools that
     take each flag (``choices`` as for build_parser)."""
-    short = {
-        "train": "train",
-        "export_model": "export",
-        "inference": "infer",
-        "check_data": "check-data",
-        "serve": "serve",
-    }
+    short = {"export_model": "export", "inference": "infer", "check_data": "check-data"}
     lines = ["| flag | config key | default | tools | meaning |", "|---|---|---|---|---|"]
     section = None
     for dotted, f in all_keys():
@@ -253,7 +241,7 @@ def flag_table_markdown(choices=None):
         if meta["deprecated"]:
             names += " (deprecated: " + ", ".join(f"`{flag}`" for flag in meta["deprecated"]) + ")"
         default = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
-        tools = ", ".join(short[t] for t in TOOLS if tool_reads(t, dotted))
+        tools = ", ".join(short.get(t, t) for t in TOOLS if tool_reads(t, dotted))
         values = _choices(dotted, f, choices)
         lines.append(f"| {names} | `{dotted}` | {default} | {tools} | {_help(f, values)} |")
     return "\n".join(lines) + "\n"

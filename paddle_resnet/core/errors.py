@@ -104,12 +104,8 @@ EXIT_STATUSES = (
 
 def exit_status_table():
     """``EXIT_STATUSES`` as the Markdown table docs/guide.md prints."""
-    lines = [
-        "| status | means | for example | what the schedulers do |",
-        "|---|---|---|---|",
-    ]
-    for row in EXIT_STATUSES:
-        lines.append(f"| {row.status} | {row.meaning} | {row.examples} | {row.scheduler} |")
+    lines = ["| status | means | for example | what the schedulers do |", "|---|---|---|---|"]
+    lines += [f"| {r.status} | {r.meaning} | {r.examples} | {r.scheduler} |" for r in EXIT_STATUSES]
     return "\n".join(lines) + "\n"
 
 
@@ -130,10 +126,8 @@ class CheckpointError(UserError):
 
 
 class Diverged(UserError):
-    """Training whose loss or weights turned non-finite (nan or inf): its settings, not
-    a fault, made it so, and a restart from the last checkpoint would diverge again. The
-    message names the step, the loss, the learning rate, the last finite checkpoint and
-    what to change."""
+    """Training whose loss or weights turned non-finite: its settings made it so, and a
+    restart from the last checkpoint would diverge again."""
 
 
 class RestartableError(Exception):
@@ -221,12 +215,10 @@ def describe(err):
 
 
 def exit_status(action):
-    """``action()``'s exit status: the int it returns, else 0 (a function that returns what
-    it wrote, e.g. a folder, succeeded: ``sys.exit`` of a string would print it and exit
-    1). Bad input and faults print one ``error: ...`` line on stderr and return their
-    status in ``EXIT_STATUSES`` (``describe``; a rank of ``paddle.distributed.launch``
-    ends with it at once); any other exception is a bug and keeps Python's traceback and
-    status 1."""
+    """``action()``'s exit status: the int it returns, else 0 (``sys.exit`` of a returned
+    folder would print it and exit 1). Bad input and faults print one ``error: ...`` line
+    and return their status (``describe``; a rank of ``paddle.distributed.launch`` ends with
+    it at once); any other exception is a bug and keeps Python's traceback and status 1."""
     try:
         status = action()
         return status if isinstance(status, int) else FINISHED

@@ -47,11 +47,6 @@ has_onnxruntime = _installed("onnxruntime")
 has_paddle2onnx = _installed("paddle2onnx")
 has_openvino = _installed("openvino")
 has_kserve = _installed("kserve")
-# the experiment trackers' writers (core/trackers/) and their pictures
-has_tensorboardx = _installed("tensorboardX")
-has_mlflow = _installed("mlflow")
-has_visualdl = _installed("visualdl")
-has_matplotlib = _installed("matplotlib")
 # paddle2onnx 1.x (Paddle 2.6) reads no PIR inference.json; 2.x (Paddle 3) converts no
 # int8 model (deploy/onnx_export.check_converter)
 paddle2onnx_major = (
@@ -60,21 +55,15 @@ paddle2onnx_major = (
 has_int8_onnx = paddle2onnx_major == 1
 
 
-# tracker -> ({module it needs: installed}, the pip command that installs them); the
-# confusion image is drawn with matplotlib (core/trackers/; --tracker's check: core/config/run.py)
+# tracker -> (the modules it needs, the pip command that installs them); the confusion
+# image is drawn with matplotlib (core/trackers/; --tracker's check: core/config/run.py)
 TRACKERS = {
     "tensorboard": (
-        {"tensorboardX": has_tensorboardx, "matplotlib": has_matplotlib},
+        ("tensorboardX", "matplotlib"),
         "pip install tensorboardX tensorboard matplotlib",
     ),
-    "mlflow": (
-        {"mlflow": has_mlflow, "matplotlib": has_matplotlib},
-        "pip install mlflow matplotlib",
-    ),
-    "visualdl": (
-        {"visualdl": has_visualdl, "matplotlib": has_matplotlib},
-        "pip install visualdl matplotlib",
-    ),
+    "mlflow": (("mlflow", "matplotlib"), "pip install mlflow matplotlib"),
+    "visualdl": (("visualdl", "matplotlib"), "pip install visualdl matplotlib"),
 }
 
 
@@ -84,7 +73,7 @@ def tracker_unusable(name):
     if name not in TRACKERS:
         return f"must be one of {', '.join(TRACKERS)}, got {name!r}"
     modules, install = TRACKERS[name]
-    missing = [PACKAGES[module] for module, present in modules.items() if not present]
+    missing = [PACKAGES[module] for module in modules if not _installed(module)]
     if not missing:
         return None
     plural = "s" if len(missing) > 1 else ""

@@ -84,7 +84,6 @@ def current_place():
 
 
 def numpy_dtype(variable_dtype):
-    """The NumPy dtype name of a static variable's dtype."""
     return convert_dtype(variable_dtype)
 
 
@@ -189,8 +188,7 @@ def _onednn_conv2d(ctx, dtype):
     )
 
 
-def _dtype_name(value):
-    """The dtype of a PIR value by name: float32, bfloat16, ..."""
+def _dtype_name(value):  # float32, bfloat16, ...
     return str(value.dtype).rsplit(".", 1)[-1]
 
 
@@ -293,7 +291,6 @@ def set_op_attr(op, name, value):
 
 
 def remove_ops(program, op_types):
-    """Remove every op of ``op_types`` from every block of ``program``."""
     for block in program.blocks:  # sub-blocks too (gradient merge)
         for index in reversed(range(len(block.ops))):
             if block.ops[index].type in op_types:
@@ -342,23 +339,18 @@ def pir_active():
 
 
 def make_ring0(rank, endpoints, place, device_id):
-    """Ring 0, which every collective op of this process's programs uses (the gradients'
-    sum, the evaluation's counts, AMP's found-inf flag, the parameters' broadcast), made
-    once, before any program, in every mode (training, eval_only, benchmark, a resume):
-    one function for CPUs and GPUs, the backend the only difference. A mode that never
-    reaches Fleet's ``minimize`` (eval_only) and PIR, whose static programs Fleet does not
-    transpile, had no ring on GPUs: only ``minimize`` wrote NCCL's set-up into a startup
-    program (``fleet_on_ring0`` now skips it). Returns how the ring was made.
+    """Ring 0, which every collective op of this process's programs uses (gradients,
+    evaluation counts, AMP's found-inf flag, the parameters' broadcast), made once before
+    any program in every mode: eval_only never reaches Fleet's ``minimize``, Fleet does not
+    transpile PIR programs, and only ``minimize`` wrote NCCL's set-up into a startup
+    program (``fleet_on_ring0`` now skips it). Returns how the ring was made:
 
-    - no GPU (``device_id`` None): gloo (Paddle 3 registers its context with the
-      communicator manager by ring id, over the job's store);
-    - GPUs, PIR (Paddle 3): NCCL's context registered by ring id over the job's store, as
-      Paddle's own ``paddle.distributed.collective._init_parallel_env("nccl")`` does
+    - no GPU (``device_id`` None): gloo (``init_gloo_ring``);
+    - GPUs, PIR: NCCL's context registered by ring id over the job's store, as Paddle's
+      ``paddle.distributed.collective._init_parallel_env("nccl")`` does
       (``pd_op.all_reduce_`` looks ring "0" up in ``CommContextManager``);
-    - GPUs, legacy IR: Fleet's own ops, ``c_gen_nccl_id`` + ``c_comm_init`` and its sync
-      all-reduce (``CollectiveHelper._init_communicator``, as Fleet's
-      ``RawProgramOptimizer._init_process_group`` writes them), in a program of their own
-      run now."""
+    - GPUs, legacy IR: Fleet's own ops (``CollectiveHelper._init_communicator``, as
+      ``RawProgramOptimizer._init_process_group`` writes them), in a program run now."""
     if device_id is None:
         init_gloo_ring(rank, endpoints)
         return "gloo"
@@ -410,7 +402,6 @@ def _ring0_made_already(self, program, current_endpoint, endpoints, rank, ring_i
         return _FLEET_INIT_COMMUNICATOR(
             self, program, current_endpoint, endpoints, rank, ring_id, *args, **kwargs
         )
-    return None
 
 
 def _keep_single_check(*args, **kwargs):

@@ -26,6 +26,7 @@ or the package (``python -I -S rank_guard.py RANK_PID LAUNCHER_PID RANK TIMEOUT
 TEARDOWN``).
 """
 
+import contextlib
 import ctypes
 import os
 import select
@@ -112,9 +113,8 @@ class RankGuard:
         self.teardown = teardown
         read, self._write = os.pipe()
         os.set_inheritable(self._write, False)
-        command = [sys.executable, "-I", "-S", os.path.abspath(__file__)]
-        command += [str(os.getpid()), str(launcher_pid), str(rank), str(start_timeout)]
-        command.append(str(teardown))
+        command = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())]
+        command += [str(launcher_pid), str(rank), str(start_timeout), str(teardown)]
         os.posix_spawn(
             sys.executable,
             command,
@@ -129,10 +129,8 @@ class RankGuard:
         os.close(read)
 
     def _tell(self, message):
-        try:
+        with contextlib.suppress(OSError):  # the watcher is gone: it ended the rank, or was killed
             os.write(self._write, (message + "\n").encode())
-        except OSError:  # the watcher is gone (it ended the rank, or was killed)
-            pass
 
     def phase(self, name):
         """The start is now in phase ``name`` (said in the line if the deadline passes)."""
@@ -174,13 +172,8 @@ def _end_group(rank_pid, leads_group):
     """SIGKILL the rank and, where it leads its process group (the launcher starts each
     rank in a session of its own), the processes it forked: gloo's rendezvous server and
     its manager on Paddle 2.6 outlived a killed rank 0."""
-    try:
-        if leads_group:
-            os.killpg(rank_pid, signal.SIGKILL)
-        else:
-            os.kill(rank_pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    with contextlib.suppress(ProcessLookupError):
+        (os.killpg if leads_group else os.kill)(rank_pid, signal.SIGKILL)
 
 
 def watch(rank_pid, launcher_pid, rank, timeout, messages, teardown=TEARDOWN_SECONDS):

@@ -17,13 +17,6 @@ from tqdm import tqdm
 
 from paddle_resnet.core.errors import SIGNAL_BASE, UserError
 
-
-def _format_value(value):
-    if isinstance(value, float):
-        return f"{value:.5g}"
-    return str(value)
-
-
 # Narrower terminals (a 0-column pseudo-terminal, as some job schedulers give) get the
 # lines: tqdm draws nothing at all there.
 BAR_COLUMNS = 40
@@ -127,7 +120,7 @@ class Report:
         else:
             where = str(step)
         fields = "  ".join(
-            f"{key} {_format_value(value)}"
+            f"{key} {value:.5g}" if isinstance(value, float) else f"{key} {value}"
             for key, value in data.items()
             if not isinstance(value, (dict, list))
         )

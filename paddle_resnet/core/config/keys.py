@@ -39,7 +39,6 @@ TRAIN_INFERENCE = ("train", "inference")
 EXPORT_INFERENCE = ("export_model", "inference")
 SERVE = ("serve",)
 MODEL_TOOLS = ("train", "export_model", "inference")
-ALL_TOOLS = TOOLS
 # the tools that read image trees (every tool but the server, which is sent its images)
 IMAGE_TOOLS = ("train", "export_model", "inference", "check_data")
 

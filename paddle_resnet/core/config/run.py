@@ -5,9 +5,9 @@ from typing import Optional, Tuple
 
 from paddle_resnet.core.bootstrap import VERBOSE_FLAG
 from paddle_resnet.core.config.keys import (
-    ALL_TOOLS,
     IRS,
     RUN_SCOPES,
+    TOOLS,
     TRAIN_EXPORT,
     TRAIN_INFERENCE,
     at_least,
@@ -248,5 +248,5 @@ class RunConfig:
         VERBOSE_FLAG,
         "show Paddle's own log lines, warnings and prints (hidden by default)",
         resume_may_change=True,
-        tools=ALL_TOOLS,
+        tools=TOOLS,
     )
