@@ -1,15 +1,10 @@
 """What each command-line tool does, as functions: ``run(config)`` and ``main(argv)``.
-The top-level train.py, export_model.py and inference.py only call ``main``.
-
 A tool's module is its process's front door: it imports nothing that loads Paddle, and its
 ``main`` prepares the process first (``bootstrap.prepare_process``), then imports what it
 runs (docs/architecture.md, the import rule).
 
-``REGISTRY_CHOICES``: the config keys whose values a registry above ``core/`` holds,
-which every tool's command line and the flag table (docs/flags.md) offer. It lives here, the
-first floor that sees both registries (``core/config/`` cannot import them); a registry
-loads DALI or Paddle, so each is read when a command line first asks for its key, once
-the process is prepared."""
+``REGISTRY_CHOICES``: the config keys whose values a registry above ``core/`` holds; it
+lives here, the first floor that sees both registries."""
 
 import importlib
 from collections.abc import Mapping

@@ -1,25 +1,19 @@
 """Writing files so that a crash never leaves a half-written one where a good one was.
 
-A folder is replaced in three steps (``staged_directory``): the new content is
-written and synced in a hidden sibling ``.<name>.partial-<host>-<pid>``; the old
-folder is renamed to ``.<name>.retired-<host>-<pid>``; the new one is renamed into
-place and the retired one removed. A process killed at any point leaves hidden
-folders that ``recover_staged`` (run before every save and every read) resolves:
-a retired folder means the new one was complete, so the replacement is finished;
-a partial folder alone is an interrupted write and is removed. Folders of a
-process that is still alive are left alone. A folder is removed the same way
-(``remove_directory``): renamed to ``.<name>.removed-<host>-<pid>`` first, so a process
-killed while deleting leaves a hidden folder that ``recover_staged`` finishes deleting,
-never a half-deleted folder under its own name.
+A folder is replaced in three steps (``staged_directory``): the new content is written
+and synced in a hidden sibling ``.<name>.partial-<host>-<pid>``; the old folder is renamed
+to ``.<name>.retired-<host>-<pid>``; the new one is renamed into place and the retired one
+removed. A process killed at any point leaves hidden folders that ``recover_staged`` (run
+before every save and every read) resolves: a retired folder means the new one was
+complete; a partial folder alone is an interrupted write and is removed. A folder is
+removed the same way (``remove_directory``): renamed to ``.<name>.removed-<host>-<pid>``
+first, never half-deleted under its own name.
 
-Whether the writer is alive is read from a lock, not from its process id: the writer
-holds an exclusive ``flock`` on ``.<name>.lock-<host>-<pid>`` for the whole
-replacement, and the kernel (or the network file system's lock manager) releases it
-when the process dies, wherever it ran. So a job restarted on another node (a
-preempted cluster job) finishes what the dead node's process left, where a process id
-of another host could not be checked at all. A file system that takes no locks (Lustre
-mounted without ``flock``, NFS without its lock manager) ends the run at its first lock
-with one line naming the file system (``_flock``).
+Whether another host's writer is alive is read from its lock (an exclusive ``flock`` on
+``.<name>.lock-<host>-<pid>``, which the kernel or the network file system's lock manager
+releases when the process dies), so a job restarted on another node finishes what the
+dead node's process left. A file system that takes no locks ends the run at its first
+lock with one line naming it (``_flock``).
 """
 
 import contextlib

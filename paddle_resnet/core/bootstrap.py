@@ -1,13 +1,11 @@
 """The process environment Paddle reads once, when it is first imported, and the
-console's quiet: Paddle's own chatter (glog lines, fleet prints, topology INFO
-lines, deprecation warnings, the OMP_NUM_THREADS banner) is hidden unless the
-command line asks for it (``--verbose``, ``--verbose True``; ``--verbose False`` and
-``--no-verbose`` do not) or the environment has PADDLE_RESNET_VERBOSE=1.
+console's quiet: Paddle's own chatter (glog lines, fleet prints, deprecation warnings)
+is hidden unless the command line says ``--verbose`` or the environment has
+PADDLE_RESNET_VERBOSE=1.
 
-Importing the package does nothing; each command prepares its process as its first step
-(``prepare_process``; the training command starts itself again with tcmalloc before that,
-``preload_allocator``), before it imports a module that loads Paddle. Scripts and the
-test suite do the same first. Values the user set are kept.
+Importing the package does nothing; each command, script and the test suite prepares its
+process first (``prepare_process``; the training command starts itself again with
+tcmalloc before that, ``preload_allocator``). Values the user set are kept.
 """
 
 import contextlib
@@ -22,8 +20,7 @@ VERBOSE_FLAG = "--verbose"
 TRUE_WORDS = ("1", "true", "yes", "on", "y", "t")
 FALSE_WORDS = ("0", "false", "no", "off", "n", "f")
 # Whether this process shows Paddle's chatter: decided from the command line when the process
-# is prepared (the environment Paddle reads must be set before it loads), then set from the built
-# Config's run.verbose (cli.main_with), which parses the same flag the same way.
+# is prepared (before Paddle loads), then from the built Config's run.verbose (cli.main_with).
 _verbose = [False]
 # The process that started this one, as it was when this module was first imported (before
 # Paddle loads): a rank whose launcher is gone ends too (``distributed.ends_with_launcher``).

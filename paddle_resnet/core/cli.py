@@ -1,9 +1,6 @@
 """The command line of each tool, generated from the config fields: flags -> Config ->
-action. Each tool (train.py, export_model.py, inference.py) takes the flags of the keys
-it reads; a flag of another tool is refused with one line that says whose it is.
-
-    python -m paddle_resnet.commands.flag_table       # the flag table (docs/flags.md)
-"""
+action. Each tool takes the flags of the keys it reads; a flag of another tool is refused
+with one line that says whose it is (the flag table: ``commands/flag_table``)."""
 
 import argparse
 import sys

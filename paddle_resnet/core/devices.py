@@ -1,11 +1,7 @@
 """Which device a process computes on, and why: the Paddle build (CPU or GPU), the GPUs
-it can use, and one-line refusals of GPU-only options where there is none.
-
-Two facts decide it and are kept apart: the build (``paddlepaddle`` has no CUDA kernels;
-``paddlepaddle-gpu`` has them and inserts fp16 casts when it builds AMP programs,
-whether or not a GPU is present) and the GPUs the build can use now (none without an
-NVIDIA driver, or with ``CUDA_VISIBLE_DEVICES`` empty). The GPU build on a machine
-without a usable GPU trains, exports and infers on the CPU, as the CPU build does.
+it can use, and one-line refusals of GPU-only options where there is none. The two are
+kept apart: ``paddlepaddle-gpu`` inserts fp16 casts into AMP programs whether or not a
+GPU is present, and on a machine without a usable GPU it runs on the CPU.
 """
 
 import os
@@ -137,7 +133,7 @@ def cpu_flags(cpuinfo="/proc/cpuinfo"):
 
 
 def cpu_model(cpuinfo="/proc/cpuinfo"):
-    """The CPU's model name as /proc/cpuinfo gives it ("" where it is missing)."""
+    """The CPU's model name ("" where /proc/cpuinfo is missing)."""
     try:
         with open(cpuinfo) as handle:
             for line in handle:
@@ -149,8 +145,7 @@ def cpu_model(cpuinfo="/proc/cpuinfo"):
 
 
 def cpu_fallback_note():
-    """One line for the GPU build running on the CPU (no usable GPU), else None: the user
-    installed paddlepaddle-gpu to use a GPU and should hear that none is used."""
+    """One line for the GPU build running on the CPU (no usable GPU), else None."""
     if cuda_build() and not gpu_available():
         return f"note: {why_no_gpu()}: running on the CPU"
     return None

@@ -1,12 +1,9 @@
 """Speeds that survive a shared host: the contenders take turns in short slices (A B A B
-..., a few seconds each), and a comparison is the median of the paired per-slice ratios
-(each slice of A against the B slice beside it), with their spread, rather than a ratio of
-two medians taken minutes apart, when a neighbour's load may have come or gone.
-
-A contender is a function running one step (``run_slice`` repeats it for a slice), or a
-process of its own that serves slices over its standard input and output
-(``SliceWorker`` starts one, ``serve_slices`` is its side), so that PyTorch and Paddle,
-or two Paddle versions, never share a process.
+..., a few seconds each), and a comparison is the median of the paired per-slice ratios,
+with their spread, rather than a ratio of two medians taken minutes apart. A contender is
+a function running one step (``run_slice``), or a process of its own serving slices over
+its standard input and output (``SliceWorker``, ``serve_slices``), so that PyTorch and
+Paddle, or two Paddle versions, never share a process.
 """
 
 import json

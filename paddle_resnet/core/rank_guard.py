@@ -4,26 +4,20 @@ passes its deadline, even while the rank's main thread is blocked in Paddle's C+
 the GIL held, where no thread of the rank could run (seen: ``TCPStore.get``, gloo's and
 NCCL's rendezvous).
 
-The rank starts it (``RankGuard``) and tells it, through a pipe, which phase of the start
-it is in (``phase``), when the start is over (``started``), when its run has finished
-(``finished``) and when it is over, however it ended (``close``); the watcher writes one
-line naming the rank, the phase and the cause into the rank's log and ends the rank, and
-what it forked, with SIGKILL: a crash that a restart may fix (the launcher reports 247,
-or the status of a rank before it in rank order). It also ends what a rank forked once
-the rank has ended; then it ends itself.
+The rank starts it (``RankGuard``) and tells it through a pipe which phase of the start
+it is in, when the start is over, when its run has finished and when it is over; the
+watcher writes one line naming the rank, the phase and the cause into the rank's log and
+ends the rank and what it forked with SIGKILL: a crash that a restart may fix (the
+launcher reports 247). It also ends what a rank forked once the rank has ended.
 
-The teardown (Paddle's, DALI's, the interpreter's, after the run) has a grace, measured
-from the end of the run: ``teardown_seconds``, PADDLE_RESNET_TEARDOWN_SECONDS, 300 s
-unless set (0: none). A rank whose run ended by an error or a stop and that is still alive
-then is ended by the watcher (247: it was ending with a crash or a stop anyway, and its
-line says which run ended so). A rank whose run finished has a status, 0, that its
-teardown must not turn into a crash that schedulers requeue: it ends itself at the grace
-with status 0 (``exit_at``: a thread of the C library, which needs no GIL, so it works
-while Paddle's C++ holds it), and the watcher says so in its log.
+The teardown after the run has a grace (``teardown_seconds``: PADDLE_RESNET_TEARDOWN_SECONDS,
+300 s unless set; 0: none). A rank whose run ended by an error or a stop and is still alive
+then is ended by the watcher. A rank whose run finished must not turn its status 0 into a
+crash that schedulers requeue: it ends itself at the grace with status 0 (``exit_at``: a
+thread of the C library, which needs no GIL, so it works while Paddle's C++ holds it).
 
 Standard library only: the watcher runs this file with ``python -I -S``, without Paddle
-or the package (``python -I -S rank_guard.py RANK_PID LAUNCHER_PID RANK TIMEOUT
-TEARDOWN``).
+or the package (``python -I -S rank_guard.py RANK_PID LAUNCHER_PID RANK TIMEOUT TEARDOWN``).
 """
 
 import contextlib

@@ -8,20 +8,13 @@ crafted weights file runs code in every rank that reads it; and even NumPy's own
 reconstructors, admitted by name, dereference a pointer the file forges (a structured
 dtype with an object field whose "holds objects" flag BUILD set to 0, then an array of
 raw bytes read as objects: a segfault). So nothing the file names is called here: each
-admitted global is a stand-in of this module that checks its arguments and keeps plain
-values, and the arrays are made at the end from the bytes the file holds, by dtype
-name from ``NUMERIC_DTYPES`` (no structured, void or object dtypes; no dtype state
-taken from the file beyond its byte order). The opcodes are NumPy's and the
-containers' (pickletools over each format, Paddle 2.6.2 and 3.3.1, NumPy 1.26.4):
-``paddle.save`` of a Layer's or an optimizer's state dict, of a static program's state
-dict or of anything else (a Tensor as ``builtins.tuple`` of (name, array), a
-DenseTensor as ``builtins.eval('data', {'data': array})``, NumPy scalars), with
-``protocol=2`` too (bytes as ``_codecs.encode``), and ``paddle.static.save`` on either
-IR. Everything else is ``Refused`` in one sentence: other globals, BUILD on anything
-but an array or a dtype (a stand-in's or a class's state stays as it is in the
-process), objects made without a reduce (INST, OBJ, NEWOBJ), persistent ids,
-extension codes, protocol 5's out-of-band buffers, a length larger than the rest of
-the file, a container that holds itself or nests deeper than ``MAX_DEPTH``.
+admitted global is a stand-in that checks its arguments and keeps plain values, and the
+arrays are made at the end from the bytes the file holds, by dtype name from
+``NUMERIC_DTYPES`` (no dtype state taken from the file beyond its byte order). The
+opcodes admitted are those of ``paddle.save`` (state dicts, Tensors, DenseTensors, NumPy
+scalars; ``protocol=2`` too) and ``paddle.static.save`` on either IR, as pickletools
+reads them (Paddle 2.6.2 and 3.3.1, NumPy 1.26.4). Everything else is ``Refused`` in one
+sentence.
 """
 
 import collections

@@ -18,11 +18,9 @@ every 5 seconds (the controller rate-limits per service account), and never lets
 failure disturb the training. One rank posts (rank 0): every pod's token is accepted,
 but the statuses would overwrite each other.
 
-Nothing here raises: a failed post (no server, a timeout, an HTTP error, an unreadable
-token) returns False and is reported once in one line through ``report``; the next
-attempt waits ``FAILURE_BACKOFF_SECONDS`` so that a server that times out costs a step
-at most once a minute, and a success ends the failure (a later one is reported again).
-Standard library only; importing the module has no side effect.
+Nothing here raises: a failed post returns False and is reported once in one line
+through ``report``; the next attempt waits ``FAILURE_BACKOFF_SECONDS``, so that a server
+that times out costs a step at most once a minute. Standard library only.
 """
 
 import datetime

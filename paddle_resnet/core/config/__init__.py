@@ -1,12 +1,9 @@
 """The one configuration object: defaults < YAML recipe < --set < command-line flags.
 
 Each key is declared once, as a field of a frozen section dataclass made by ``keys.key``
-(one module per group of sections: ``run``, ``data``, ``model``, ``learning``,
-``precision``, ``deploy``):
-its default, its flag (and aliases), its help text and its check. The validation here
-and each tool's command line and the flag table (docs/flags.md) (``paddle_resnet/core/cli.py``) are
-generated from those fields. ``build_config`` makes the Config once; builders then take
-the section they need (``build_model(config.model)``).
+(one module per group of sections); the validation here, each tool's command line and the
+flag table (``core/cli.py``) are generated from those fields. ``build_config`` makes the
+Config once; builders then take the section they need (``build_model(config.model)``).
 """
 
 import dataclasses

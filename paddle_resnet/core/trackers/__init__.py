@@ -1,12 +1,9 @@
 """Experiment trackers beside the report (``--tracker tensorboard|mlflow|visualdl``), rank
-0's: one module per tracker (``tensorboard``, ``visualdl``, ``mlflow_run``, with MLflow's
-resume in ``mlflow_resume``) and the thread that writes to them (``writing``); ``opened``
+0's: one module per tracker and the thread that writes to them (``writing``); ``opened``
 opens a run's. A resumed run continues the tracker's run: TensorBoard and VisualDL write
-into the same folder at the global steps the run continues from (TensorBoard's readers
-drop the events an earlier start wrote past the checkpoint this one resumes: a run killed
-after its last checkpoint does not leave two curves); MLflow's run id is kept in
-``<output-dir>/mlflow_run.json`` and that run is resumed (its parameters stay the first
-start's; a value a resumed start changed becomes the tag ``resume.<key>``).
+into the same folder from the global step the run resumes (TensorBoard's readers drop
+what an earlier start wrote past it: no two curves); MLflow's run id is kept in
+``<output-dir>/mlflow_run.json`` and that run is resumed (``mlflow_resume``).
 """
 
 import os

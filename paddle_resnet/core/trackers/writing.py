@@ -1,20 +1,12 @@
 """The trackers' writing thread: the run's Report (core/report.py) hands every record it
-writes to ``Trackers``, which turns them into what each tracker shows:
-
-- each logged training step's values (loss, top-1/5, learning rate, images/s, timings and
-  their means) as ``train/<name>`` scalars at the run's global step;
-- each validation's values as ``val/<name>`` (top-1/5, balanced top-1, loss), each class's
-  accuracy as ``val_class/<class>`` and the confusion matrix (the most confused pairs
-  beyond 100 classes) as the image ``confusion_matrix``, at the global step of the
-  validated epoch's last step (an evaluation before any training step: at the step its
-  checkpoint was saved at);
-- the resolved configuration (the report's PARAMETER record) as parameters,
-  ``section.key`` flattened;
-- each checkpoint saved (``Report.saved``): MLflow tags ``checkpoint`` (the newest) and
-  ``checkpoint.<name>``, a text entry ``checkpoints`` for TensorBoard and VisualDL.
-
-written on one background thread in order, so that a step never waits on a tracker's disk
-or server; a tracker that fails while the run goes on is dropped with one warning line.
+writes to ``Trackers``, which turns them into what each tracker shows: training steps as
+``train/<name>`` scalars at the run's global step; validations as ``val/<name>``, each
+class's accuracy as ``val_class/<class>`` and the image ``confusion_matrix``, at the step
+of the validated epoch's end; the configuration as ``section.key`` parameters; each
+checkpoint saved as MLflow tags ``checkpoint`` and ``checkpoint.<name>`` (a text entry
+``checkpoints`` for TensorBoard and VisualDL). Written on one background thread in order,
+so that a step never waits on a tracker's disk or server; a tracker that fails is dropped
+with one warning line.
 """
 
 import json
