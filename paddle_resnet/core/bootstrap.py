@@ -16,6 +16,8 @@ import sys
 import sysconfig
 import warnings
 
+# The repository: the checkout the package runs from in an editable install.
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VERBOSE_FLAG = "--verbose"
 TRUE_WORDS = ("1", "true", "yes", "on", "y", "t")
 FALSE_WORDS = ("0", "false", "no", "off", "n", "f")
@@ -125,9 +127,7 @@ ALLOCATOR_VARIABLE = "PADDLE_RESNET_ALLOCATOR"  # "system": the C library's own
 STARTED_VARIABLE = "PADDLE_RESNET_ALLOCATOR_STARTED"
 TRAINING_MODULE = "paddle_resnet.commands.train"
 TRAINING_CONSOLE_SCRIPT = "paddle-resnet-train"
-TOOLKIT_TRAIN_PY = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "train.py"
-)
+TOOLKIT_TRAIN_PY = os.path.join(REPOSITORY, "train.py")
 
 
 def command_of(orig_argv):

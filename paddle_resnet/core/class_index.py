@@ -13,10 +13,9 @@ CLASSES_FILE = "classes.json"
 
 def write_class_index(path, classes):
     """{label: folder name} as JSON, so predictions can be named later."""
+    text = json.dumps({str(i): name for i, name in enumerate(classes)}, indent=1)
     with atomic_files(path) as (handle,):
-        handle.write(
-            json.dumps({str(i): name for i, name in enumerate(classes)}, indent=1).encode()
-        )
+        handle.write(text.encode())
 
 
 def read_class_index(path):

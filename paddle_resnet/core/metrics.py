@@ -32,15 +32,9 @@ def eval_counts(top_classes, losses, labels):
     summed over batches and ranks, they give exact accuracies."""
     labels = np.asarray(labels).reshape(-1, 1)
     hits = np.asarray(top_classes) == labels
-    return np.array(
-        [
-            len(labels),
-            hits[:, :1].any(axis=1).sum(),
-            hits.any(axis=1).sum(),
-            np.asarray(losses, dtype=np.float64).sum(),
-        ],
-        dtype=np.float64,
-    )
+    loss = np.asarray(losses, dtype=np.float64).sum()
+    counts = [len(labels), hits[:, :1].any(axis=1).sum(), hits.any(axis=1).sum(), loss]
+    return np.array(counts, dtype=np.float64)
 
 
 def accuracy_from_counts(totals, k, prefix=""):

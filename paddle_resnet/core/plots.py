@@ -25,15 +25,9 @@ def confusion_matrix(axes, result, epoch):
     if len(names) <= ANNOTATED_CLASSES:
         for (true, predicted), count in np.ndenumerate(counts):
             if count:
-                dark = shares[true, predicted] > 0.5
+                color = "white" if shares[true, predicted] > 0.5 else "black"
                 axes.text(
-                    predicted,
-                    true,
-                    int(count),
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if dark else "black",
+                    predicted, true, int(count), ha="center", va="center", fontsize=8, color=color
                 )
     axes.set_xlabel("predicted")
     axes.set_ylabel("true")

@@ -41,15 +41,6 @@ class Finding:
     met: bool = True
 
 
-def _version(getter):
-    """A version from ``getter``, or None where the library behind it cannot be loaded."""
-    try:
-        version = getter()
-    except RuntimeError:  # Paddle's "dynamic library not found"
-        return None
-    return version or None
-
-
 def paddle_findings():
     build = "GPU" if devices.cuda_build() else "CPU"
     yield Finding(
@@ -92,7 +83,10 @@ def gpu_findings():
         )
     if not devices.cuda_build():
         return
-    nccl = _version(paddle_internals.nccl_version)
+    try:
+        nccl = paddle_internals.nccl_version()
+    except RuntimeError:  # Paddle's "dynamic library not found"
+        nccl = None
     yield Finding(
         "NCCL",
         f"version {nccl}" if nccl else "not loadable",

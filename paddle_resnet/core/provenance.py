@@ -12,9 +12,10 @@ import subprocess
 
 import paddle
 
+from paddle_resnet.core.bootstrap import REPOSITORY
+
 PACKAGE = "paddle-resnet"
-# The checkout the package runs from (the repository's root in an editable install).
-_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_CHECKOUT = REPOSITORY  # the checkout the package runs from
 # The commit an image was built from: Dockerfile and Dockerfile.gpu put their build argument
 # of this name in the image's environment (docker build --build-arg
 # PADDLE_RESNET_COMMIT=$(git rev-parse HEAD)).

@@ -109,17 +109,9 @@ class RankGuard:
         os.set_inheritable(self._write, False)
         command = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())]
         command += [str(launcher_pid), str(rank), str(start_timeout), str(teardown)]
-        os.posix_spawn(
-            sys.executable,
-            command,
-            os.environ,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, read, 0),
-                (os.POSIX_SPAWN_DUP2, log_fd, 1),
-                (os.POSIX_SPAWN_DUP2, log_fd, 2),
-            ],
-            setsid=True,  # outside the rank's process group, which it may have to end
-        )
+        dups = [(os.POSIX_SPAWN_DUP2, fd, to) for fd, to in ((read, 0), (log_fd, 1), (log_fd, 2))]
+        # setsid: outside the rank's process group, which it may have to end
+        os.posix_spawn(sys.executable, command, os.environ, file_actions=dups, setsid=True)
         os.close(read)
 
     def _tell(self, message):

@@ -23,7 +23,6 @@ through ``report``; the next attempt waits ``FAILURE_BACKOFF_SECONDS``, so that 
 that times out costs a step at most once a minute. Standard library only.
 """
 
-import datetime
 import json
 import os
 import ssl
@@ -84,9 +83,7 @@ class TrainerStatus:
     def _payload(self, now, step, total_steps, epoch, metrics):
         status = {
             "progressPercentage": max(0, min(100, int(100 * step / max(total_steps, 1)))),
-            "lastUpdatedTime": datetime.datetime.now(datetime.timezone.utc)
-            .isoformat(timespec="seconds")
-            .replace("+00:00", "Z"),
+            "lastUpdatedTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         start_time, start_step = self.first_seen
         if step > start_step:  # the pace of this process, not of steps a resume skipped

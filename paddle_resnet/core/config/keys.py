@@ -5,10 +5,8 @@ and ``key``, which makes a key a dataclass field with its flag, help, check and 
 import os
 from dataclasses import field
 
-# configs/ of the repository: paddle_resnet/core/config/keys.py is four levels below it
-REPOSITORY = os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-)
+from paddle_resnet.core.bootstrap import REPOSITORY
+
 CONFIG_DIR = os.path.join(REPOSITORY, "configs")
 RUN_SCOPES = ("train_eval", "train_only", "eval_only")
 IRS = ("legacy", "pir")

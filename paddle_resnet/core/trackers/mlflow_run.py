@@ -114,8 +114,7 @@ class MlflowRun:
         self._flush()
         name = _UNSAFE_NAME.sub("_", os.path.basename(directory))
         tags = [
-            self.entities.RunTag("checkpoint", directory),
-            self.entities.RunTag(f"checkpoint.{name}", directory),
+            self.entities.RunTag(key, directory) for key in ("checkpoint", f"checkpoint.{name}")
         ]
         self.client.log_batch(self.run_id, tags=tags)
 
