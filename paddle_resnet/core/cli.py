@@ -246,12 +246,8 @@ def flag_table_markdown(choices=None):
 
 def main_with(tool, description, action, argv=None, choices=None):
     """Parse ``argv`` into the Config of ``tool`` and run ``action(config)``; returns the
-    exit code: the int ``action`` returns (a training run stopped by a signal), else 0
-    (``choices`` as for build_parser).
-
-    --list-configs and --show-config answer and stop; bad input and unreadable or
-    unwritable files end in one line (``errors.exit_status``).
-    """
+    exit status (``errors.exit_status``: the int ``action`` returns, else 0). --list-configs
+    and --show-config answer and stop."""
     args = build_parser(tool, description, choices).parse_args(argv)
     # A file name that is not UTF-8 (os.listdir escapes its bytes as surrogates) prints
     # as \udcxx escapes, as Python prints it on stderr, instead of ending the tool.

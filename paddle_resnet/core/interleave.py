@@ -54,9 +54,8 @@ def median_speed(speeds):
 
 
 def serve_slices(step, images_per_step, info=None):
-    """A contender process's side: after its set-up, say ``ready`` (with ``info``, a JSON
-    object), then run a slice of the seconds each input line names and answer its img/s,
-    until the input ends."""
+    """A contender process's side: say ``ready`` (with ``info``, a JSON object), then answer
+    each input line's seconds with the img/s of a slice that long."""
     print(json.dumps({READY: True, **(info or {})}), flush=True)
     for line in sys.stdin:
         seconds = float(line)
@@ -64,9 +63,8 @@ def serve_slices(step, images_per_step, info=None):
 
 
 class SliceWorker:
-    """A contender in a process of its own (``command`` ends in ``serve_slices``). Its
-    set-up runs when started; ``info`` is what it said when ready; call it with seconds
-    for a slice's img/s. RuntimeError with the end of its stderr if it dies."""
+    """A contender in a process of its own (``command`` ends in ``serve_slices``); call it
+    with seconds for a slice's img/s. RuntimeError with the end of its stderr if it dies."""
 
     def __init__(self, command, env=None):
         self.process = subprocess.Popen(

@@ -93,9 +93,8 @@ CONFUSED_PAIRS = 50
 
 
 def add_confusions(confusion, top_classes, labels):
-    """Add one evaluated batch to the square ``confusion`` counts, in place (no matrix
-    per batch: 8 MB at 1,000 classes): row the true class, column the top-1 prediction;
-    summed over batches and ranks, exact. Returns ``confusion``."""
+    """Add one evaluated batch to the square ``confusion`` counts in place (no matrix per
+    batch: 8 MB at 1,000 classes): row the true class, column the top-1 prediction."""
     labels = np.asarray(labels).reshape(-1).astype(np.int64)
     predicted = np.asarray(top_classes)[:, 0].astype(np.int64)
     np.add.at(confusion, (labels, predicted), 1)
@@ -108,10 +107,8 @@ def confusion_counts(top_classes, labels, num_classes):
 
 
 def class_results(confusion, classes):
-    """Per-class results from a confusion matrix (``confusion_counts`` summed): each
-    class's accuracy and image count, the balanced top-1 (the mean accuracy of the classes
-    that have images), the worst classes, the most confused pairs (true -> predicted) and,
-    up to FULL_CONFUSION_CLASSES classes, the whole matrix."""
+    """Per-class results from a confusion matrix (``confusion_counts`` summed); the balanced
+    top-1 is the mean accuracy of the classes that have images."""
     confusion = np.asarray(confusion, dtype=np.int64)
     images = confusion.sum(axis=1)
     present = images > 0
@@ -156,9 +153,7 @@ def describe_class_results(result, shown=3):
 
 def class_changes(reference, result, shown=5):
     """The classes that lost most from ``reference`` to ``result`` (two ``class_results``
-    of the same images: a dense model and its pruned or int8 form), as [class,
-    reference accuracy, accuracy, images lost, images], worst first; classes that
-    lost nothing are left out."""
+    of the same images: a dense model and its pruned or int8 form), worst first."""
     if reference["classes"] != result["classes"]:
         raise ValueError("per-class results of different classes cannot be compared")
     changes = []

@@ -30,9 +30,8 @@ CPU_EXTENSIONS = (
 
 @dataclass(frozen=True)
 class Finding:
-    """One line of the report: what was found, and what it means for the options.
-    ``provides`` names the requirement it meets (``--require``), if any; ``met`` says
-    whether it does."""
+    """One line of the report: what was found, and what it means for the options;
+    ``provides``: the requirement (``--require``) it meets if ``met``."""
 
     topic: str
     found: str

@@ -66,9 +66,8 @@ def _describe(record):
 
 
 def difference(recorded):
-    """One line when the code ``recorded`` by a checkpoint is not this process's (another
-    toolkit version or commit, another Paddle), else None; None also for a checkpoint of
-    a version that recorded none."""
+    """One line when the code ``recorded`` by a checkpoint (None: a version that recorded
+    none) is not this process's, else None."""
     if not recorded:
         return None
     now = code()

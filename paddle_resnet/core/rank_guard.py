@@ -99,9 +99,8 @@ def exit_at(deadline):
 
 
 class RankGuard:
-    """The rank's side: the watcher process and the pipe to it. ``start_timeout``: the
-    seconds the start may take (0: no deadline; the launcher is watched all the same);
-    ``teardown``: the grace of the teardown after the run (0: none)."""
+    """The rank's side: the watcher process and the pipe to it (``start_timeout``,
+    ``teardown``: seconds; 0: no deadline, no grace)."""
 
     def __init__(self, rank, launcher_pid, start_timeout, teardown=TEARDOWN_SECONDS, log_fd=2):
         self.teardown = teardown
@@ -165,9 +164,7 @@ def _end_group(rank_pid, leads_group):
 def watch(rank_pid, launcher_pid, rank, timeout, messages, teardown=TEARDOWN_SECONDS):
     """Until the rank and what it forked have ended: end them when the launcher is gone,
     when the start's deadline passes, or when the rank lives on ``teardown`` seconds after
-    its run ended by an error or a stop (stuck in Paddle's teardown; 0: never); a rank
-    whose run finished ends itself then (``RankGuard.finished``). ``messages``: the pipe's
-    read end."""
+    its run ended by an error or a stop. ``messages``: the pipe's read end."""
     try:
         leads_group = os.getpgid(rank_pid) == rank_pid
     except ProcessLookupError:

@@ -42,9 +42,8 @@ def _outcome(exc_type, exc):
 
 class Report:
     """Appends to the JSON-lines file (a new run never erases an old one's lines), each
-    run's lines beginning with a RUN record (when, host, process, command line); only
-    rank 0 writes and prints. ``trackers`` (core/trackers/, rank 0's) get every record
-    and the checkpoints saved."""
+    run's lines beginning with a RUN record; only rank 0 writes and prints. ``trackers``
+    (core/trackers/) get every record and the checkpoints saved."""
 
     def __init__(self, path, enabled=True, stream=sys.stdout, trackers=None):
         self.path = path

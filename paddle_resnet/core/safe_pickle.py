@@ -275,10 +275,9 @@ _LEAVES = (type(None), bool, int, float, complex, str, bytes)
 
 
 def _plain(value, made, holding, depth):
-    """``value`` with every array to come made: NumPy arrays, numbers, strings and
-    builtin containers only; a Refused for anything else. ``made`` maps a container's
-    id to its copy (a value shared by many is made once), ``holding`` the ids of the
-    containers holding this one."""
+    """``value`` with every array to come made; a Refused for anything but plain values.
+    ``made`` maps a container's id to its copy (a value shared by many is made once),
+    ``holding`` the ids of the containers holding this one."""
     if type(value) in _LEAVES or isinstance(value, np.generic):
         return value
     if isinstance(value, _Array):
@@ -321,9 +320,8 @@ def _key(value, made, holding, depth):
 
 
 def load(handle):
-    """The object pickled in the binary file ``handle``: NumPy arrays of numeric kinds,
-    numbers, strings and builtin containers, made by this module (``Refused`` says what
-    else the file asked for; nothing of it was called). Python 2 strings are read as
-    Latin-1, as Paddle reads them."""
+    """The object pickled in the binary file ``handle``, made by this module (``Refused``
+    says what else the file asked for; nothing of it was called). Python 2 strings are
+    read as Latin-1, as Paddle reads them."""
     loaded = _Unpickler(_Bounded(handle), encoding="latin1").load()
     return _plain(loaded, {}, set(), 0)

@@ -41,9 +41,8 @@ def parse_json(text, path, error):
 
 
 def read_json_object(path, error, what, required=None):
-    """The JSON object (a dict) in ``path``; ``error`` naming the file when it is not
-    UTF-8, not JSON, not an object or without a key of ``required`` ({key: type}) of its
-    type (``what`` names what the file should be)."""
+    """The JSON object in ``path``; ``error`` naming the file when it is not UTF-8, not
+    JSON, not an object or lacks a key of ``required`` ({key: type})."""
     value = parse_json(read_text(path, error, what=what), path, error)
     if not isinstance(value, dict):
         kind = "true or false" if isinstance(value, bool) else _JSON_KINDS.get(type(value), "null")

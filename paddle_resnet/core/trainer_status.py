@@ -63,9 +63,8 @@ class TrainerStatus:
         return cls(url, environ.get(TOKEN_VARIABLE), environ.get(CA_CERT_VARIABLE), **options)
 
     def post(self, step, total_steps, epoch=None, metrics=None):
-        """Posts the progress of global ``step`` of ``total_steps`` unless one was attempted
-        less than MIN_INTERVAL_SECONDS ago (or a failure's backoff runs); True if the
-        server took it. Never raises."""
+        """Posts the progress of global ``step`` of ``total_steps`` unless the rate limit or a
+        failure's backoff says wait; True if the server took it. Never raises."""
         try:
             now = self.clock()
             if self.next_attempt is not None and now < self.next_attempt:

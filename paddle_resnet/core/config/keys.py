@@ -118,8 +118,7 @@ def key(
     repeatable=False,
 ):
     """A config field: its default, flag, help text, check and alias flags, and the
-    ``tools`` that read it (each a name in TOOLS).
-    ``deprecated`` aliases still work but print a warning naming ``flag``.
+    ``tools`` that read it; ``deprecated`` aliases still work but print a warning.
     ``resume_may_change``: a resumed run may set another value than the checkpoint's
     run (where files go, how often to log); every other key must match.
     ``repeatable``: a tuple whose flag may be given again, adding its values."""

@@ -2,12 +2,7 @@
 
 from dataclasses import dataclass
 
-from paddle_resnet.core.config.keys import (
-    DATA_LAYOUTS,
-    TRAIN_EXPORT,
-    at_least,
-    key,
-)
+from paddle_resnet.core.config.keys import DATA_LAYOUTS, TRAIN_EXPORT, at_least, key
 
 
 @dataclass(frozen=True)
@@ -37,8 +32,5 @@ class ModelConfig:
         tools=TRAIN_EXPORT,
     )
     zero_init_residual: bool = key(
-        False,
-        "--zero-init-residual",
-        "zero gamma in each block's last BN",
-        tools=TRAIN_EXPORT,
+        False, "--zero-init-residual", "zero gamma in each block's last BN", tools=TRAIN_EXPORT
     )

@@ -3,13 +3,7 @@
 from dataclasses import dataclass
 from typing import Tuple
 
-from paddle_resnet.core.config.keys import (
-    AMP_DTYPES,
-    MASK_ALGOS,
-    TRAIN_EXPORT,
-    key,
-    positive,
-)
+from paddle_resnet.core.config.keys import AMP_DTYPES, MASK_ALGOS, TRAIN_EXPORT, key, positive
 
 
 @dataclass(frozen=True)

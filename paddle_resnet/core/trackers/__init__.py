@@ -20,11 +20,10 @@ __all__ = ["CONFUSION_TAG", "MLFLOW_RUN_FILE", "TRACKERS", "Trackers", "mlflow_t
 
 
 def opened(names, output_dir, tensorboard_dir, mlflow_uri, visualdl_dir, saved_step, trains):
-    """The Trackers of ``names`` and VisualDL's where ``visualdl_dir`` is given, or None
-    without any; each opened now, so that a bad URI or folder stops the run before its
-    first step. ``saved_step``: the global step of the checkpoint the run starts from
-    (None: a fresh start); ``trains``: the run trains from there, so TensorBoard's readers
-    drop what an earlier start wrote past that step (an evaluation keeps it)."""
+    """The Trackers of ``names`` (and VisualDL's where ``visualdl_dir`` is given), or None;
+    each opened now, so that a bad URI or folder stops the run before its first step.
+    ``saved_step``: the global step the run starts from (None: a fresh start); ``trains``:
+    TensorBoard's readers drop what an earlier start wrote past it."""
     names = tuple(names) + (("visualdl",) if visualdl_dir else ())
     if not names:
         return None
