@@ -81,8 +81,7 @@ _NO_LOCKS = LOCK_ERRORS | {errno.EINVAL}
 
 
 def mount_of(path):
-    """(mount point, type, options) of the file system holding ``path``, from
-    /proc/mounts; None where it cannot be read."""
+    """(mount point, type, options) of ``path``'s file system from /proc/mounts, or None."""
     try:
         with open("/proc/mounts") as handle:
             entries = [line.split() for line in handle]
@@ -102,8 +101,7 @@ def mount_of(path):
 
 
 def _flock(descriptor, operation, path):
-    """``fcntl.flock``; a file system that cannot lock is a UserError naming it and what
-    to do (a restart fails the same way)."""
+    """``fcntl.flock``; a file system that cannot lock is a UserError naming it and what to do."""
     try:
         fcntl.flock(descriptor, operation)
     except BlockingIOError:
@@ -167,8 +165,7 @@ def _owner_alive(parent, name, host, pid):
 
 
 def recover_staged(parent):
-    """Finish or undo the folder replacements that dead processes left in ``parent``;
-    returns a line per folder acted on."""
+    """Finish or undo what dead processes' replacements left in ``parent``; a line each."""
     if not os.path.isdir(parent):
         return []
     actions = []
@@ -213,8 +210,7 @@ def remove_directory(directory):
 
 @contextlib.contextmanager
 def _writer_lock(directory):
-    """Hold the lock that tells other processes (on any host) that this one is replacing
-    ``directory``; removed when the replacement is over."""
+    """The lock telling processes on any host that this one is replacing ``directory``."""
     path = _hidden(directory, "lock", _owner())
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -317,7 +313,6 @@ def run_lock(folder, what):
 
 
 def export_lock(directory, what):
-    """``held_by_this_run`` for a folder that is replaced as a whole (an export): the
-    lock is its hidden sibling."""
+    """``held_by_this_run`` for a folder replaced as a whole (an export): a hidden sibling."""
     parent, name = os.path.split(os.path.abspath(directory))
     return held_by_this_run(os.path.join(parent, f".{name}.export.lock"), what)

@@ -44,8 +44,7 @@ LAUNCHER_VARIABLES = (
 
 
 def launched(environ=os.environ):
-    """Whether ``paddle.distributed.launch`` started this process (a rank): every variable
-    it sets for a rank is there (``LAUNCHER_VARIABLES``)."""
+    """Whether ``paddle.distributed.launch`` started this process: all LAUNCHER_VARIABLES set."""
     return all(environ.get(name) for name in LAUNCHER_VARIABLES)
 
 
@@ -76,15 +75,13 @@ def set_verbose(value):
 
 
 def threads_per_process(environ=os.environ):
-    """The cores shared by the ranks that ``paddle.distributed.launch`` starts on this
-    machine (PADDLE_LOCAL_SIZE), at least one each."""
+    """This machine's cores shared by the launcher's ranks here (PADDLE_LOCAL_SIZE), >= 1."""
     ranks_here = int(environ.get("PADDLE_LOCAL_SIZE", "1") or 1)
     return max(1, available_cores() // max(1, ranks_here))
 
 
 def math_threads(environ=os.environ):
-    """The math library threads this process trains with: OMP_NUM_THREADS, as
-    ``prepare_environment`` leaves it, else ``threads_per_process``."""
+    """The math library threads: OMP_NUM_THREADS, else ``threads_per_process``."""
     value = environ.get("OMP_NUM_THREADS", "")
     return max(1, int(value)) if value.isdigit() else threads_per_process(environ)
 
@@ -131,8 +128,7 @@ TOOLKIT_TRAIN_PY = os.path.join(REPOSITORY, "train.py")
 
 
 def command_of(orig_argv):
-    """The script (its path as given) or module (``-m``) a Python command line runs; ""
-    for ``-c`` and an interactive interpreter."""
+    """The script or ``-m`` module a Python command line runs; "" for ``-c`` and a REPL."""
     args = iter(orig_argv[1:])
     for arg in args:
         if arg == "-m":
@@ -207,8 +203,7 @@ def preload_allocator(environ=os.environ, orig_argv=sys.orig_argv):
 
 
 def allocator():
-    """The allocator this process runs on, as the report records it: "tcmalloc" where it
-    is loaded, else "system"."""
+    """The allocator this process runs on, as the report records it: tcmalloc or system."""
     try:
         with open("/proc/self/maps") as maps:
             return "tcmalloc" if "libtcmalloc" in maps.read() else "system"

@@ -19,8 +19,7 @@ def write_class_index(path, classes):
 
 
 def read_class_index(path):
-    """The class names of the class index at ``path``; a DataError naming it when it is not
-    {"0": name, "1": name, ...} in UTF-8 JSON."""
+    """The class names at ``path``; a DataError naming it unless {"0": name, ...} JSON."""
     try:
         mapping = read_json_object(path, DataError, 'a class index ({"0": name, ...})')
     except OSError as err:

@@ -106,8 +106,7 @@ def image_shape_values(text):
 
 
 def _choices(dotted, f, choices):
-    """The values of key ``dotted``: its own, or those a registry above core/ gives
-    (``choices``: {dotted key: values}, e.g. the deploy backends)."""
+    """The values of key ``dotted``: its own, or a registry's above core/ (``choices``)."""
     return (choices or {}).get(dotted) or f.metadata["choices"]
 
 
@@ -224,8 +223,7 @@ def parse(tool, argv):
 
 
 def flag_table_markdown(choices=None):
-    """The flag table (docs/flags.md), generated from the config fields, with the tools that
-    take each flag (``choices`` as for build_parser)."""
+    """The flag table (docs/flags.md), with the tools that take each flag."""
     short = {"export_model": "export", "inference": "infer", "check_data": "check-data"}
     lines = ["| flag | config key | default | tools | meaning |", "|---|---|---|---|---|"]
     section = None

@@ -95,8 +95,7 @@ def describe(device_id):
 
 
 def tensorrt_version():
-    """The TensorRT version Paddle can load, as "8.5.3", or None (CPU build, or the GPU
-    build without TensorRT's libraries on the library path)."""
+    """The TensorRT version Paddle can load ("8.5.3"), or None: CPU build, no libraries."""
     if not cuda_build():
         return None
     try:

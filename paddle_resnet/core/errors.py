@@ -2,10 +2,8 @@
 
 Every tool and script ends through ``exit_status``, which prints an error without a
 traceback and returns its status from ``EXIT_STATUSES``, the one table of what each
-status means (printed in docs/guide.md by ``exit_status_table``; a test keeps the two
-equal). The Slurm scripts (scripts/cluster/slurm) and the Kubernetes manifests
-(scripts/cluster/kubernetes) act on it: 2 fails the job, a crash is retried, a stop by a
-signal continues."""
+status means (docs/guide.md prints it), which the Slurm scripts and the Kubernetes
+manifests (scripts/cluster/) act on."""
 
 import dataclasses
 import errno
@@ -27,8 +25,7 @@ LAUNCHER_STOPPED = int(signal.SIGTERM)
 
 
 def stopped_status(signal_number):
-    """The status of a process stopped by ``signal_number`` (130 for SIGINT, 143 for
-    SIGTERM), whether it saved at its step or had nothing to save yet."""
+    """The status of a process stopped by ``signal_number``: 130 for SIGINT, 143 for SIGTERM."""
     return SIGNAL_BASE + int(signal_number)
 
 
@@ -131,8 +128,7 @@ class Diverged(UserError):
 
 
 class RestartableError(Exception):
-    """A fault a restart may fix: a lost or stuck peer, an I/O error of the file system.
-    The message names it."""
+    """A fault a restart may fix: a lost or stuck peer, an I/O error of the file system."""
 
 
 # OSError numbers that are the user's input: a path that is not there or not of its kind.

@@ -28,8 +28,7 @@ def run_slice(step, images_per_step, seconds):
 
 
 def alternate(contenders, rounds, seconds):
-    """{name: [img/s of each slice]}: every round runs each contender's slice in turn,
-    ``contenders`` being {name: slice(seconds) -> img/s}, in their order."""
+    """{name: [img/s of each slice]} of ``contenders`` ({name: slice(seconds) -> img/s})."""
     speeds = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, run in contenders.items():
@@ -38,8 +37,7 @@ def alternate(contenders, rounds, seconds):
 
 
 def paired_ratio(numerator, denominator):
-    """The ratio of two contenders' speeds from their per-slice speeds of the same rounds:
-    {"median", "min", "max", "ratios"} of the slice-by-slice ratios."""
+    """{"median", "min", "max", "ratios"} of two contenders' slice-by-slice speed ratios."""
     ratios = [a / b for a, b in zip(numerator, denominator)]
     return {
         "median": round(float(np.median(ratios)), 3),

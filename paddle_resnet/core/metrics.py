@@ -28,8 +28,7 @@ class Meter:
 
 
 def eval_counts(top_classes, losses, labels):
-    """(images, top-1 hits, top-k hits, loss sum) of one evaluated batch, as float64;
-    summed over batches and ranks, they give exact accuracies."""
+    """(images, top-1 hits, top-k hits, loss sum) of a batch: summed, exact accuracies."""
     labels = np.asarray(labels).reshape(-1, 1)
     hits = np.asarray(top_classes) == labels
     loss = np.asarray(losses, dtype=np.float64).sum()
@@ -139,8 +138,7 @@ def class_results(confusion, classes):
 
 
 def describe_class_results(result, shown=3):
-    """Two lines for people: the balanced top-1 with the worst classes, and the most
-    confused pairs."""
+    """Two lines: the balanced top-1 with the worst classes, the most confused pairs."""
     worst = ", ".join(
         f"{name} {100 * acc:.1f} % of {n}" for name, acc, n in result["worst"][:shown]
     )

@@ -30,8 +30,7 @@ CPU_EXTENSIONS = (
 
 @dataclass(frozen=True)
 class Finding:
-    """One line of the report: what was found, and what it means for the options;
-    ``provides``: the requirement (``--require``) it meets if ``met``."""
+    """A finding and what it means; ``provides``: the requirement it meets if ``met``."""
 
     topic: str
     found: str

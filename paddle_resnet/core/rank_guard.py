@@ -137,8 +137,7 @@ class RankGuard:
             self._tell(f"finished {deadline!r}")
 
     def close(self):
-        """The run is over: the watcher waits for this process to exit (and ends it if it
-        is still alive after the teardown's grace)."""
+        """The run is over: the watcher waits for this process to exit (past the grace, ends it)."""
         os.close(self._write)
 
 

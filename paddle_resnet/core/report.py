@@ -30,8 +30,7 @@ def _fits_a_bar(stream):
 
 
 def _outcome(exc_type, exc):
-    """How a run ended, in MLflow's words: FINISHED, KILLED (a signal's stop, Ctrl-C) or
-    FAILED."""
+    """How a run ended, in MLflow's words: FINISHED, KILLED (a signal, Ctrl-C) or FAILED."""
     if exc_type is None:
         return "FINISHED"
     stopped = issubclass(exc_type, KeyboardInterrupt) or (
@@ -132,8 +131,7 @@ class Report:
         self.close(_outcome(exc_type, exc))
 
     def close(self, outcome="FINISHED"):
-        """The file closed; the trackers' writing finished and their runs ended with
-        ``outcome`` (FINISHED, KILLED or FAILED)."""
+        """Close the file and the trackers (their runs end with ``outcome``)."""
         if self._handle:
             self._handle.close()
             self._handle = None

@@ -60,8 +60,7 @@ class RefusedGlobal(Refused):
 
 
 def _bytes_of(raw, what):
-    """The bytes of ``raw``: bytes, or a Python 2 str read as Latin-1 (NumPy's arrays
-    pickled by Python 2)."""
+    """The bytes of ``raw``: bytes, or a str of Python 2 pickles read as Latin-1."""
     if isinstance(raw, bytes):
         return raw
     if isinstance(raw, str):
@@ -236,8 +235,7 @@ class _Bounded:
 
 
 class _Unpickler(pickle._Unpickler):
-    """Python's own unpickler, whose table of opcodes is ours: the C one cannot be told
-    which to refuse."""
+    """Python's own unpickler, with our opcodes: the C one cannot be told which to refuse."""
 
     def find_class(self, module, name):
         if (module, name) not in _STAND_INS:

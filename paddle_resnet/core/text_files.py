@@ -30,8 +30,7 @@ def read_text(path, error, limit=None, what="file"):
 
 
 def parse_json(text, path, error):
-    """The JSON value of ``text`` (read from ``path``); ``error`` naming the file when it
-    is not JSON."""
+    """The JSON value of ``text`` (read from ``path``); ``error`` naming it if not JSON."""
     try:
         return json.loads(text)
     except RecursionError:
@@ -52,8 +51,7 @@ def read_json_object(path, error, what, required=None):
 
 
 def require_keys(mapping, required, path, error, what):
-    """``error`` naming ``path`` and the first key of ``required`` ({key: type}) that
-    ``mapping`` lacks or holds a value of another type in."""
+    """``error`` naming the first key of ``required`` ({key: type}) ``mapping`` lacks."""
     for key, kind in required.items():
         if not isinstance(mapping.get(key), kind):
             raise error(f"{path}: not {what}: no {key!r} ({kind.__name__})")

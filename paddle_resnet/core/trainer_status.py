@@ -2,21 +2,13 @@
 with the controller's ``TrainJobStatus`` feature gate), so that ``kubectl get trainjob NAME
 -o jsonpath='{.status.trainerStatus}'`` shows the run's percentage, ETA and metrics.
 
-As Trainer's docs ("TrainJob Progress and Training Metrics", the raw HTTP option) say:
-the controller injects into every container of the TrainJob
-
-- ``KUBEFLOW_TRAINER_SERVER_URL``: the HTTPS endpoint,
-  ``.../apis/trainer.kubeflow.org/v1alpha1/namespaces/<ns>/trainjobs/<name>/status``;
-- ``KUBEFLOW_TRAINER_SERVER_CA_CERT``: the path of the CA certificate of its TLS;
-- ``KUBEFLOW_TRAINER_SERVER_TOKEN``: the path of a projected service-account token (a JWT,
-  audience ``trainer.kubeflow.org``) that rotates: read again for every request;
-
-and a client POSTs ``{"trainerStatus": {"progressPercentage": 0-100,
-"estimatedRemainingSeconds": N, "metrics": [{"name": ..., "value": "<string>"}],
-"lastUpdatedTime": "<RFC 3339>"}}`` with ``Authorization: Bearer <token>``, at most once
-every 5 seconds (the controller rate-limits per service account), and never lets a
-failure disturb the training. One rank posts (rank 0): every pod's token is accepted,
-but the statuses would overwrite each other.
+As Trainer's docs ("TrainJob Progress and Training Metrics", the raw HTTP option) say,
+the controller injects into every container of the TrainJob the endpoint
+(``.../apis/trainer.kubeflow.org/v1alpha1/namespaces/<ns>/trainjobs/<name>/status``), its
+TLS CA certificate and a projected service-account token that rotates (read again for
+every request); a client POSTs ``{"trainerStatus": ...}`` with ``Authorization: Bearer
+<token>`` at most once every 5 seconds (the controller rate-limits per service account).
+One rank posts (rank 0): the statuses of several would overwrite each other.
 
 Nothing here raises: a failed post returns False and is reported once in one line
 through ``report``; the next attempt waits ``FAILURE_BACKOFF_SECONDS``, so that a server

@@ -38,8 +38,7 @@ def _watch(timeout, message, stop):
 
 @contextlib.contextmanager
 def watching(timeout, message):
-    """Inside the block, no ``beat`` for ``timeout`` seconds ends the process after printing
-    ``error: message(idle seconds)``."""
+    """Inside the block, ``timeout`` seconds without a ``beat`` end the process in one line."""
     beat()
     stop = threading.Event()
     thread = threading.Thread(

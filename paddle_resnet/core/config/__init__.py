@@ -51,8 +51,7 @@ __all__ = [
 
 
 def section(keys, title):
-    """A section of the Config: the dataclass of its keys, and its title, which heads its
-    flags in each tool's --help and in the flag table (docs/flags.md)."""
+    """A section of the Config: its keys' dataclass, and the title heading its flags."""
     return field(default_factory=keys, metadata={"title": title})
 
 

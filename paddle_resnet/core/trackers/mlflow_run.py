@@ -39,8 +39,7 @@ def _sql_errors():
 
 
 class MlflowRun:
-    """One MLflow run at ``tracking_uri``: a new one, or with ``resume`` the run recorded
-    in ``output_dir`` (when recorded at the same tracking URI)."""
+    """One MLflow run at ``tracking_uri``: new, or with ``resume`` the one recorded there."""
 
     def __init__(self, tracking_uri, output_dir, resume, run_name):
         mlflow = require("mlflow", "--tracker mlflow")

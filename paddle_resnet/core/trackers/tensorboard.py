@@ -13,8 +13,7 @@ _WRITERS = itertools.count()
 
 
 def file_suffix():
-    """A start's own file name ending (the process and a count; the writers add the
-    second), so that two starts never share one."""
+    """A start's own file name ending (process and count), so two starts never share one."""
     return f".{os.getpid()}.{next(_WRITERS):04d}"
 
 

@@ -41,8 +41,7 @@ def _numbers(data, prefix):
 
 
 class Trackers:
-    """The trackers of one run (``opened``), fed the report's records (``record``) and
-    checkpoints (``saved``); the writing runs on one background thread, in order."""
+    """A run's trackers, fed the report's records and checkpoints on one writing thread."""
 
     def __init__(self, trackers, step=0):
         self.trackers = dict(trackers)  # name -> EventWriter or MlflowRun
@@ -118,8 +117,7 @@ class Trackers:
         written.wait()
 
     def close(self, status="FINISHED"):
-        """Everything queued written, then each tracker closed (MLflow's run ended with
-        ``status``: FINISHED, KILLED or FAILED)."""
+        """Write everything queued, then close each tracker (MLflow's run ends with ``status``)."""
         self._tasks.put(None)
         self._thread.join()
         self._call("close", status)
