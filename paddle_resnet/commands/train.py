@@ -15,7 +15,7 @@ from paddle_resnet.core.cli import main_with
 
 
 def export_final_model(config, report):
-    """train.py --inference-dir (NVIDIA's): the last checkpoint, exported as export_model.py does."""
+    """train.py --inference-dir (NVIDIA's): the last checkpoint exported as export_model.py does."""
     from paddle_resnet.deploy import export
     from paddle_resnet.training import run_folder
 
