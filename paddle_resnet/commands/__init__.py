@@ -11,9 +11,8 @@ from collections.abc import Mapping
 
 
 class _Registries(Mapping):
-    """{config key: its values}, each read from its registry's module when a command line
-    first asks for it: a tool imports only the registries of the keys it reads (the data
-    formats' imports DALI, which a serving machine has not)."""
+    """{config key: its values}, read from its registry's module when first asked for: a tool
+    imports only the registries it reads (the data formats' imports DALI)."""
 
     def __init__(self, registries):
         self._registries = registries  # {key: (module, attribute)}

@@ -257,10 +257,9 @@ RUN_LOCK = ".run.lock"
 
 @contextlib.contextmanager
 def held_by_this_run(lock_path, what):
-    """Hold ``lock_path`` (an exclusive ``flock``, its content "<host> pid <pid>") while
-    the block runs: one run per folder; a second process is refused in one line naming
-    the holder. A dead run's lock is released by the kernel and taken over; the file stays
-    (removing it would let two processes lock two files)."""
+    """Hold ``lock_path`` (an exclusive ``flock``, its content "<host> pid <pid>") while the
+    block runs: one run per folder, a second refused in one line naming the holder. The file
+    stays (removing it would let two processes lock two files)."""
     os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
     descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

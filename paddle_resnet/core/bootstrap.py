@@ -107,9 +107,8 @@ TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so", "libtcma
 
 
 def tcmalloc(environ=os.environ):
-    """The first tcmalloc library where Intel's launcher (torch.backends.xeon.run_cpu)
-    looks (conda's or the virtualenv's lib/, ~/.local/lib, the system's) or in Debian's
-    multiarch folder; None without one."""
+    """The first tcmalloc library where Intel's launcher (torch.backends.xeon.run_cpu) looks,
+    or in Debian's multiarch folder; None without one."""
     local = os.path.expanduser("~/.local")
     prefixes = [environ.get("CONDA_PREFIX"), environ.get("VIRTUAL_ENV"), local, "/usr/local"]
     folders = [os.path.join(p, "lib") for p in prefixes if p] + ["/usr/local/lib64"]
@@ -157,9 +156,8 @@ def gpu_machine():
 
 
 def training_environment(environ=os.environ, library=None):
-    """The environment a training command runs in: ``environ`` with ``library`` (default
-    ``tcmalloc``'s) preloaded, or ``environ`` itself where it already is, is not
-    installed, or PADDLE_RESNET_ALLOCATOR=system."""
+    """``environ`` with ``library`` (default ``tcmalloc``'s) preloaded; ``environ`` itself
+    where it is already, is not installed, or PADDLE_RESNET_ALLOCATOR=system."""
     preloaded = environ.get("LD_PRELOAD", "")
     library = library or tcmalloc(environ)
     if (
@@ -177,10 +175,8 @@ def training_environment(environ=os.environ, library=None):
 
 
 def preload_allocator(environ=os.environ, orig_argv=sys.orig_argv):
-    """The training command's first step: start again (the same process id, arguments and
-    open files) in its ``training_environment``; another process calling its main, GPU
-    machines (unless PADDLE_RESNET_ALLOCATOR=tcmalloc) and a second attempt are left as
-    they are (``allocator_note`` says which)."""
+    """The training command's first step: start again (same process id, arguments, open files)
+    in its ``training_environment``, except where ``allocator_note`` says why not."""
     if not is_training_command(orig_argv) or not sys.executable:
         return
     chosen = environ.get(ALLOCATOR_VARIABLE)
@@ -234,9 +230,8 @@ def allocator_note(environ=os.environ):
 
 
 def prepare_process(argv=None):
-    """Each command's (and script's, and the test suite's) first step: the console's quiet
-    from the command line (``argv``, default this process's), the environment Paddle reads
-    at import, then Pillow and Paddle imported. A second call changes nothing."""
+    """Each command's, script's and the test suite's first step: the console's quiet from
+    ``argv`` (default this process's), Paddle's environment, then Pillow and Paddle imported."""
     set_verbose(is_verbose(argv))
     prepare_environment(verbose=verbose())
     # Pillow before Paddle: Paddle's library exports zlib symbols that Pillow's PNG encoder
@@ -286,10 +281,8 @@ def paddle_chatter(verbose):
 
 @contextlib.contextmanager
 def native_chatter(verbose):
-    """Swallow what Paddle's C++ prints to the process's stdout/stderr inside the block
-    (Paddle Inference's pass logs, e.g. oneDNN int8's "squashed ..." lines, which
-    ``disable_glog_info`` leaves on) unless ``verbose``. Errors still come back as
-    exceptions."""
+    """Swallow what Paddle's C++ prints to stdout/stderr inside the block (Paddle Inference's
+    pass logs, which ``disable_glog_info`` leaves on) unless ``verbose``."""
     if verbose:
         yield
         return

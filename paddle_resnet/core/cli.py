@@ -55,9 +55,8 @@ class _DeprecatedAlias(argparse.Action):
 
 
 class _BoolFlag(argparse.Action):
-    """``--x`` (true), ``--no-x`` (false) and ``--x VALUE`` (true/false, 1/0, yes/no, on/off),
-    the form NVIDIA's scripts use (``--use-static True``). The value is checked when the
-    Config is built."""
+    """``--x``, ``--no-x`` and ``--x VALUE`` (true/false, 1/0, yes/no, on/off: NVIDIA's scripts
+    pass ``--use-static True``), the value checked when the Config is built."""
 
     def __init__(self, option_strings, dest, **kwargs):
         negatives = [f"--no-{flag[2:]}" for flag in option_strings]
@@ -72,8 +71,7 @@ class _BoolFlag(argparse.Action):
 
 
 class _Repeated(argparse.Action):
-    """A flag that may be given again, its values adding up: ``--tracker mlflow --tracker
-    tensorboard`` is ``--tracker mlflow,tensorboard``."""
+    """A flag that may be given again, its values adding up (``--tracker a --tracker b``)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         before = getattr(namespace, self.dest, None)
@@ -116,9 +114,8 @@ def _help(f, values):
 
 
 def build_parser(tool, description=None, choices=None):
-    """The command line of ``tool`` (one of TOOLS): every flag sets one config key; no
-    abbreviations; flags of keys the tool does not read are refused; ``choices``: the
-    values of keys whose registry lives above core/ ({dotted key: values})."""
+    """The command line of ``tool``: a flag per config key it reads, others refused, no
+    abbreviations; ``choices``: {dotted key: values} of registries above core/."""
     parser = argparse.ArgumentParser(
         prog=program(tool),
         description=description,

@@ -51,9 +51,8 @@ def require_gpu(option, purpose):
 
 
 def check_training_options(config):
-    """The training options that need a GPU, refused in one line where there is none
-    (on the GPU build the fp16 program would fail inside Paddle with a kernel error; on
-    the CPU build it would silently train in fp32)."""
+    """The training options that need a GPU, refused in one line where there is none (the
+    GPU build would fail inside Paddle with a kernel error, the CPU build train in fp32)."""
     if config.amp.enabled and config.amp.dtype == "float16":
         require_gpu(
             "--use-pure-fp16" if config.amp.use_pure_fp16 else "--amp",
@@ -87,8 +86,7 @@ def device():
 
 
 def describe(device_id):
-    """This process's device in a few words, e.g. "GPU 0 (NVIDIA A100-SXM4-80GB)", "CPU",
-    or "CPU: ...no usable GPU..." for the GPU build without one."""
+    """This process's device in a few words: "GPU 0 (NVIDIA A100-SXM4-80GB)", "CPU", "CPU: ..."."""
     if device_id is not None:
         return f"GPU {device_id} ({paddle.device.cuda.get_device_name(device_id)})"
     return f"CPU: {why_no_gpu()}" if cuda_build() else "CPU"

@@ -161,9 +161,8 @@ def paddle_external_error(err):
 
 
 def os_error_is_users(err):
-    """Whether an OSError with an errno needs the user to act (a path, space, access,
-    locks), where a restart fails the same way; else it is a fault of the system (an
-    I/O error of the file system, a lost connection to it) that a restart may fix."""
+    """Whether an OSError needs the user to act (a path, space, access, locks: a restart fails
+    the same way), not a fault of the system that a restart may fix."""
     return err.errno in _PATH_ERRORS | _SPACE_ERRORS | _ACCESS_ERRORS | LOCK_ERRORS
 
 

@@ -68,8 +68,7 @@ TRACKERS = {
 
 
 def tracker_unusable(name):
-    """Why tracker ``name`` cannot run here (unknown, or its missing packages and the
-    command that installs them), or None: the check of ``--tracker``."""
+    """The check of ``--tracker``: why tracker ``name`` cannot run here (and the fix), or None."""
     if name not in TRACKERS:
         return f"must be one of {', '.join(TRACKERS)}, got {name!r}"
     modules, install = TRACKERS[name]

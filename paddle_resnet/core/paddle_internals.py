@@ -42,9 +42,8 @@ def supports_bf16():
 
 
 def set_math_threads(count):
-    """The threads of the CPU math libraries (MKL, OpenMP) for this process's kernels:
-    Paddle's own ``platform::SetNumThreads``, the call its predictors make (core: no public
-    equivalent)."""
+    """The CPU math libraries' threads (MKL, OpenMP): Paddle's ``platform::SetNumThreads``, as
+    its predictors call it (core: no public equivalent)."""
     core.set_num_threads(count)
 
 
@@ -251,9 +250,8 @@ def _register_onednn_dialect():
 
 
 def onednn_ops_on_pir(program, op_types):
-    """Move the ops of ``op_types`` of a PIR ``program`` to oneDNN kernels; returns how many
-    were moved. RuntimeError if one is left (a Paddle whose oneDNN ops take other
-    attributes)."""
+    """Move the ops of ``op_types`` of a PIR ``program`` to oneDNN kernels; how many moved.
+    RuntimeError if one is left (a Paddle whose oneDNN ops take other attributes)."""
     _register_onednn_dialect()
     passes = paddle.pir.PassManager()
     for op_type in op_types:

@@ -13,8 +13,7 @@ SHOWN_PAIRS = 20
 
 
 def confusion_matrix(axes, result, epoch):
-    """The row-normalised matrix (a row: the images of one true class), counts written in
-    the cells of small matrices."""
+    """The row-normalised matrix (a row: one true class), small ones with their counts."""
     counts = np.array(result["confusion"], dtype=float)
     shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
     axes.imshow(shares, cmap="Blues", vmin=0, vmax=1)

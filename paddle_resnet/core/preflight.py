@@ -1,9 +1,6 @@
 """A preflight before a long job: what this machine and its Paddle can run, and what
 each finding means for the toolkit's options. The doctor (``commands/doctor.py``)
-prints them and checks its ``--require`` list against them.
-
-Requirements: gpu, trt, nccl, dali-gpu, bf16, int8, onnx, legacy, pir (the IRs whose
-programs build on this Paddle).
+prints them and checks its ``--require`` list (``REQUIREMENTS``) against them.
 """
 
 import os
@@ -192,13 +189,10 @@ def unmet(found, required):
     missing = []
     for name in required:
         relevant = [f for f in found if f.provides == name]
-        if not any(f.met for f in relevant):
-            reason = (
-                relevant[0].meaning
-                if relevant
-                else f"not in this Paddle build ({devices.build_name()})"
-            )
-            missing.append(f"{name}: {reason}")
+        if not relevant:
+            missing.append(f"{name}: not in this Paddle build ({devices.build_name()})")
+        elif not any(f.met for f in relevant):
+            missing.append(f"{name}: {relevant[0].meaning}")
     return missing
 
 

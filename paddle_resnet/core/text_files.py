@@ -12,8 +12,7 @@ _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a num
 
 
 def read_text(path, error, limit=None, what="file"):
-    """The text of ``path``; ``error`` when it is not UTF-8 or larger than ``limit`` bytes
-    (``what`` names the kind of file in that message)."""
+    """The text of ``path``; ``error`` when not UTF-8 or over ``limit`` bytes (a ``what``)."""
     if limit is not None and os.path.getsize(path) > limit:
         raise error(
             f"{path}: {os.path.getsize(path):,} bytes, larger than a {what} can be "

@@ -222,9 +222,8 @@ def all_keys():
 
 
 def run_differences(saved, config):
-    """The keys whose value in ``config`` differs from ``saved`` (another run's
-    ``Config.to_dict()``, as a checkpoint records it), but for those a resumed run may
-    change and the inference section; as "key: saved -> now" lines."""
+    """The "key: saved -> now" lines of the keys a resumed run may not change whose value
+    in ``config`` differs from ``saved`` (a checkpoint's ``Config.to_dict()``)."""
     now = yaml.safe_load(to_yaml(config))  # tuples as lists, as JSON keeps them
     differences = []
     for dotted, f in all_keys():

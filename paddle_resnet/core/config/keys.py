@@ -76,9 +76,8 @@ def _not_a_folder(path):
 
 
 def folder(path):
-    """A folder the run makes or writes into: nothing on its way is a file (checked when
-    the config is built, before the run writes anything; a tracker told a file wrote
-    nothing and said nothing, or refused it after the programs were built)."""
+    """A folder the run makes or writes into: nothing on its way is a file (checked before
+    the run writes anything: a tracker told a file wrote nothing and said nothing)."""
     blocked = _not_a_folder(path)
     if blocked is None:
         return None

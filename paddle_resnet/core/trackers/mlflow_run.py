@@ -20,9 +20,8 @@ _UNSAFE_NAME = re.compile(r"[^\w\-. /:]")
 
 
 def mlflow_tracking_uri(given, output_dir):
-    """Where MLflow writes: ``given`` (--mlflow-tracking-uri), else MLFLOW_TRACKING_URI,
-    else a local SQLite store in the output folder (no server; MLflow 3 refuses its old
-    folder store unless MLFLOW_ALLOW_FILE_STORE is set)."""
+    """Where MLflow writes: ``given``, else MLFLOW_TRACKING_URI, else a SQLite store in the
+    output folder (MLflow 3 refuses its old folder store unless MLFLOW_ALLOW_FILE_STORE)."""
     return (
         given
         or os.environ.get("MLFLOW_TRACKING_URI")

@@ -18,9 +18,8 @@ def file_suffix():
 
 
 class TensorBoard:
-    """TensorBoard's event files in ``folder``: each start writes a file of its own;
-    ``purge_step``: TensorBoard's readers drop the events an earlier start wrote from that
-    step on (None: none dropped)."""
+    """TensorBoard's event files in ``folder``, a file per start; its readers drop the events
+    an earlier start wrote from ``purge_step`` on (None: none dropped)."""
 
     def __init__(self, folder, purge_step):
         module = require("tensorboardX", "--tracker tensorboard")
