@@ -33,8 +33,7 @@ _LEFTOVER = re.compile(
 
 @contextlib.contextmanager
 def atomic_files(*paths):
-    """Binary handles on temporaries that replace ``paths`` only if the block succeeds,
-    so a failed or interrupted run never leaves a half-written file in place."""
+    """Binary handles on temporaries that replace ``paths`` only if the block succeeds."""
     os.makedirs(os.path.dirname(os.path.abspath(paths[0])), exist_ok=True)
     temporaries = [path + ".tmp" for path in paths]
     try:
@@ -155,8 +154,7 @@ def _process_alive(pid):
 
 
 def _owner_alive(parent, name, host, pid):
-    """Whether the writer ``host``-``pid`` of ``parent/name`` still works on it: on this
-    machine its process id says; for another machine's, its lock does."""
+    """Whether the writer ``host``-``pid`` still works on ``parent/name``: its pid, or its lock."""
     if host != socket.gethostname():
         return _holds_lock(os.path.join(parent, f".{name}.lock-{host}-{pid}"))
     if pid == os.getpid():
@@ -199,8 +197,7 @@ def recover_staged(parent):
 
 
 def remove_directory(directory):
-    """Remove ``directory`` so that no process ever sees it half-deleted: one rename out
-    of sight, then the deletion (``recover_staged`` finishes one a kill interrupted)."""
+    """Remove ``directory``, renamed out of sight first: no process sees it half-deleted."""
     parent = os.path.dirname(os.path.abspath(directory))
     removed = _hidden(directory, "removed", _owner())
     os.replace(directory, removed)
@@ -224,8 +221,7 @@ def _writer_lock(directory):
 
 @contextlib.contextmanager
 def staged_directory(directory):
-    """Yield a hidden sibling folder to fill; on success it replaces ``directory`` by
-    renames, on failure it is removed. Either way ``directory`` is never half-written."""
+    """A hidden sibling to fill, which replaces ``directory`` by renames if the block succeeds."""
     parent = os.path.dirname(os.path.abspath(directory))
     os.makedirs(parent, exist_ok=True)
     recover_staged(parent)
@@ -307,7 +303,6 @@ def _in_use(what, lock_path, holder):
 
 
 def run_lock(folder, what):
-    """``held_by_this_run`` for a run's output folder."""
     return held_by_this_run(os.path.join(folder, RUN_LOCK), what)
 
 

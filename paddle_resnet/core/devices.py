@@ -104,7 +104,6 @@ def tensorrt_version():
 
 
 def tensorrt_compiled_version():
-    """The TensorRT version this Paddle was built against, or None."""
     version = paddle_inference.get_trt_compile_version() if cuda_build() else (0,)
     return ".".join(map(str, version)) if any(version) else None
 

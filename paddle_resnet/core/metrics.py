@@ -62,13 +62,9 @@ def time_steps(step, warmup_steps, steps):
 def latency_summary(images_per_step, seconds):
     """Throughput (img/s) and latency average and percentiles (ms) of per-step timings."""
     ms = np.asarray(seconds) * 1000.0
-    summary = {
-        "batch_size": images_per_step,
-        "ips": images_per_step / float(np.mean(seconds)),
-        "latency_avg": float(ms.mean()),
-    }
-    summary.update({f"latency_p{p}": float(np.percentile(ms, p)) for p in PERCENTILES})
-    return summary
+    summary = {"batch_size": images_per_step, "ips": images_per_step / float(np.mean(seconds))}
+    summary["latency_avg"] = float(ms.mean())
+    return summary | {f"latency_p{p}": float(np.percentile(ms, p)) for p in PERCENTILES}
 
 
 def format_latency_table(rows):

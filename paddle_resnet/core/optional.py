@@ -80,7 +80,6 @@ def tracker_unusable(name):
 
 
 def not_installed(package, purpose):
-    """The UserError saying that ``purpose`` needs ``package`` and how to install it."""
     return UserError(
         f"{purpose} needs the optional package {PACKAGES[package]}: "
         f"{INSTALL.get(package, DEFAULT_INSTALL)}"

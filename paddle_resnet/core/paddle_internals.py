@@ -310,7 +310,6 @@ def fleet_initialized():
 
 
 def applied_meta_optimizers():
-    """The names of the meta-optimizers Fleet applied in its last ``minimize``."""
     return fleet.fleet._get_applied_meta_list()
 
 

@@ -51,11 +51,9 @@ def confusions(axes, result, epoch):
 def confusion_picture(result, epoch, size=(8, 7), dpi=80):
     """``confusions`` drawn off-screen, as an RGB image (height x width x 3, uint8): no
     display and no pyplot state, so a training process draws it between its steps."""
-    figure = require("matplotlib.figure", "the trackers' confusion image").Figure(
-        figsize=size, dpi=dpi
-    )
-    agg = require("matplotlib.backends.backend_agg", "the trackers' confusion image")
-    canvas = agg.FigureCanvasAgg(figure)
+    purpose = "the trackers' confusion image"
+    figure = require("matplotlib.figure", purpose).Figure(figsize=size, dpi=dpi)
+    canvas = require("matplotlib.backends.backend_agg", purpose).FigureCanvasAgg(figure)
     confusions(figure.add_subplot(), result, epoch)
     figure.tight_layout()
     canvas.draw()

@@ -99,8 +99,7 @@ def exit_at(deadline):
 
 
 class RankGuard:
-    """The rank's side: the watcher process and the pipe to it (``start_timeout``,
-    ``teardown``: seconds; 0: no deadline, no grace)."""
+    """The rank's side: the watcher process and the pipe to it (timeouts in seconds; 0: none)."""
 
     def __init__(self, rank, launcher_pid, start_timeout, teardown=TEARDOWN_SECONDS, log_fd=2):
         self.teardown = teardown

@@ -56,12 +56,8 @@ class Report:
         if enabled and path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._handle = open(path, "a")
-        self.log(
-            "RUN",
-            {"host": socket.gethostname(), "pid": os.getpid(), "argv": sys.argv},
-            kind="RUN",
-            console=False,
-        )
+        process = {"host": socket.gethostname(), "pid": os.getpid(), "argv": sys.argv}
+        self.log("RUN", process, kind="RUN", console=False)
 
     def log(self, step, data, kind="LOG", console=True):
         record = {
@@ -131,7 +127,6 @@ class Report:
         self.close(_outcome(exc_type, exc))
 
     def close(self, outcome="FINISHED"):
-        """Close the file and the trackers (their runs end with ``outcome``)."""
         if self._handle:
             self._handle.close()
             self._handle = None

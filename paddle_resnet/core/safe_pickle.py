@@ -40,6 +40,7 @@ _OPCODES = """MARK STOP POP POP_MARK DUP FLOAT INT BININT BININT1 LONG BININT2 N
     EMPTY_TUPLE SETITEMS BINFLOAT PROTO TUPLE1 TUPLE2 TUPLE3 NEWTRUE NEWFALSE LONG1 LONG4
     BINBYTES SHORT_BINBYTES SHORT_BINUNICODE BINUNICODE8 BINBYTES8 EMPTY_SET ADDITEMS
     FROZENSET STACK_GLOBAL MEMOIZE FRAME""".split()
+_CODES = [getattr(pickle, name)[0] for name in _OPCODES]
 
 
 class Refused(pickle.UnpicklingError):
@@ -213,8 +214,7 @@ class _Opcodes(dict):
 
 
 class _Bounded:
-    """A file's read and readline, refusing a length beyond its end: a declared size
-    allocates no more than the file holds."""
+    """A file's read and readline, refusing a length beyond its end (a size allocates no more)."""
 
     def __init__(self, handle):
         self.handle = handle
@@ -258,13 +258,7 @@ class _Unpickler(pickle._Unpickler):
             )
         target.build(state)
 
-    dispatch = _Opcodes(
-        {
-            code: pickle._Unpickler.dispatch[code]
-            for name in _OPCODES
-            for code in [getattr(pickle, name)[0]]
-        }
-    )
+    dispatch = _Opcodes({code: pickle._Unpickler.dispatch[code] for code in _CODES})
     dispatch[pickle.REDUCE[0]] = load_reduce
     dispatch[pickle.BUILD[0]] = load_build
 

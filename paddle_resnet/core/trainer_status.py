@@ -98,9 +98,8 @@ class TrainerStatus:
             method="POST",
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
-        context = None
-        if self.url.startswith("https:") and self.ca_cert_path:
-            context = ssl.create_default_context(cafile=self.ca_cert_path)
+        own_ca = self.url.startswith("https:") and self.ca_cert_path
+        context = ssl.create_default_context(cafile=self.ca_cert_path) if own_ca else None
         with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=context) as reply:
             reply.read()
 

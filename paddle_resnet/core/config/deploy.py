@@ -173,7 +173,6 @@ class InferenceConfig:
 
     @property
     def directory(self):
-        """The inference model folder, given or default."""
         return self.model_dir or DEFAULT_INFERENCE_DIR
 
 

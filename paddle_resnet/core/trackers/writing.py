@@ -53,7 +53,6 @@ class Trackers:
         self._thread.start()
 
     def record(self, kind, step, data):
-        """What the report record (``kind``, ``step``, ``data``) is to the trackers."""
         if kind == "LOG":
             epoch, within = step
             self.steps_per_epoch = int(data["progress"].split("/")[1])
@@ -94,7 +93,6 @@ class Trackers:
         self._call("image", CONFUSION_TAG, picture, step)
 
     def _each(self, method, *args):
-        """Every tracker's ``method(*args)``, queued for the writing thread."""
         self._tasks.put(lambda: self._call(method, *args))
 
     def _call(self, method, *args):
@@ -110,8 +108,7 @@ class Trackers:
             task()
 
     def wait(self):
-        """Return once everything queued so far is written (a benchmark's slices end so,
-        their writing not left to the next slice)."""
+        """Return once everything queued so far is written (a benchmark's slice ends so)."""
         written = threading.Event()
         self._tasks.put(written.set)
         written.wait()
