@@ -8,34 +8,17 @@ import importlib.util
 
 from paddle_resnet.core.errors import UserError
 
-# module -> pip requirement that provides it (requirements-tools.txt pins them)
-PACKAGES = {
-    "onnxruntime": "onnxruntime",
-    "paddle2onnx": "paddle2onnx",
-    "onnx": "onnx",
-    "matplotlib": "matplotlib",
-    "visualdl": "visualdl",
-    "tensorboardX": "tensorboardX",
-    "mlflow": "mlflow",
-    "torch": "torch",
-    "safetensors": "safetensors",
-    "openvino": "openvino",
-    "nncf": "nncf",
-    "sklearn": "scikit-learn",
-    "kserve": "kserve",
-    "fastapi": "fastapi",
-    "grpc": "grpcio",
-}
+# module -> pip requirement that provides it (requirements-tools.txt pins them): the
+# module's own name but for scikit-learn's and grpcio's
+_SAME_NAME = """onnxruntime paddle2onnx onnx matplotlib visualdl tensorboardX mlflow torch
+    safetensors openvino nncf kserve fastapi""".split()
+PACKAGES = dict(zip(_SAME_NAME, _SAME_NAME), sklearn="scikit-learn", grpc="grpcio")
 # how to install a package when not by requirements-tools.txt: nncf's numpy 2 would
 # replace the numpy 1.26 Paddle 2.6 needs, so it goes into a folder of its own
 # KServe 0.21 needs protobuf >= 6.33, Paddle 2.6 protobuf 4: the server has an environment of
 # its own (Paddle 3.3.1, no DALI)
-INSTALL = {
-    "nncf": "scripts/setup_nncf.sh",
-    "kserve": "bash scripts/setup_serve.sh (.venv-serve)",
-    "fastapi": "bash scripts/setup_serve.sh (.venv-serve)",
-    "grpc": "bash scripts/setup_serve.sh (.venv-serve)",
-}
+_SERVE = "bash scripts/setup_serve.sh (.venv-serve)"
+INSTALL = {"nncf": "scripts/setup_nncf.sh", "kserve": _SERVE, "fastapi": _SERVE, "grpc": _SERVE}
 DEFAULT_INSTALL = "pip install -r requirements-tools.txt"
 
 

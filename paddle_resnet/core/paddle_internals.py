@@ -117,10 +117,7 @@ def static_ir(pir):
 
 def _switch_ir(pir):
     paddle.set_flags({"FLAGS_enable_pir_api": pir})
-    if pir:
-        paddle.pir_utils._switch_to_pir_()
-    else:
-        paddle.pir_utils._switch_to_old_ir_()
+    (paddle.pir_utils._switch_to_pir_ if pir else paddle.pir_utils._switch_to_old_ir_)()
 
 
 def is_pir_program(program):
