@@ -269,8 +269,7 @@ def prepare_environment(environ=os.environ, verbose=False):
 
 @contextlib.contextmanager
 def paddle_chatter(verbose):
-    """Swallow what Paddle prints to Python's stdout/stderr inside the block (fleet's
-    optimizer lists, the import banner, quantization progress bars) unless ``verbose``."""
+    """Swallow what Paddle prints to Python's stdout/stderr inside the block unless ``verbose``."""
     if verbose:
         yield
         return

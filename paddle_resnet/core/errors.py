@@ -123,8 +123,7 @@ class CheckpointError(UserError):
 
 
 class Diverged(UserError):
-    """Training whose loss or weights turned non-finite: its settings made it so, and a
-    restart from the last checkpoint would diverge again."""
+    """Training made non-finite by its settings: a restart from its last checkpoint diverges too."""
 
 
 class RestartableError(Exception):

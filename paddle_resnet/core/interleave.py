@@ -52,8 +52,7 @@ def median_speed(speeds):
 
 
 def serve_slices(step, images_per_step, info=None):
-    """A contender process's side: say ``ready`` (with ``info``, a JSON object), then answer
-    each input line's seconds with the img/s of a slice that long."""
+    """A contender process's side: ``ready`` (with ``info``), then a slice's img/s per line."""
     print(json.dumps({READY: True, **(info or {})}), flush=True)
     for line in sys.stdin:
         seconds = float(line)

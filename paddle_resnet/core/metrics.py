@@ -146,8 +146,7 @@ def describe_class_results(result, shown=3):
 
 
 def class_changes(reference, result, shown=5):
-    """The classes that lost most from ``reference`` to ``result`` (two ``class_results``
-    of the same images: a dense model and its pruned or int8 form), worst first."""
+    """The classes that lost most from ``reference`` to ``result`` (same images), worst first."""
     if reference["classes"] != result["classes"]:
         raise ValueError("per-class results of different classes cannot be compared")
     changes = []

@@ -61,8 +61,7 @@ def _describe(record):
 
 
 def difference(recorded):
-    """One line when the code ``recorded`` by a checkpoint (None: a version that recorded
-    none) is not this process's, else None."""
+    """One line when the code ``recorded`` by a checkpoint is not this process's, else None."""
     if not recorded:
         return None
     now = code()

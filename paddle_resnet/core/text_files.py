@@ -39,8 +39,7 @@ def parse_json(text, path, error):
 
 
 def read_json_object(path, error, what, required=None):
-    """The JSON object in ``path``; ``error`` naming the file when it is not UTF-8, not
-    JSON, not an object or lacks a key of ``required`` ({key: type})."""
+    """The JSON object in ``path``; ``error`` naming it unless one with ``required``'s keys."""
     value = parse_json(read_text(path, error, what=what), path, error)
     if not isinstance(value, dict):
         kind = "true or false" if isinstance(value, bool) else _JSON_KINDS.get(type(value), "null")

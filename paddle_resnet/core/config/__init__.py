@@ -127,11 +127,10 @@ def convert_value(dotted, value, source):
             if kind is typing.Union and type(None) in args:
                 return None
             raise ValueError("a value is required")
+        target = f.type
         if kind is typing.Union:  # Optional[X]
+            target = next(a for a in args if a is not type(None))
             kind, args = None, ()
-            target = next(a for a in typing.get_args(f.type) if a is not type(None))
-        else:
-            target = f.type
         if kind is tuple:
             items = value.split(",") if isinstance(value, str) else list(value)
             items = tuple(args[0](v) for v in items if str(v).strip() != "")

@@ -30,9 +30,8 @@ def mlflow_tracking_uri(given, output_dir):
 
 
 def _sql_errors():
-    """SQLAlchemy's errors, which MLflow's database stores raise as they are (a file that
-    is no SQLite database: "file is not a database"), once a store has imported it (the
-    ``except`` asks after the error: a store that raised one has)."""
+    """SQLAlchemy's errors, which MLflow's database stores raise as they are ("file is not a
+    database"), once a store has imported it (as one that raised them has)."""
     sql = sys.modules.get("sqlalchemy.exc")
     return (sql.SQLAlchemyError,) if sql else ()
 
