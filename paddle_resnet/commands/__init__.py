@@ -1,24 +1,18 @@
 """What each command-line tool does, as functions: ``run(config)`` and ``main(argv)``.
-The top-level train.py, export_model.py and inference.py only call ``main``.
-
 A tool's module is its process's front door: it imports nothing that loads Paddle, and its
 ``main`` prepares the process first (``bootstrap.prepare_process``), then imports what it
 runs (docs/architecture.md, the import rule).
 
-``REGISTRY_CHOICES``: the config keys whose values a registry above ``core/`` holds,
-which every tool's command line and the flag table (docs/flags.md) offer. It lives here, the
-first floor that sees both registries (``core/config/`` cannot import them); a registry
-loads DALI or Paddle, so each is read when a command line first asks for its key, once
-the process is prepared."""
+``REGISTRY_CHOICES``: the config keys whose values a registry above ``core/`` holds; it
+lives here, the first floor that sees both registries."""
 
 import importlib
 from collections.abc import Mapping
 
 
 class _Registries(Mapping):
-    """{config key: its values}, each read from its registry's module when a command line
-    first asks for it: a tool imports only the registries of the keys it reads (the data
-    formats' imports DALI, which a serving machine has not)."""
+    """{config key: its values}, read from its registry's module when first asked for: a tool
+    imports only the registries it reads (the data formats' imports DALI)."""
 
     def __init__(self, registries):
         self._registries = registries  # {key: (module, attribute)}

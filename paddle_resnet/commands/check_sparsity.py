@@ -17,11 +17,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m paddle_resnet.commands.check_sparsity",
         allow_abbrev=False,
-        description="Report every weight of a checkpoint folder, a .pdparams file or an "
-        "exported inference model (and its model.onnx): shape, density, 2:4 or "
-        "not, precision (fp32, or int8 and the source of its scale). Exit code 1 "
-        "when a weight marked sparse (saved with an ASP mask, or listed by the "
-        "export) is not 2:4, in any of them.",
+        description="Report every weight of a checkpoint folder, a .pdparams file or an exported "
+        "inference model (and its model.onnx): shape, density, 2:4 or not, precision (fp32, or "
+        "int8 and the source of its scale). Exit code 1 when a weight marked sparse (saved with an "
+        "ASP mask, or listed by the export) is not 2:4, in any of them.",
     )
     parser.add_argument("path")
     parser.add_argument("--json", help="also write the tables to this JSON file")

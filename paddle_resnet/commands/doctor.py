@@ -29,12 +29,8 @@ def check(args):
     found = preflight.findings(graph_findings())
     missing = preflight.unmet(found, required)
     if args.json:
-        print(
-            json.dumps(
-                {"findings": [asdict(f) for f in found], "required": required, "unmet": missing},
-                indent=1,
-            )
-        )
+        document = {"findings": [asdict(f) for f in found], "required": required, "unmet": missing}
+        print(json.dumps(document, indent=1))
     else:
         print(preflight.table(found))
     for line in missing:

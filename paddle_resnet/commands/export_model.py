@@ -16,8 +16,7 @@ from paddle_resnet.core.cli import main_with
 
 
 def run(config):
-    """Export as ``config`` says, said on the console: where the model runs and on which
-    IR, then what was written."""
+    """Export as ``config`` says; the console says where, on which IR and what was written."""
     from paddle_resnet.core import devices
     from paddle_resnet.deploy import export
     from paddle_resnet.training import ir

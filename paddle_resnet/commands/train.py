@@ -15,8 +15,7 @@ from paddle_resnet.core.cli import main_with
 
 
 def export_final_model(config, report):
-    """train.py --inference-dir (NVIDIA's behaviour): the last checkpoint exported by
-    export_model.py's own code."""
+    """train.py --inference-dir (NVIDIA's): the last checkpoint exported as export_model.py does."""
     from paddle_resnet.deploy import export
     from paddle_resnet.training import run_folder
 
@@ -49,8 +48,7 @@ def run(config, report_stream=None):
 
 
 def main(argv=None):
-    """The training command: its first steps start the process again on tcmalloc (where
-    this process is the toolkit's training command) and prepare it."""
+    """The training command: restarted on tcmalloc where it is the toolkit's, then prepared."""
     bootstrap.preload_allocator()
     bootstrap.prepare_process(argv)
     return main_with("train", __doc__.splitlines()[0], run, argv, REGISTRY_CHOICES)

@@ -1,14 +1,10 @@
 """--enable-cpu-affinity: each GPU rank pinned to CPU cores near its GPU, as NVIDIA's
-reference does (``utils/affinity.py``), read from ``nvidia-smi topo -m``.
-
-The GPUs that share one "CPU Affinity" set (one NUMA node) split each of its core ranges
-in strides: with 2 GPUs on ``48-63,176-191``, the first takes 48, 50, ... 62 and 176,
-178, ... 190, the second the odd ones. Strided, because the second range holds the
-hyper-threads of the first: every GPU gets physical cores and their siblings alike.
-
-Unlike NVIDIA's parser, which splits rows on tabs and fails when an output has lost one
-(as published outputs often have), each GPU row's affinity is the first cell that is a
-CPU list, whatever the spacing.
+reference does (``utils/affinity.py``), read from ``nvidia-smi topo -m``. The GPUs that
+share one "CPU Affinity" set (one NUMA node) split each of its core ranges in strides
+(two GPUs on ``48-63,176-191``: the even cores and the odd ones), because the second
+range holds the hyper-threads of the first. Unlike NVIDIA's parser, which splits rows on
+tabs (published outputs have often lost some), a GPU row's affinity is its first cell
+that is a CPU list.
 """
 
 import os

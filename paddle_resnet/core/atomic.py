@@ -1,25 +1,19 @@
 """Writing files so that a crash never leaves a half-written one where a good one was.
 
-A folder is replaced in three steps (``staged_directory``): the new content is
-written and synced in a hidden sibling ``.<name>.partial-<host>-<pid>``; the old
-folder is renamed to ``.<name>.retired-<host>-<pid>``; the new one is renamed into
-place and the retired one removed. A process killed at any point leaves hidden
-folders that ``recover_staged`` (run before every save and every read) resolves:
-a retired folder means the new one was complete, so the replacement is finished;
-a partial folder alone is an interrupted write and is removed. Folders of a
-process that is still alive are left alone. A folder is removed the same way
-(``remove_directory``): renamed to ``.<name>.removed-<host>-<pid>`` first, so a process
-killed while deleting leaves a hidden folder that ``recover_staged`` finishes deleting,
-never a half-deleted folder under its own name.
+A folder is replaced in three steps (``staged_directory``): the new content is written
+and synced in a hidden sibling ``.<name>.partial-<host>-<pid>``; the old folder is renamed
+to ``.<name>.retired-<host>-<pid>``; the new one is renamed into place and the retired one
+removed. A process killed at any point leaves hidden folders that ``recover_staged`` (run
+before every save and every read) resolves: a retired folder means the new one was
+complete; a partial folder alone is an interrupted write and is removed. A folder is
+removed the same way (``remove_directory``): renamed to ``.<name>.removed-<host>-<pid>``
+first, never half-deleted under its own name.
 
-Whether the writer is alive is read from a lock, not from its process id: the writer
-holds an exclusive ``flock`` on ``.<name>.lock-<host>-<pid>`` for the whole
-replacement, and the kernel (or the network file system's lock manager) releases it
-when the process dies, wherever it ran. So a job restarted on another node (a
-preempted cluster job) finishes what the dead node's process left, where a process id
-of another host could not be checked at all. A file system that takes no locks (Lustre
-mounted without ``flock``, NFS without its lock manager) ends the run at its first lock
-with one line naming the file system (``_flock``).
+Whether another host's writer is alive is read from its lock (an exclusive ``flock`` on
+``.<name>.lock-<host>-<pid>``, which the kernel or the network file system's lock manager
+releases when the process dies), so a job restarted on another node finishes what the
+dead node's process left. A file system that takes no locks ends the run at its first
+lock with one line naming it (``_flock``).
 """
 
 import contextlib
@@ -39,8 +33,7 @@ _LEFTOVER = re.compile(
 
 @contextlib.contextmanager
 def atomic_files(*paths):
-    """Binary handles on temporaries that replace ``paths`` only if the block succeeds,
-    so a failed or interrupted run never leaves a half-written file in place."""
+    """Binary handles on temporaries that replace ``paths`` only if the block succeeds."""
     os.makedirs(os.path.dirname(os.path.abspath(paths[0])), exist_ok=True)
     temporaries = [path + ".tmp" for path in paths]
     try:
@@ -87,8 +80,7 @@ _NO_LOCKS = LOCK_ERRORS | {errno.EINVAL}
 
 
 def mount_of(path):
-    """(mount point, type, options) of the file system holding ``path``, from
-    /proc/mounts; None where it cannot be read."""
+    """(mount point, type, options) of ``path``'s file system from /proc/mounts, or None."""
     try:
         with open("/proc/mounts") as handle:
             entries = [line.split() for line in handle]
@@ -108,8 +100,7 @@ def mount_of(path):
 
 
 def _flock(descriptor, operation, path):
-    """``fcntl.flock``; a file system that cannot lock is a UserError naming it and what
-    to do (a restart fails the same way)."""
+    """``fcntl.flock``; a file system that cannot lock is a UserError naming it and what to do."""
     try:
         fcntl.flock(descriptor, operation)
     except BlockingIOError:
@@ -163,8 +154,7 @@ def _process_alive(pid):
 
 
 def _owner_alive(parent, name, host, pid):
-    """Whether the writer ``host``-``pid`` of ``parent/name`` still works on it: on this
-    machine its process id says; for another machine's, its lock does."""
+    """Whether the writer ``host``-``pid`` still works on ``parent/name``: its pid, or its lock."""
     if host != socket.gethostname():
         return _holds_lock(os.path.join(parent, f".{name}.lock-{host}-{pid}"))
     if pid == os.getpid():
@@ -173,8 +163,7 @@ def _owner_alive(parent, name, host, pid):
 
 
 def recover_staged(parent):
-    """Finish or undo the folder replacements that dead processes left in ``parent``;
-    returns a line per folder acted on."""
+    """Finish or undo what dead processes' replacements left in ``parent``; a line each."""
     if not os.path.isdir(parent):
         return []
     actions = []
@@ -208,8 +197,7 @@ def recover_staged(parent):
 
 
 def remove_directory(directory):
-    """Remove ``directory`` so that no process ever sees it half-deleted: one rename out
-    of sight, then the deletion (``recover_staged`` finishes one a kill interrupted)."""
+    """Remove ``directory``, renamed out of sight first: no process sees it half-deleted."""
     parent = os.path.dirname(os.path.abspath(directory))
     removed = _hidden(directory, "removed", _owner())
     os.replace(directory, removed)
@@ -219,8 +207,7 @@ def remove_directory(directory):
 
 @contextlib.contextmanager
 def _writer_lock(directory):
-    """Hold the lock that tells other processes (on any host) that this one is replacing
-    ``directory``; removed when the replacement is over."""
+    """The lock telling processes on any host that this one is replacing ``directory``."""
     path = _hidden(directory, "lock", _owner())
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -234,8 +221,7 @@ def _writer_lock(directory):
 
 @contextlib.contextmanager
 def staged_directory(directory):
-    """Yield a hidden sibling folder to fill; on success it replaces ``directory`` by
-    renames, on failure it is removed. Either way ``directory`` is never half-written."""
+    """A hidden sibling to fill, which replaces ``directory`` by renames if the block succeeds."""
     parent = os.path.dirname(os.path.abspath(directory))
     os.makedirs(parent, exist_ok=True)
     recover_staged(parent)
@@ -267,11 +253,9 @@ RUN_LOCK = ".run.lock"
 
 @contextlib.contextmanager
 def held_by_this_run(lock_path, what):
-    """Hold ``lock_path`` (an exclusive ``flock``, its content "<host> pid <pid>") while
-    the block runs: one run per folder. A second process is refused in one line naming
-    the holder. The kernel (or the network file system's lock manager) releases the
-    lock when its process dies, wherever it ran, so a dead run's lock is simply taken
-    over; the file stays (removing it would let two processes lock two files)."""
+    """Hold ``lock_path`` (an exclusive ``flock``, its content "<host> pid <pid>") while the
+    block runs: one run per folder, a second refused in one line naming the holder. The file
+    stays (removing it would let two processes lock two files)."""
     os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
     descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -293,15 +277,12 @@ def held_by_this_run(lock_path, what):
 
 
 def _in_use(what, lock_path, holder):
-    """The line refusing ``what``, whose lock ``lock_path`` another process holds; its
-    content ``holder`` ("<host> pid <pid>", or empty: the holder had not written it yet).
-    A run alive on this host is named with its process. A holder on another host may be
-    dead: a network file system keeps the lock of a client that died until its lease ends
-    or it restarts (NFS), or until the client is evicted (Lustre), and no other host can
-    prove that it died (a pod restarted elsewhere may even share its host name): the line
-    says how to take the folder over, by hand, once the person knows that the run is gone.
-    Removing the file is the take-over: the next run locks a new file, which the dead
-    holder's lock does not cover (so never remove it while that run may be alive)."""
+    """The line refusing ``what``, whose lock ``lock_path`` another process holds (its
+    content ``holder``: "<host> pid <pid>", or empty before the holder wrote it). A holder
+    on another host may be dead, and no host can prove it (NFS keeps a dead client's lock
+    until its lease ends, Lustre until it is evicted): the line says how to take the folder
+    over by hand, removing the file (the next run locks a new one, which the dead holder's
+    lock does not cover)."""
     host, _, pid = holder.partition(" pid ")
     if not pid.isdigit():
         return (
@@ -322,12 +303,10 @@ def _in_use(what, lock_path, holder):
 
 
 def run_lock(folder, what):
-    """``held_by_this_run`` for a run's output folder."""
     return held_by_this_run(os.path.join(folder, RUN_LOCK), what)
 
 
 def export_lock(directory, what):
-    """``held_by_this_run`` for a folder that is replaced as a whole (an export): the
-    lock is its hidden sibling."""
+    """``held_by_this_run`` for a folder replaced as a whole (an export): a hidden sibling."""
     parent, name = os.path.split(os.path.abspath(directory))
     return held_by_this_run(os.path.join(parent, f".{name}.export.lock"), what)

@@ -1,13 +1,11 @@
 """The process environment Paddle reads once, when it is first imported, and the
-console's quiet: Paddle's own chatter (glog lines, fleet prints, topology INFO
-lines, deprecation warnings, the OMP_NUM_THREADS banner) is hidden unless the
-command line asks for it (``--verbose``, ``--verbose True``; ``--verbose False`` and
-``--no-verbose`` do not) or the environment has PADDLE_RESNET_VERBOSE=1.
+console's quiet: Paddle's own chatter (glog lines, fleet prints, deprecation warnings)
+is hidden unless the command line says ``--verbose`` or the environment has
+PADDLE_RESNET_VERBOSE=1.
 
-Importing the package does nothing; each command prepares its process as its first step
-(``prepare_process``; the training command starts itself again with tcmalloc before that,
-``preload_allocator``), before it imports a module that loads Paddle. Scripts and the
-test suite do the same first. Values the user set are kept.
+Importing the package does nothing; each command, script and the test suite prepares its
+process first (``prepare_process``; the training command starts itself again with
+tcmalloc before that, ``preload_allocator``). Values the user set are kept.
 """
 
 import contextlib
@@ -18,12 +16,13 @@ import sys
 import sysconfig
 import warnings
 
+# The repository: the checkout the package runs from in an editable install.
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VERBOSE_FLAG = "--verbose"
 TRUE_WORDS = ("1", "true", "yes", "on", "y", "t")
 FALSE_WORDS = ("0", "false", "no", "off", "n", "f")
 # Whether this process shows Paddle's chatter: decided from the command line when the process
-# is prepared (the environment Paddle reads must be set before it loads), then set from the built
-# Config's run.verbose (cli.main_with), which parses the same flag the same way.
+# is prepared (before Paddle loads), then from the built Config's run.verbose (cli.main_with).
 _verbose = [False]
 # The process that started this one, as it was when this module was first imported (before
 # Paddle loads): a rank whose launcher is gone ends too (``distributed.ends_with_launcher``).
@@ -45,8 +44,7 @@ LAUNCHER_VARIABLES = (
 
 
 def launched(environ=os.environ):
-    """Whether ``paddle.distributed.launch`` started this process (a rank): every variable
-    it sets for a rank is there (``LAUNCHER_VARIABLES``)."""
+    """Whether ``paddle.distributed.launch`` started this process: all LAUNCHER_VARIABLES set."""
     return all(environ.get(name) for name in LAUNCHER_VARIABLES)
 
 
@@ -68,8 +66,7 @@ def is_verbose(argv=None, environ=os.environ):
     return said
 
 
-def verbose():
-    """Whether Paddle's chatter is shown now."""
+def verbose():  # whether Paddle's chatter is shown now
     return _verbose[0]
 
 
@@ -78,15 +75,13 @@ def set_verbose(value):
 
 
 def threads_per_process(environ=os.environ):
-    """The cores shared by the ranks that ``paddle.distributed.launch`` starts on this
-    machine (PADDLE_LOCAL_SIZE), at least one each."""
+    """This machine's cores shared by the launcher's ranks here (PADDLE_LOCAL_SIZE), >= 1."""
     ranks_here = int(environ.get("PADDLE_LOCAL_SIZE", "1") or 1)
     return max(1, available_cores() // max(1, ranks_here))
 
 
 def math_threads(environ=os.environ):
-    """The math library threads this process trains with: OMP_NUM_THREADS, as
-    ``prepare_environment`` leaves it, else ``threads_per_process``."""
+    """The math library threads: OMP_NUM_THREADS, else ``threads_per_process``."""
     value = environ.get("OMP_NUM_THREADS", "")
     return max(1, int(value)) if value.isdigit() else threads_per_process(environ)
 
@@ -105,19 +100,15 @@ def pir_only(environ=os.environ):
 # 2-core AMX Xeon, Paddle 3.3.1, training 1.07x as fast at the demo's 32 px and 1.16x at
 # 224 px (ResNet-50), where jemalloc, OpenMP affinity and a larger oneDNN cache gained
 # nothing or lost (scripts/benchmark_cpu_training.py --process; docs/measurements.md).
-# The allocator must be in place before the process starts, so the command's first step
-# starts it again with it (same process id), before Paddle loads: only the toolkit's own
-# command (its train.py beside the package, the console script, -m
-# paddle_resnet.commands.train), never another script that calls its main. Not on GPU
-# machines (not measured there); the images set LD_PRELOAD themselves. The library is
-# looked for where Intel's launcher (torch.backends.xeon.run_cpu) looks, and in Debian's
-# multiarch folder.
+# It must be in place before the process starts: the command's first step starts it again
+# with it, before Paddle loads (only the toolkit's own command; not on GPU machines, not
+# measured there, whose images set LD_PRELOAD themselves).
 TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so", "libtcmalloc.so")
 
 
 def tcmalloc(environ=os.environ):
-    """The first tcmalloc library in the active conda environment's or virtualenv's lib/,
-    ~/.local/lib, then the system's folders (Debian's multiarch one among them), or None."""
+    """The first tcmalloc library where Intel's launcher (torch.backends.xeon.run_cpu) looks,
+    or in Debian's multiarch folder; None without one."""
     local = os.path.expanduser("~/.local")
     prefixes = [environ.get("CONDA_PREFIX"), environ.get("VIRTUAL_ENV"), local, "/usr/local"]
     folders = [os.path.join(p, "lib") for p in prefixes if p] + ["/usr/local/lib64"]
@@ -132,14 +123,11 @@ ALLOCATOR_VARIABLE = "PADDLE_RESNET_ALLOCATOR"  # "system": the C library's own
 STARTED_VARIABLE = "PADDLE_RESNET_ALLOCATOR_STARTED"
 TRAINING_MODULE = "paddle_resnet.commands.train"
 TRAINING_CONSOLE_SCRIPT = "paddle-resnet-train"
-TOOLKIT_TRAIN_PY = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "train.py"
-)
+TOOLKIT_TRAIN_PY = os.path.join(REPOSITORY, "train.py")
 
 
 def command_of(orig_argv):
-    """The script (its path as given) or module (``-m``) a Python command line runs; ""
-    for ``-c`` and an interactive interpreter."""
+    """The script or ``-m`` module a Python command line runs; "" for ``-c`` and a REPL."""
     args = iter(orig_argv[1:])
     for arg in args:
         if arg == "-m":
@@ -155,8 +143,7 @@ def command_of(orig_argv):
 
 def is_training_command(orig_argv):
     """Whether the command line runs the toolkit's own training command: its train.py
-    (the file beside the package, however named on the command line), its console script,
-    or its module; not another project's script that happens to be named train.py."""
+    (however named), console script or module; not another project's train.py."""
     command = command_of(orig_argv)
     if command == TRAINING_MODULE or os.path.basename(command) == TRAINING_CONSOLE_SCRIPT:
         return True
@@ -169,9 +156,8 @@ def gpu_machine():
 
 
 def training_environment(environ=os.environ, library=None):
-    """The environment a training command runs in: ``environ`` with ``library`` (default
-    ``tcmalloc``'s) preloaded, or ``environ`` itself where it already is, is not
-    installed, or PADDLE_RESNET_ALLOCATOR=system."""
+    """``environ`` with ``library`` (default ``tcmalloc``'s) preloaded; ``environ`` itself
+    where it is already, is not installed, or PADDLE_RESNET_ALLOCATOR=system."""
     preloaded = environ.get("LD_PRELOAD", "")
     library = library or tcmalloc(environ)
     if (
@@ -189,11 +175,8 @@ def training_environment(environ=os.environ, library=None):
 
 
 def preload_allocator(environ=os.environ, orig_argv=sys.orig_argv):
-    """The training command's first step: start again in its ``training_environment`` if
-    it is not in it yet (the same process id, arguments and open files). Another
-    process calling its main (a script, the tests), GPU machines (unless
-    PADDLE_RESNET_ALLOCATOR=tcmalloc) and a second attempt are left as they are;
-    ``allocator_note`` says which."""
+    """The training command's first step: start again (same process id, arguments, open files)
+    in its ``training_environment``, except where ``allocator_note`` says why not."""
     if not is_training_command(orig_argv) or not sys.executable:
         return
     chosen = environ.get(ALLOCATOR_VARIABLE)
@@ -216,8 +199,7 @@ def preload_allocator(environ=os.environ, orig_argv=sys.orig_argv):
 
 
 def allocator():
-    """The allocator this process runs on, as the report records it: "tcmalloc" where it
-    is loaded, else "system"."""
+    """The allocator this process runs on, as the report records it: tcmalloc or system."""
     try:
         with open("/proc/self/maps") as maps:
             return "tcmalloc" if "libtcmalloc" in maps.read() else "system"
@@ -248,10 +230,8 @@ def allocator_note(environ=os.environ):
 
 
 def prepare_process(argv=None):
-    """Each command's first step (and a script's, and the test suite's), before anything
-    that loads Paddle: the console's quiet from the command line (``argv``, default this
-    process's), the environment Paddle reads at import, then Pillow and Paddle imported,
-    Paddle's chatter hidden. A second call changes nothing that the first set."""
+    """Each command's, script's and the test suite's first step: the console's quiet from
+    ``argv`` (default this process's), Paddle's environment, then Pillow and Paddle imported."""
     set_verbose(is_verbose(argv))
     prepare_environment(verbose=verbose())
     # Pillow before Paddle: Paddle's library exports zlib symbols that Pillow's PNG encoder
@@ -289,8 +269,7 @@ def prepare_environment(environ=os.environ, verbose=False):
 
 @contextlib.contextmanager
 def paddle_chatter(verbose):
-    """Swallow what Paddle prints to Python's stdout/stderr inside the block (fleet's
-    optimizer lists, the import banner, quantization progress bars) unless ``verbose``."""
+    """Swallow what Paddle prints to Python's stdout/stderr inside the block unless ``verbose``."""
     if verbose:
         yield
         return
@@ -301,23 +280,20 @@ def paddle_chatter(verbose):
 
 @contextlib.contextmanager
 def native_chatter(verbose):
-    """Swallow what Paddle's C++ prints to the process's stdout/stderr inside the block
-    (Paddle Inference's pass logs, e.g. oneDNN int8's "squashed ..." lines, which
-    ``disable_glog_info`` leaves on) unless ``verbose``. Errors still come back as
-    exceptions."""
+    """Swallow what Paddle's C++ prints to stdout/stderr inside the block (Paddle Inference's
+    pass logs, which ``disable_glog_info`` leaves on) unless ``verbose``."""
     if verbose:
         yield
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
     with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 1)
-        os.dup2(null.fileno(), 2)
+        for fd in saved:
+            os.dup2(null.fileno(), fd)
         try:
             yield
         finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)

@@ -17,9 +17,8 @@ PREPARED_MODULE = (
 
 def run(argv, failed, stdin=None, env=None):
     """``python argv`` (``["-m", module, ...]``, run in a prepared process, or a script and
-    its arguments) with this interpreter; its standard output, or a UserError in one line:
-    ``failed`` (what did not work, e.g. "the TensorRT conversion failed") and the child's
-    last line."""
+    its arguments) with this interpreter; its standard output, or a UserError: ``failed``
+    (e.g. "the TensorRT conversion failed") and the child's last line."""
     argv = ["-c", PREPARED_MODULE, *argv[1:]] if argv[0] == "-m" else argv
     done = subprocess.run(
         [sys.executable, *argv], input=stdin, env=env, capture_output=True, text=True

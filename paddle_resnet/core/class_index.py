@@ -13,15 +13,13 @@ CLASSES_FILE = "classes.json"
 
 def write_class_index(path, classes):
     """{label: folder name} as JSON, so predictions can be named later."""
+    text = json.dumps({str(i): name for i, name in enumerate(classes)}, indent=1)
     with atomic_files(path) as (handle,):
-        handle.write(
-            json.dumps({str(i): name for i, name in enumerate(classes)}, indent=1).encode()
-        )
+        handle.write(text.encode())
 
 
 def read_class_index(path):
-    """The class names of the class index at ``path``; a DataError naming it when it is not
-    {"0": name, "1": name, ...} in UTF-8 JSON."""
+    """The class names at ``path``; a DataError naming it unless {"0": name, ...} JSON."""
     try:
         mapping = read_json_object(path, DataError, 'a class index ({"0": name, ...})')
     except OSError as err:

@@ -1,9 +1,6 @@
 """The command line of each tool, generated from the config fields: flags -> Config ->
-action. Each tool (train.py, export_model.py, inference.py) takes the flags of the keys
-it reads; a flag of another tool is refused with one line that says whose it is.
-
-    python -m paddle_resnet.commands.flag_table       # the flag table (docs/flags.md)
-"""
+action. Each tool takes the flags of the keys it reads; a flag of another tool is refused
+with one line that says whose it is (the flag table: ``commands/flag_table``)."""
 
 import argparse
 import sys
@@ -58,9 +55,8 @@ class _DeprecatedAlias(argparse.Action):
 
 
 class _BoolFlag(argparse.Action):
-    """``--x`` (true), ``--no-x`` (false) and ``--x VALUE`` (true/false, 1/0, yes/no, on/off),
-    the form NVIDIA's scripts use (``--use-static True``). The value is checked when the
-    Config is built."""
+    """``--x``, ``--no-x`` and ``--x VALUE`` (true/false, 1/0, yes/no, on/off: NVIDIA's scripts
+    pass ``--use-static True``), the value checked when the Config is built."""
 
     def __init__(self, option_strings, dest, **kwargs):
         negatives = [f"--no-{flag[2:]}" for flag in option_strings]
@@ -73,13 +69,9 @@ class _BoolFlag(argparse.Action):
             values = False
         setattr(namespace, self.dest, True if values is None else values)
 
-    def format_usage(self):
-        return " | ".join(self.option_strings)
-
 
 class _Repeated(argparse.Action):
-    """A flag that may be given again, its values adding up: ``--tracker mlflow --tracker
-    tensorboard`` is ``--tracker mlflow,tensorboard``."""
+    """A flag that may be given again, its values adding up (``--tracker a --tracker b``)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         before = getattr(namespace, self.dest, None)
@@ -112,8 +104,7 @@ def image_shape_values(text):
 
 
 def _choices(dotted, f, choices):
-    """The values of key ``dotted``: its own, or those a registry above core/ gives
-    (``choices``: {dotted key: values}, e.g. the deploy backends)."""
+    """The values of key ``dotted``: its own, or a registry's above core/ (``choices``)."""
     return (choices or {}).get(dotted) or f.metadata["choices"]
 
 
@@ -123,9 +114,8 @@ def _help(f, values):
 
 
 def build_parser(tool, description=None, choices=None):
-    """The command line of ``tool`` (one of TOOLS): every flag sets one config key; no
-    abbreviations; flags of keys the tool does not read are refused; ``choices``: the
-    values of keys whose registry lives above core/ ({dotted key: values})."""
+    """The command line of ``tool``: a flag per config key it reads, others refused, no
+    abbreviations; ``choices``: {dotted key: values} of registries above core/."""
     parser = argparse.ArgumentParser(
         prog=program(tool),
         description=description,
@@ -199,11 +189,9 @@ def build_parser(tool, description=None, choices=None):
 def config_from_args(namespace):
     """Defaults < recipe < --set < flags, as a validated Config."""
     given = vars(namespace)
-    values = {}
-    if given.get("config"):
-        values.update(read_recipe(resolve_config_path(given["config"])))
-    if given.get("image_shape"):
-        values.update(image_shape_values(given["image_shape"]))
+    values = read_recipe(resolve_config_path(given["config"])) if given.get("config") else {}
+    shape = image_shape_values(given["image_shape"]) if given.get("image_shape") else {}
+    values.update(shape)
     for assignment in given.get("set") or []:
         dotted, sep, raw = assignment.partition("=")
         if not sep:
@@ -215,14 +203,13 @@ def config_from_args(namespace):
         for dotted, raw in given.items()
         if "." in dotted
     }
-    if given.get("image_shape"):
-        for dotted, value in image_shape_values(given["image_shape"]).items():
-            if dotted in flags and flags[dotted] != value:
-                flag = config_field(dotted).metadata["flag"]
-                raise ConfigError(
-                    f"--image-shape {given['image_shape']} sets {flag} {value}, "
-                    f"but {flag} {flags[dotted]} is given too"
-                )
+    for dotted, value in shape.items():
+        if dotted in flags and flags[dotted] != value:
+            flag = config_field(dotted).metadata["flag"]
+            raise ConfigError(
+                f"--image-shape {given['image_shape']} sets {flag} {value}, "
+                f"but {flag} {flags[dotted]} is given too"
+            )
     values.update(flags)
     return build_config(values)
 
@@ -233,15 +220,8 @@ def parse(tool, argv):
 
 
 def flag_table_markdown(choices=None):
-    """The flag table (docs/flags.md), generated from the config fields, with the tools that
-    take each flag (``choices`` as for build_parser)."""
-    short = {
-        "train": "train",
-        "export_model": "export",
-        "inference": "infer",
-        "check_data": "check-data",
-        "serve": "serve",
-    }
+    """The flag table (docs/flags.md), with the tools that take each flag."""
+    short = {"export_model": "export", "inference": "infer", "check_data": "check-data"}
     lines = ["| flag | config key | default | tools | meaning |", "|---|---|---|---|---|"]
     section = None
     for dotted, f in all_keys():
@@ -253,7 +233,7 @@ def flag_table_markdown(choices=None):
         if meta["deprecated"]:
             names += " (deprecated: " + ", ".join(f"`{flag}`" for flag in meta["deprecated"]) + ")"
         default = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
-        tools = ", ".join(short[t] for t in TOOLS if tool_reads(t, dotted))
+        tools = ", ".join(short.get(t, t) for t in TOOLS if tool_reads(t, dotted))
         values = _choices(dotted, f, choices)
         lines.append(f"| {names} | `{dotted}` | {default} | {tools} | {_help(f, values)} |")
     return "\n".join(lines) + "\n"
@@ -261,12 +241,8 @@ def flag_table_markdown(choices=None):
 
 def main_with(tool, description, action, argv=None, choices=None):
     """Parse ``argv`` into the Config of ``tool`` and run ``action(config)``; returns the
-    exit code: the int ``action`` returns (a training run stopped by a signal), else 0
-    (``choices`` as for build_parser).
-
-    --list-configs and --show-config answer and stop; bad input and unreadable or
-    unwritable files end in one line (``errors.exit_status``).
-    """
+    exit status (``errors.exit_status``: the int ``action`` returns, else 0). --list-configs
+    and --show-config answer and stop."""
     args = build_parser(tool, description, choices).parse_args(argv)
     # A file name that is not UTF-8 (os.listdir escapes its bytes as surrogates) prints
     # as \udcxx escapes, as Python prints it on stderr, instead of ending the tool.

@@ -1,11 +1,7 @@
 """Which device a process computes on, and why: the Paddle build (CPU or GPU), the GPUs
-it can use, and one-line refusals of GPU-only options where there is none.
-
-Two facts decide it and are kept apart: the build (``paddlepaddle`` has no CUDA kernels;
-``paddlepaddle-gpu`` has them and inserts fp16 casts when it builds AMP programs,
-whether or not a GPU is present) and the GPUs the build can use now (none without an
-NVIDIA driver, or with ``CUDA_VISIBLE_DEVICES`` empty). The GPU build on a machine
-without a usable GPU trains, exports and infers on the CPU, as the CPU build does.
+it can use, and one-line refusals of GPU-only options where there is none. The two are
+kept apart: ``paddlepaddle-gpu`` inserts fp16 casts into AMP programs whether or not a
+GPU is present, and on a machine without a usable GPU it runs on the CPU.
 """
 
 import os
@@ -55,9 +51,8 @@ def require_gpu(option, purpose):
 
 
 def check_training_options(config):
-    """The training options that need a GPU, refused in one line where there is none
-    (on the GPU build the fp16 program would fail inside Paddle with a kernel error; on
-    the CPU build it would silently train in fp32)."""
+    """The training options that need a GPU, refused in one line where there is none (the
+    GPU build would fail inside Paddle with a kernel error, the CPU build train in fp32)."""
     if config.amp.enabled and config.amp.dtype == "float16":
         require_gpu(
             "--use-pure-fp16" if config.amp.use_pure_fp16 else "--amp",
@@ -91,16 +86,14 @@ def device():
 
 
 def describe(device_id):
-    """This process's device in a few words, e.g. "GPU 0 (NVIDIA A100-SXM4-80GB)", "CPU",
-    or "CPU: ...no usable GPU..." for the GPU build without one."""
+    """This process's device in a few words: "GPU 0 (NVIDIA A100-SXM4-80GB)", "CPU", "CPU: ..."."""
     if device_id is not None:
         return f"GPU {device_id} ({paddle.device.cuda.get_device_name(device_id)})"
     return f"CPU: {why_no_gpu()}" if cuda_build() else "CPU"
 
 
 def tensorrt_version():
-    """The TensorRT version Paddle can load, as "8.5.3", or None (CPU build, or the GPU
-    build without TensorRT's libraries on the library path)."""
+    """The TensorRT version Paddle can load ("8.5.3"), or None: CPU build, no libraries."""
     if not cuda_build():
         return None
     try:
@@ -111,7 +104,6 @@ def tensorrt_version():
 
 
 def tensorrt_compiled_version():
-    """The TensorRT version this Paddle was built against, or None."""
     version = paddle_inference.get_trt_compile_version() if cuda_build() else (0,)
     return ".".join(map(str, version)) if any(version) else None
 
@@ -122,9 +114,8 @@ def require_tensorrt(option):
     if tensorrt_version() is None:
         built = tensorrt_compiled_version()
         raise ConfigError(
-            f"{option} needs TensorRT{' ' + built if built else ''}, which "
-            f"{build_name()} cannot load (add its lib folder to LD_LIBRARY_PATH; "
-            "paddle-resnet-doctor says more)"
+            f"{option} needs TensorRT{' ' + built if built else ''}, which {build_name()} cannot "
+            "load (add its lib folder to LD_LIBRARY_PATH; paddle-resnet-doctor says more)"
         )
 
 
@@ -138,7 +129,7 @@ def cpu_flags(cpuinfo="/proc/cpuinfo"):
 
 
 def cpu_model(cpuinfo="/proc/cpuinfo"):
-    """The CPU's model name as /proc/cpuinfo gives it ("" where it is missing)."""
+    """The CPU's model name ("" where /proc/cpuinfo is missing)."""
     try:
         with open(cpuinfo) as handle:
             for line in handle:
@@ -150,8 +141,7 @@ def cpu_model(cpuinfo="/proc/cpuinfo"):
 
 
 def cpu_fallback_note():
-    """One line for the GPU build running on the CPU (no usable GPU), else None: the user
-    installed paddlepaddle-gpu to use a GPU and should hear that none is used."""
+    """One line for the GPU build running on the CPU (no usable GPU), else None."""
     if cuda_build() and not gpu_available():
         return f"note: {why_no_gpu()}: running on the CPU"
     return None

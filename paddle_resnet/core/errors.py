@@ -2,10 +2,8 @@
 
 Every tool and script ends through ``exit_status``, which prints an error without a
 traceback and returns its status from ``EXIT_STATUSES``, the one table of what each
-status means (printed in docs/guide.md by ``exit_status_table``; a test keeps the two
-equal). The Slurm scripts (scripts/cluster/slurm) and the Kubernetes manifests
-(scripts/cluster/kubernetes) act on it: 2 fails the job, a crash is retried, a stop by a
-signal continues."""
+status means (docs/guide.md prints it), which the Slurm scripts and the Kubernetes
+manifests (scripts/cluster/) act on."""
 
 import dataclasses
 import errno
@@ -27,8 +25,7 @@ LAUNCHER_STOPPED = int(signal.SIGTERM)
 
 
 def stopped_status(signal_number):
-    """The status of a process stopped by ``signal_number`` (130 for SIGINT, 143 for
-    SIGTERM), whether it saved at its step or had nothing to save yet."""
+    """The status of a process stopped by ``signal_number``: 130 for SIGINT, 143 for SIGTERM."""
     return SIGNAL_BASE + int(signal_number)
 
 
@@ -52,14 +49,13 @@ EXIT_STATUSES = (
     ExitStatus(
         str(USER_ERROR),
         "input that no restart can fix (one line names it)",
-        "bad flags or configuration, data that cannot be read as asked, a checkpoint that "
-        "does not fit or belongs to another run, every checkpoint damaged; a run that "
-        "diverged (a loss or weights not finite: the line names the step, the loss, the "
-        "learning rate, the last finite checkpoint and what to change; nothing non-finite "
-        "is saved, so a restart would diverge again); a full disk or "
-        "quota, no permission, a read-only or lock-less file system: a person must act "
-        "first (free space, change the mount), and a restart would fail the same way, a "
-        "full disk only after repeating the epoch it could not save",
+        "bad flags or configuration, data that cannot be read as asked, a checkpoint that does not "
+        "fit or belongs to another run, every checkpoint damaged; a run that diverged (a loss or "
+        "weights not finite: the line names the step, the loss, the learning rate, the last finite "
+        "checkpoint and what to change; nothing non-finite is saved, so a restart would diverge "
+        "again); a full disk or quota, no permission, a read-only or lock-less file system: a "
+        "person must act first (free space, change the mount), and a restart would fail the same "
+        "way, a full disk only after repeating the epoch it could not save",
         "Slurm: FAILED, not requeued; Indexed Job: fails at once (FailJob); TrainJob "
         "(Trainer v2): the JobSet fails at once (FailJobSet); PaddleJob: retried until "
         "its backoffLimit (OnFailure cannot tell statuses apart)",
@@ -105,12 +101,8 @@ EXIT_STATUSES = (
 
 def exit_status_table():
     """``EXIT_STATUSES`` as the Markdown table docs/guide.md prints."""
-    lines = [
-        "| status | means | for example | what the schedulers do |",
-        "|---|---|---|---|",
-    ]
-    for row in EXIT_STATUSES:
-        lines.append(f"| {row.status} | {row.meaning} | {row.examples} | {row.scheduler} |")
+    lines = ["| status | means | for example | what the schedulers do |", "|---|---|---|---|"]
+    lines += [f"| {r.status} | {r.meaning} | {r.examples} | {r.scheduler} |" for r in EXIT_STATUSES]
     return "\n".join(lines) + "\n"
 
 
@@ -131,15 +123,11 @@ class CheckpointError(UserError):
 
 
 class Diverged(UserError):
-    """Training whose loss or weights turned non-finite (nan or inf): its settings, not
-    a fault, made it so, and a restart from the last checkpoint would diverge again. The
-    message names the step, the loss, the learning rate, the last finite checkpoint and
-    what to change."""
+    """Training made non-finite by its settings: a restart from its last checkpoint diverges too."""
 
 
 class RestartableError(Exception):
-    """A fault a restart may fix: a lost or stuck peer, an I/O error of the file system.
-    The message names it."""
+    """A fault a restart may fix: a lost or stuck peer, an I/O error of the file system."""
 
 
 # OSError numbers that are the user's input: a path that is not there or not of its kind.
@@ -172,9 +160,8 @@ def paddle_external_error(err):
 
 
 def os_error_is_users(err):
-    """Whether an OSError with an errno needs the user to act (a path, space, access,
-    locks), where a restart fails the same way; else it is a fault of the system (an
-    I/O error of the file system, a lost connection to it) that a restart may fix."""
+    """Whether an OSError needs the user to act (a path, space, access, locks: a restart fails
+    the same way), not a fault of the system that a restart may fix."""
     return err.errno in _PATH_ERRORS | _SPACE_ERRORS | _ACCESS_ERRORS | LOCK_ERRORS
 
 
@@ -222,12 +209,10 @@ def describe(err):
 
 
 def exit_status(action):
-    """``action()``'s exit status: the int it returns, else 0 (a function that returns what
-    it wrote, e.g. a folder, succeeded: ``sys.exit`` of a string would print it and exit
-    1). Bad input and faults print one ``error: ...`` line on stderr and return their
-    status in ``EXIT_STATUSES`` (``describe``; a rank of ``paddle.distributed.launch``
-    ends with it at once); any other exception is a bug and keeps Python's traceback and
-    status 1."""
+    """``action()``'s exit status: the int it returns, else 0 (``sys.exit`` of a returned
+    folder would print it and exit 1). Bad input and faults print one ``error: ...`` line
+    and return their status (``describe``; a rank of ``paddle.distributed.launch`` ends with
+    it at once); any other exception is a bug and keeps Python's traceback and status 1."""
     try:
         status = action()
         return status if isinstance(status, int) else FINISHED

@@ -1,12 +1,9 @@
 """Speeds that survive a shared host: the contenders take turns in short slices (A B A B
-..., a few seconds each), and a comparison is the median of the paired per-slice ratios
-(each slice of A against the B slice beside it), with their spread, rather than a ratio of
-two medians taken minutes apart, when a neighbour's load may have come or gone.
-
-A contender is a function running one step (``run_slice`` repeats it for a slice), or a
-process of its own that serves slices over its standard input and output
-(``SliceWorker`` starts one, ``serve_slices`` is its side), so that PyTorch and Paddle,
-or two Paddle versions, never share a process.
+..., a few seconds each), and a comparison is the median of the paired per-slice ratios,
+with their spread, rather than a ratio of two medians taken minutes apart. A contender is
+a function running one step (``run_slice``), or a process of its own serving slices over
+its standard input and output (``SliceWorker``, ``serve_slices``), so that PyTorch and
+Paddle, or two Paddle versions, never share a process.
 """
 
 import json
@@ -31,8 +28,7 @@ def run_slice(step, images_per_step, seconds):
 
 
 def alternate(contenders, rounds, seconds):
-    """{name: [img/s of each slice]}: every round runs each contender's slice in turn,
-    ``contenders`` being {name: slice(seconds) -> img/s}, in their order."""
+    """{name: [img/s of each slice]} of ``contenders`` ({name: slice(seconds) -> img/s})."""
     speeds = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, run in contenders.items():
@@ -41,8 +37,7 @@ def alternate(contenders, rounds, seconds):
 
 
 def paired_ratio(numerator, denominator):
-    """The ratio of two contenders' speeds from their per-slice speeds of the same rounds:
-    {"median", "min", "max", "ratios"} of the slice-by-slice ratios."""
+    """{"median", "min", "max", "ratios"} of two contenders' slice-by-slice speed ratios."""
     ratios = [a / b for a, b in zip(numerator, denominator)]
     return {
         "median": round(float(np.median(ratios)), 3),
@@ -57,9 +52,7 @@ def median_speed(speeds):
 
 
 def serve_slices(step, images_per_step, info=None):
-    """A contender process's side: after its set-up, say ``ready`` (with ``info``, a JSON
-    object), then run a slice of the seconds each input line names and answer its img/s,
-    until the input ends."""
+    """A contender process's side: ``ready`` (with ``info``), then a slice's img/s per line."""
     print(json.dumps({READY: True, **(info or {})}), flush=True)
     for line in sys.stdin:
         seconds = float(line)
@@ -67,9 +60,8 @@ def serve_slices(step, images_per_step, info=None):
 
 
 class SliceWorker:
-    """A contender in a process of its own (``command`` ends in ``serve_slices``). Its
-    set-up runs when started; ``info`` is what it said when ready; call it with seconds
-    for a slice's img/s. RuntimeError with the end of its stderr if it dies."""
+    """A contender in a process of its own (``command`` ends in ``serve_slices``); call it
+    with seconds for a slice's img/s. RuntimeError with the end of its stderr if it dies."""
 
     def __init__(self, command, env=None):
         self.process = subprocess.Popen(

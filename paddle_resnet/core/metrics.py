@@ -28,19 +28,12 @@ class Meter:
 
 
 def eval_counts(top_classes, losses, labels):
-    """(images, top-1 hits, top-k hits, loss sum) of one evaluated batch, as float64;
-    summed over batches and ranks, they give exact accuracies."""
+    """(images, top-1 hits, top-k hits, loss sum) of a batch: summed, exact accuracies."""
     labels = np.asarray(labels).reshape(-1, 1)
     hits = np.asarray(top_classes) == labels
-    return np.array(
-        [
-            len(labels),
-            hits[:, :1].any(axis=1).sum(),
-            hits.any(axis=1).sum(),
-            np.asarray(losses, dtype=np.float64).sum(),
-        ],
-        dtype=np.float64,
-    )
+    loss = np.asarray(losses, dtype=np.float64).sum()
+    counts = [len(labels), hits[:, :1].any(axis=1).sum(), hits.any(axis=1).sum(), loss]
+    return np.array(counts, dtype=np.float64)
 
 
 def accuracy_from_counts(totals, k, prefix=""):
@@ -69,13 +62,9 @@ def time_steps(step, warmup_steps, steps):
 def latency_summary(images_per_step, seconds):
     """Throughput (img/s) and latency average and percentiles (ms) of per-step timings."""
     ms = np.asarray(seconds) * 1000.0
-    summary = {
-        "batch_size": images_per_step,
-        "ips": images_per_step / float(np.mean(seconds)),
-        "latency_avg": float(ms.mean()),
-    }
-    summary.update({f"latency_p{p}": float(np.percentile(ms, p)) for p in PERCENTILES})
-    return summary
+    summary = {"batch_size": images_per_step, "ips": images_per_step / float(np.mean(seconds))}
+    summary["latency_avg"] = float(ms.mean())
+    return summary | {f"latency_p{p}": float(np.percentile(ms, p)) for p in PERCENTILES}
 
 
 def format_latency_table(rows):
@@ -99,9 +88,8 @@ CONFUSED_PAIRS = 50
 
 
 def add_confusions(confusion, top_classes, labels):
-    """Add one evaluated batch to the square ``confusion`` counts, in place (no matrix
-    per batch: 8 MB at 1,000 classes): row the true class, column the top-1 prediction;
-    summed over batches and ranks, exact. Returns ``confusion``."""
+    """Add one evaluated batch to the square ``confusion`` counts in place (no matrix per
+    batch: 8 MB at 1,000 classes): row the true class, column the top-1 prediction."""
     labels = np.asarray(labels).reshape(-1).astype(np.int64)
     predicted = np.asarray(top_classes)[:, 0].astype(np.int64)
     np.add.at(confusion, (labels, predicted), 1)
@@ -114,10 +102,8 @@ def confusion_counts(top_classes, labels, num_classes):
 
 
 def class_results(confusion, classes):
-    """Per-class results from a confusion matrix (``confusion_counts`` summed): each
-    class's accuracy and image count, the balanced top-1 (the mean accuracy of the classes
-    that have images), the worst classes, the most confused pairs (true -> predicted) and,
-    up to FULL_CONFUSION_CLASSES classes, the whole matrix."""
+    """Per-class results from a confusion matrix (``confusion_counts`` summed); the balanced
+    top-1 is the mean accuracy of the classes that have images."""
     confusion = np.asarray(confusion, dtype=np.int64)
     images = confusion.sum(axis=1)
     present = images > 0
@@ -148,8 +134,7 @@ def class_results(confusion, classes):
 
 
 def describe_class_results(result, shown=3):
-    """Two lines for people: the balanced top-1 with the worst classes, and the most
-    confused pairs."""
+    """Two lines: the balanced top-1 with the worst classes, the most confused pairs."""
     worst = ", ".join(
         f"{name} {100 * acc:.1f} % of {n}" for name, acc, n in result["worst"][:shown]
     )
@@ -161,10 +146,7 @@ def describe_class_results(result, shown=3):
 
 
 def class_changes(reference, result, shown=5):
-    """The classes that lost most from ``reference`` to ``result`` (two ``class_results``
-    of the same images: a dense model and its pruned or int8 form), as [class,
-    reference accuracy, accuracy, images lost, images], worst first; classes that
-    lost nothing are left out."""
+    """The classes that lost most from ``reference`` to ``result`` (same images), worst first."""
     if reference["classes"] != result["classes"]:
         raise ValueError("per-class results of different classes cannot be compared")
     changes = []

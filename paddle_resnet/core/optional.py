@@ -8,34 +8,17 @@ import importlib.util
 
 from paddle_resnet.core.errors import UserError
 
-# module -> pip requirement that provides it (requirements-tools.txt pins them)
-PACKAGES = {
-    "onnxruntime": "onnxruntime",
-    "paddle2onnx": "paddle2onnx",
-    "onnx": "onnx",
-    "matplotlib": "matplotlib",
-    "visualdl": "visualdl",
-    "tensorboardX": "tensorboardX",
-    "mlflow": "mlflow",
-    "torch": "torch",
-    "safetensors": "safetensors",
-    "openvino": "openvino",
-    "nncf": "nncf",
-    "sklearn": "scikit-learn",
-    "kserve": "kserve",
-    "fastapi": "fastapi",
-    "grpc": "grpcio",
-}
+# module -> pip requirement that provides it (requirements-tools.txt pins them): the
+# module's own name but for scikit-learn's and grpcio's
+_SAME_NAME = """onnxruntime paddle2onnx onnx matplotlib visualdl tensorboardX mlflow torch
+    safetensors openvino nncf kserve fastapi""".split()
+PACKAGES = dict(zip(_SAME_NAME, _SAME_NAME), sklearn="scikit-learn", grpc="grpcio")
 # how to install a package when not by requirements-tools.txt: nncf's numpy 2 would
 # replace the numpy 1.26 Paddle 2.6 needs, so it goes into a folder of its own
 # KServe 0.21 needs protobuf >= 6.33, Paddle 2.6 protobuf 4: the server has an environment of
 # its own (Paddle 3.3.1, no DALI)
-INSTALL = {
-    "nncf": "scripts/setup_nncf.sh",
-    "kserve": "bash scripts/setup_serve.sh (.venv-serve)",
-    "fastapi": "bash scripts/setup_serve.sh (.venv-serve)",
-    "grpc": "bash scripts/setup_serve.sh (.venv-serve)",
-}
+_SERVE = "bash scripts/setup_serve.sh (.venv-serve)"
+INSTALL = {"nncf": "scripts/setup_nncf.sh", "kserve": _SERVE, "fastapi": _SERVE, "grpc": _SERVE}
 DEFAULT_INSTALL = "pip install -r requirements-tools.txt"
 
 
@@ -47,11 +30,6 @@ has_onnxruntime = _installed("onnxruntime")
 has_paddle2onnx = _installed("paddle2onnx")
 has_openvino = _installed("openvino")
 has_kserve = _installed("kserve")
-# the experiment trackers' writers (core/trackers/) and their pictures
-has_tensorboardx = _installed("tensorboardX")
-has_mlflow = _installed("mlflow")
-has_visualdl = _installed("visualdl")
-has_matplotlib = _installed("matplotlib")
 # paddle2onnx 1.x (Paddle 2.6) reads no PIR inference.json; 2.x (Paddle 3) converts no
 # int8 model (deploy/onnx_export.check_converter)
 paddle2onnx_major = (
@@ -60,31 +38,24 @@ paddle2onnx_major = (
 has_int8_onnx = paddle2onnx_major == 1
 
 
-# tracker -> ({module it needs: installed}, the pip command that installs them); the
-# confusion image is drawn with matplotlib (core/trackers/; --tracker's check: core/config/run.py)
+# tracker -> (the modules it needs, the pip command that installs them); the confusion
+# image is drawn with matplotlib (core/trackers/; --tracker's check: core/config/run.py)
 TRACKERS = {
     "tensorboard": (
-        {"tensorboardX": has_tensorboardx, "matplotlib": has_matplotlib},
+        ("tensorboardX", "matplotlib"),
         "pip install tensorboardX tensorboard matplotlib",
     ),
-    "mlflow": (
-        {"mlflow": has_mlflow, "matplotlib": has_matplotlib},
-        "pip install mlflow matplotlib",
-    ),
-    "visualdl": (
-        {"visualdl": has_visualdl, "matplotlib": has_matplotlib},
-        "pip install visualdl matplotlib",
-    ),
+    "mlflow": (("mlflow", "matplotlib"), "pip install mlflow matplotlib"),
+    "visualdl": (("visualdl", "matplotlib"), "pip install visualdl matplotlib"),
 }
 
 
 def tracker_unusable(name):
-    """Why tracker ``name`` cannot run here (unknown, or its missing packages and the
-    command that installs them), or None: the check of ``--tracker``."""
+    """The check of ``--tracker``: why tracker ``name`` cannot run here (and the fix), or None."""
     if name not in TRACKERS:
         return f"must be one of {', '.join(TRACKERS)}, got {name!r}"
     modules, install = TRACKERS[name]
-    missing = [PACKAGES[module] for module, present in modules.items() if not present]
+    missing = [PACKAGES[module] for module in modules if not _installed(module)]
     if not missing:
         return None
     plural = "s" if len(missing) > 1 else ""
@@ -92,7 +63,6 @@ def tracker_unusable(name):
 
 
 def not_installed(package, purpose):
-    """The UserError saying that ``purpose`` needs ``package`` and how to install it."""
     return UserError(
         f"{purpose} needs the optional package {PACKAGES[package]}: "
         f"{INSTALL.get(package, DEFAULT_INSTALL)}"

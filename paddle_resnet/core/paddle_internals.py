@@ -42,9 +42,8 @@ def supports_bf16():
 
 
 def set_math_threads(count):
-    """The threads of the CPU math libraries (MKL, OpenMP) for this process's kernels:
-    Paddle's own ``platform::SetNumThreads``, the call its predictors make (core: no public
-    equivalent)."""
+    """The CPU math libraries' threads (MKL, OpenMP): Paddle's ``platform::SetNumThreads``, as
+    its predictors call it (core: no public equivalent)."""
     core.set_num_threads(count)
 
 
@@ -84,7 +83,6 @@ def current_place():
 
 
 def numpy_dtype(variable_dtype):
-    """The NumPy dtype name of a static variable's dtype."""
     return convert_dtype(variable_dtype)
 
 
@@ -119,10 +117,7 @@ def static_ir(pir):
 
 def _switch_ir(pir):
     paddle.set_flags({"FLAGS_enable_pir_api": pir})
-    if pir:
-        paddle.pir_utils._switch_to_pir_()
-    else:
-        paddle.pir_utils._switch_to_old_ir_()
+    (paddle.pir_utils._switch_to_pir_ if pir else paddle.pir_utils._switch_to_old_ir_)()
 
 
 def is_pir_program(program):
@@ -189,8 +184,7 @@ def _onednn_conv2d(ctx, dtype):
     )
 
 
-def _dtype_name(value):
-    """The dtype of a PIR value by name: float32, bfloat16, ..."""
+def _dtype_name(value):  # float32, bfloat16, ...
     return str(value.dtype).rsplit(".", 1)[-1]
 
 
@@ -253,9 +247,8 @@ def _register_onednn_dialect():
 
 
 def onednn_ops_on_pir(program, op_types):
-    """Move the ops of ``op_types`` of a PIR ``program`` to oneDNN kernels; returns how many
-    were moved. RuntimeError if one is left (a Paddle whose oneDNN ops take other
-    attributes)."""
+    """Move the ops of ``op_types`` of a PIR ``program`` to oneDNN kernels; how many moved.
+    RuntimeError if one is left (a Paddle whose oneDNN ops take other attributes)."""
     _register_onednn_dialect()
     passes = paddle.pir.PassManager()
     for op_type in op_types:
@@ -293,7 +286,6 @@ def set_op_attr(op, name, value):
 
 
 def remove_ops(program, op_types):
-    """Remove every op of ``op_types`` from every block of ``program``."""
     for block in program.blocks:  # sub-blocks too (gradient merge)
         for index in reversed(range(len(block.ops))):
             if block.ops[index].type in op_types:
@@ -315,7 +307,6 @@ def fleet_initialized():
 
 
 def applied_meta_optimizers():
-    """The names of the meta-optimizers Fleet applied in its last ``minimize``."""
     return fleet.fleet._get_applied_meta_list()
 
 
@@ -342,23 +333,18 @@ def pir_active():
 
 
 def make_ring0(rank, endpoints, place, device_id):
-    """Ring 0, which every collective op of this process's programs uses (the gradients'
-    sum, the evaluation's counts, AMP's found-inf flag, the parameters' broadcast), made
-    once, before any program, in every mode (training, eval_only, benchmark, a resume):
-    one function for CPUs and GPUs, the backend the only difference. A mode that never
-    reaches Fleet's ``minimize`` (eval_only) and PIR, whose static programs Fleet does not
-    transpile, had no ring on GPUs: only ``minimize`` wrote NCCL's set-up into a startup
-    program (``fleet_on_ring0`` now skips it). Returns how the ring was made.
+    """Ring 0, which every collective op of this process's programs uses (gradients,
+    evaluation counts, AMP's found-inf flag, the parameters' broadcast), made once before
+    any program in every mode: eval_only never reaches Fleet's ``minimize``, Fleet does not
+    transpile PIR programs, and only ``minimize`` wrote NCCL's set-up into a startup
+    program (``fleet_on_ring0`` now skips it). Returns how the ring was made:
 
-    - no GPU (``device_id`` None): gloo (Paddle 3 registers its context with the
-      communicator manager by ring id, over the job's store);
-    - GPUs, PIR (Paddle 3): NCCL's context registered by ring id over the job's store, as
-      Paddle's own ``paddle.distributed.collective._init_parallel_env("nccl")`` does
+    - no GPU (``device_id`` None): gloo (``init_gloo_ring``);
+    - GPUs, PIR: NCCL's context registered by ring id over the job's store, as Paddle's
+      ``paddle.distributed.collective._init_parallel_env("nccl")`` does
       (``pd_op.all_reduce_`` looks ring "0" up in ``CommContextManager``);
-    - GPUs, legacy IR: Fleet's own ops, ``c_gen_nccl_id`` + ``c_comm_init`` and its sync
-      all-reduce (``CollectiveHelper._init_communicator``, as Fleet's
-      ``RawProgramOptimizer._init_process_group`` writes them), in a program of their own
-      run now."""
+    - GPUs, legacy IR: Fleet's own ops (``CollectiveHelper._init_communicator``, as
+      ``RawProgramOptimizer._init_process_group`` writes them), in a program run now."""
     if device_id is None:
         init_gloo_ring(rank, endpoints)
         return "gloo"
@@ -410,7 +396,6 @@ def _ring0_made_already(self, program, current_endpoint, endpoints, rank, ring_i
         return _FLEET_INIT_COMMUNICATOR(
             self, program, current_endpoint, endpoints, rank, ring_id, *args, **kwargs
         )
-    return None
 
 
 def _keep_single_check(*args, **kwargs):

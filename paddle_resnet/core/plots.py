@@ -13,8 +13,7 @@ SHOWN_PAIRS = 20
 
 
 def confusion_matrix(axes, result, epoch):
-    """The row-normalised matrix (a row: the images of one true class), counts written in
-    the cells of small matrices."""
+    """The row-normalised matrix (a row: one true class), small ones with their counts."""
     counts = np.array(result["confusion"], dtype=float)
     shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
     axes.imshow(shares, cmap="Blues", vmin=0, vmax=1)
@@ -25,15 +24,9 @@ def confusion_matrix(axes, result, epoch):
     if len(names) <= ANNOTATED_CLASSES:
         for (true, predicted), count in np.ndenumerate(counts):
             if count:
-                dark = shares[true, predicted] > 0.5
+                color = "white" if shares[true, predicted] > 0.5 else "black"
                 axes.text(
-                    predicted,
-                    true,
-                    int(count),
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if dark else "black",
+                    predicted, true, int(count), ha="center", va="center", fontsize=8, color=color
                 )
     axes.set_xlabel("predicted")
     axes.set_ylabel("true")
@@ -50,8 +43,7 @@ def confused_pairs(axes, result, epoch):
 
 
 def confusions(axes, result, epoch):
-    """The confusion matrix where the record holds it (up to 100 classes), else the most
-    confused pairs."""
+    """The confusion matrix where the record holds it, else the most confused pairs."""
     draw = confusion_matrix if "confusion" in result else confused_pairs
     draw(axes, result, epoch)
 
@@ -59,11 +51,9 @@ def confusions(axes, result, epoch):
 def confusion_picture(result, epoch, size=(8, 7), dpi=80):
     """``confusions`` drawn off-screen, as an RGB image (height x width x 3, uint8): no
     display and no pyplot state, so a training process draws it between its steps."""
-    figure = require("matplotlib.figure", "the trackers' confusion image").Figure(
-        figsize=size, dpi=dpi
-    )
-    agg = require("matplotlib.backends.backend_agg", "the trackers' confusion image")
-    canvas = agg.FigureCanvasAgg(figure)
+    purpose = "the trackers' confusion image"
+    figure = require("matplotlib.figure", purpose).Figure(figsize=size, dpi=dpi)
+    canvas = require("matplotlib.backends.backend_agg", purpose).FigureCanvasAgg(figure)
     confusions(figure.add_subplot(), result, epoch)
     figure.tight_layout()
     canvas.draw()

@@ -1,9 +1,6 @@
 """A preflight before a long job: what this machine and its Paddle can run, and what
 each finding means for the toolkit's options. The doctor (``commands/doctor.py``)
-prints them and checks its ``--require`` list against them.
-
-Requirements: gpu, trt, nccl, dali-gpu, bf16, int8, onnx, legacy, pir (the IRs whose
-programs build on this Paddle).
+prints them and checks its ``--require`` list (``REQUIREMENTS``) against them.
 """
 
 import os
@@ -30,24 +27,13 @@ CPU_EXTENSIONS = (
 
 @dataclass(frozen=True)
 class Finding:
-    """One line of the report: what was found, and what it means for the options.
-    ``provides`` names the requirement it meets (``--require``), if any; ``met`` says
-    whether it does."""
+    """A finding and what it means; ``provides``: the requirement it meets if ``met``."""
 
     topic: str
     found: str
     meaning: str
     provides: Optional[str] = None
     met: bool = True
-
-
-def _version(getter):
-    """A version from ``getter``, or None where the library behind it cannot be loaded."""
-    try:
-        version = getter()
-    except RuntimeError:  # Paddle's "dynamic library not found"
-        return None
-    return version or None
 
 
 def paddle_findings():
@@ -74,9 +60,8 @@ def gpu_findings():
         yield Finding(
             "GPUs",
             "none usable",
-            f"{devices.why_no_gpu()}: --amp, --use-pure-fp16, "
-            "--sync-bn and the gpu/trt backends are refused; everything runs on the "
-            "CPU",
+            f"{devices.why_no_gpu()}: --amp, --use-pure-fp16, --sync-bn and the gpu/trt backends "
+            "are refused; everything runs on the CPU",
             provides="gpu",
             met=False,
         )
@@ -93,7 +78,10 @@ def gpu_findings():
         )
     if not devices.cuda_build():
         return
-    nccl = _version(paddle_internals.nccl_version)
+    try:
+        nccl = paddle_internals.nccl_version()
+    except RuntimeError:  # Paddle's "dynamic library not found"
+        nccl = None
     yield Finding(
         "NCCL",
         f"version {nccl}" if nccl else "not loadable",
@@ -201,13 +189,10 @@ def unmet(found, required):
     missing = []
     for name in required:
         relevant = [f for f in found if f.provides == name]
-        if not any(f.met for f in relevant):
-            reason = (
-                relevant[0].meaning
-                if relevant
-                else f"not in this Paddle build ({devices.build_name()})"
-            )
-            missing.append(f"{name}: {reason}")
+        if not relevant:
+            missing.append(f"{name}: not in this Paddle build ({devices.build_name()})")
+        elif not any(f.met for f in relevant):
+            missing.append(f"{name}: {relevant[0].meaning}")
     return missing
 
 

@@ -1,9 +1,7 @@
 """What code this process runs, as a checkpoint records it (``meta.json``'s "code"): the
-toolkit's version and, where it runs from a git checkout, its commit (in an image, where
-.dockerignore leaves .git out, the commit its build named: ``COMMIT_VARIABLE``), and
-Paddle's version.
-A resume on other code says so in one line (``difference``): a requeued job may pick up
-an upgraded checkout or image."""
+toolkit's version, its commit (a git checkout's, or in an image the one its build named:
+``COMMIT_VARIABLE``) and Paddle's version. A resume on other code says so in one line
+(``difference``): a requeued job may pick up an upgraded checkout or image."""
 
 import functools
 import importlib.metadata
@@ -12,9 +10,10 @@ import subprocess
 
 import paddle
 
+from paddle_resnet.core.bootstrap import REPOSITORY
+
 PACKAGE = "paddle-resnet"
-# The checkout the package runs from (the repository's root in an editable install).
-_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_CHECKOUT = REPOSITORY  # the checkout the package runs from
 # The commit an image was built from: Dockerfile and Dockerfile.gpu put their build argument
 # of this name in the image's environment (docker build --build-arg
 # PADDLE_RESNET_COMMIT=$(git rev-parse HEAD)).
@@ -22,14 +21,12 @@ COMMIT_VARIABLE = "PADDLE_RESNET_COMMIT"
 
 
 def _commit():
-    """The commit of the checkout the package runs from, else the environment's
-    ``COMMIT_VARIABLE`` (an image's build), else None."""
+    """The checkout's commit, else the image build's (``COMMIT_VARIABLE``), else None."""
     return _checkout_commit() or os.environ.get(COMMIT_VARIABLE, "").strip() or None
 
 
 def _checkout_commit():
-    """The commit of the checkout the package runs from, or None (not a git checkout, or
-    no git)."""
+    """The commit of the checkout the package runs from, or None (no .git, no git)."""
     if not os.path.exists(os.path.join(_CHECKOUT, ".git")):
         return None
     try:
@@ -46,8 +43,7 @@ def _checkout_commit():
 
 @functools.lru_cache(maxsize=None)
 def code():
-    """{"toolkit": version, "commit": the checkout's or the image's commit (where there is
-    one), "paddle": version} of this process."""
+    """{"toolkit": version, "commit": where there is one, "paddle": version} of this process."""
     try:
         version = importlib.metadata.version(PACKAGE)
     except importlib.metadata.PackageNotFoundError:  # run from a checkout not installed
@@ -65,9 +61,7 @@ def _describe(record):
 
 
 def difference(recorded):
-    """One line when the code ``recorded`` by a checkpoint is not this process's (another
-    toolkit version or commit, another Paddle), else None; None also for a checkpoint of
-    a version that recorded none."""
+    """One line when the code ``recorded`` by a checkpoint is not this process's, else None."""
     if not recorded:
         return None
     now = code()

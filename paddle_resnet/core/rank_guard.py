@@ -4,28 +4,23 @@ passes its deadline, even while the rank's main thread is blocked in Paddle's C+
 the GIL held, where no thread of the rank could run (seen: ``TCPStore.get``, gloo's and
 NCCL's rendezvous).
 
-The rank starts it (``RankGuard``) and tells it, through a pipe, which phase of the start
-it is in (``phase``), when the start is over (``started``), when its run has finished
-(``finished``) and when it is over, however it ended (``close``); the watcher writes one
-line naming the rank, the phase and the cause into the rank's log and ends the rank, and
-what it forked, with SIGKILL: a crash that a restart may fix (the launcher reports 247,
-or the status of a rank before it in rank order). It also ends what a rank forked once
-the rank has ended; then it ends itself.
+The rank starts it (``RankGuard``) and tells it through a pipe which phase of the start
+it is in, when the start is over, when its run has finished and when it is over; the
+watcher writes one line naming the rank, the phase and the cause into the rank's log and
+ends the rank and what it forked with SIGKILL: a crash that a restart may fix (the
+launcher reports 247). It also ends what a rank forked once the rank has ended.
 
-The teardown (Paddle's, DALI's, the interpreter's, after the run) has a grace, measured
-from the end of the run: ``teardown_seconds``, PADDLE_RESNET_TEARDOWN_SECONDS, 300 s
-unless set (0: none). A rank whose run ended by an error or a stop and that is still alive
-then is ended by the watcher (247: it was ending with a crash or a stop anyway, and its
-line says which run ended so). A rank whose run finished has a status, 0, that its
-teardown must not turn into a crash that schedulers requeue: it ends itself at the grace
-with status 0 (``exit_at``: a thread of the C library, which needs no GIL, so it works
-while Paddle's C++ holds it), and the watcher says so in its log.
+The teardown after the run has a grace (``teardown_seconds``: PADDLE_RESNET_TEARDOWN_SECONDS,
+300 s unless set; 0: none). A rank whose run ended by an error or a stop and is still alive
+then is ended by the watcher. A rank whose run finished must not turn its status 0 into a
+crash that schedulers requeue: it ends itself at the grace with status 0 (``exit_at``: a
+thread of the C library, which needs no GIL, so it works while Paddle's C++ holds it).
 
 Standard library only: the watcher runs this file with ``python -I -S``, without Paddle
-or the package (``python -I -S rank_guard.py RANK_PID LAUNCHER_PID RANK TIMEOUT
-TEARDOWN``).
+or the package (``python -I -S rank_guard.py RANK_PID LAUNCHER_PID RANK TIMEOUT TEARDOWN``).
 """
 
+import contextlib
 import ctypes
 import os
 import select
@@ -104,35 +99,22 @@ def exit_at(deadline):
 
 
 class RankGuard:
-    """The rank's side: the watcher process and the pipe to it. ``start_timeout``: the
-    seconds the start may take (0: no deadline; the launcher is watched all the same);
-    ``teardown``: the grace of the teardown after the run (0: none)."""
+    """The rank's side: the watcher process and the pipe to it (timeouts in seconds; 0: none)."""
 
     def __init__(self, rank, launcher_pid, start_timeout, teardown=TEARDOWN_SECONDS, log_fd=2):
         self.teardown = teardown
         read, self._write = os.pipe()
         os.set_inheritable(self._write, False)
-        command = [sys.executable, "-I", "-S", os.path.abspath(__file__)]
-        command += [str(os.getpid()), str(launcher_pid), str(rank), str(start_timeout)]
-        command.append(str(teardown))
-        os.posix_spawn(
-            sys.executable,
-            command,
-            os.environ,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, read, 0),
-                (os.POSIX_SPAWN_DUP2, log_fd, 1),
-                (os.POSIX_SPAWN_DUP2, log_fd, 2),
-            ],
-            setsid=True,  # outside the rank's process group, which it may have to end
-        )
+        command = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())]
+        command += [str(launcher_pid), str(rank), str(start_timeout), str(teardown)]
+        dups = [(os.POSIX_SPAWN_DUP2, fd, to) for fd, to in ((read, 0), (log_fd, 1), (log_fd, 2))]
+        # setsid: outside the rank's process group, which it may have to end
+        os.posix_spawn(sys.executable, command, os.environ, file_actions=dups, setsid=True)
         os.close(read)
 
     def _tell(self, message):
-        try:
+        with contextlib.suppress(OSError):  # the watcher is gone: it ended the rank, or was killed
             os.write(self._write, (message + "\n").encode())
-        except OSError:  # the watcher is gone (it ended the rank, or was killed)
-            pass
 
     def phase(self, name):
         """The start is now in phase ``name`` (said in the line if the deadline passes)."""
@@ -154,8 +136,7 @@ class RankGuard:
             self._tell(f"finished {deadline!r}")
 
     def close(self):
-        """The run is over: the watcher waits for this process to exit (and ends it if it
-        is still alive after the teardown's grace)."""
+        """The run is over: the watcher waits for this process to exit (past the grace, ends it)."""
         os.close(self._write)
 
 
@@ -174,21 +155,14 @@ def _end_group(rank_pid, leads_group):
     """SIGKILL the rank and, where it leads its process group (the launcher starts each
     rank in a session of its own), the processes it forked: gloo's rendezvous server and
     its manager on Paddle 2.6 outlived a killed rank 0."""
-    try:
-        if leads_group:
-            os.killpg(rank_pid, signal.SIGKILL)
-        else:
-            os.kill(rank_pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    with contextlib.suppress(ProcessLookupError):
+        (os.killpg if leads_group else os.kill)(rank_pid, signal.SIGKILL)
 
 
 def watch(rank_pid, launcher_pid, rank, timeout, messages, teardown=TEARDOWN_SECONDS):
     """Until the rank and what it forked have ended: end them when the launcher is gone,
     when the start's deadline passes, or when the rank lives on ``teardown`` seconds after
-    its run ended by an error or a stop (stuck in Paddle's teardown; 0: never); a rank
-    whose run finished ends itself then (``RankGuard.finished``). ``messages``: the pipe's
-    read end."""
+    its run ended by an error or a stop. ``messages``: the pipe's read end."""
     try:
         leads_group = os.getpgid(rank_pid) == rank_pid
     except ProcessLookupError:
@@ -236,9 +210,8 @@ def watch(rank_pid, launcher_pid, rank, timeout, messages, teardown=TEARDOWN_SEC
             )
         if exits_at is not None and now > exits_at + EXIT_MARGIN_SECONDS:
             return end(
-                f"its run had finished (status 0), but it was still alive {teardown:g} s "
-                f"later, past its own exit at the teardown's grace ({TEARDOWN_VARIABLE}): "
-                "ended"
+                f"its run had finished (status 0), but it was still alive {teardown:g} s later, "
+                f"past its own exit at the teardown's grace ({TEARDOWN_VARIABLE}): ended"
             )
         if exits_at is None and ended_at is not None and 0 < teardown < now - ended_at:
             return end(

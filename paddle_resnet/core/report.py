@@ -17,13 +17,6 @@ from tqdm import tqdm
 
 from paddle_resnet.core.errors import SIGNAL_BASE, UserError
 
-
-def _format_value(value):
-    if isinstance(value, float):
-        return f"{value:.5g}"
-    return str(value)
-
-
 # Narrower terminals (a 0-column pseudo-terminal, as some job schedulers give) get the
 # lines: tqdm draws nothing at all there.
 BAR_COLUMNS = 40
@@ -37,8 +30,7 @@ def _fits_a_bar(stream):
 
 
 def _outcome(exc_type, exc):
-    """How a run ended, in MLflow's words: FINISHED, KILLED (a signal's stop, Ctrl-C) or
-    FAILED."""
+    """How a run ended, in MLflow's words: FINISHED, KILLED (a signal, Ctrl-C) or FAILED."""
     if exc_type is None:
         return "FINISHED"
     stopped = issubclass(exc_type, KeyboardInterrupt) or (
@@ -49,9 +41,8 @@ def _outcome(exc_type, exc):
 
 class Report:
     """Appends to the JSON-lines file (a new run never erases an old one's lines), each
-    run's lines beginning with a RUN record (when, host, process, command line); only
-    rank 0 writes and prints. ``trackers`` (core/trackers/, rank 0's) get every record
-    and the checkpoints saved."""
+    run's lines beginning with a RUN record; only rank 0 writes and prints. ``trackers``
+    (core/trackers/) get every record and the checkpoints saved."""
 
     def __init__(self, path, enabled=True, stream=sys.stdout, trackers=None):
         self.path = path
@@ -65,12 +56,8 @@ class Report:
         if enabled and path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._handle = open(path, "a")
-        self.log(
-            "RUN",
-            {"host": socket.gethostname(), "pid": os.getpid(), "argv": sys.argv},
-            kind="RUN",
-            console=False,
-        )
+        process = {"host": socket.gethostname(), "pid": os.getpid(), "argv": sys.argv}
+        self.log("RUN", process, kind="RUN", console=False)
 
     def log(self, step, data, kind="LOG", console=True):
         record = {
@@ -127,7 +114,7 @@ class Report:
         else:
             where = str(step)
         fields = "  ".join(
-            f"{key} {_format_value(value)}"
+            f"{key} {value:.5g}" if isinstance(value, float) else f"{key} {value}"
             for key, value in data.items()
             if not isinstance(value, (dict, list))
         )
@@ -140,8 +127,6 @@ class Report:
         self.close(_outcome(exc_type, exc))
 
     def close(self, outcome="FINISHED"):
-        """The file closed; the trackers' writing finished and their runs ended with
-        ``outcome`` (FINISHED, KILLED or FAILED)."""
         if self._handle:
             self._handle.close()
             self._handle = None

@@ -8,20 +8,13 @@ crafted weights file runs code in every rank that reads it; and even NumPy's own
 reconstructors, admitted by name, dereference a pointer the file forges (a structured
 dtype with an object field whose "holds objects" flag BUILD set to 0, then an array of
 raw bytes read as objects: a segfault). So nothing the file names is called here: each
-admitted global is a stand-in of this module that checks its arguments and keeps plain
-values, and the arrays are made at the end from the bytes the file holds, by dtype
-name from ``NUMERIC_DTYPES`` (no structured, void or object dtypes; no dtype state
-taken from the file beyond its byte order). The opcodes are NumPy's and the
-containers' (pickletools over each format, Paddle 2.6.2 and 3.3.1, NumPy 1.26.4):
-``paddle.save`` of a Layer's or an optimizer's state dict, of a static program's state
-dict or of anything else (a Tensor as ``builtins.tuple`` of (name, array), a
-DenseTensor as ``builtins.eval('data', {'data': array})``, NumPy scalars), with
-``protocol=2`` too (bytes as ``_codecs.encode``), and ``paddle.static.save`` on either
-IR. Everything else is ``Refused`` in one sentence: other globals, BUILD on anything
-but an array or a dtype (a stand-in's or a class's state stays as it is in the
-process), objects made without a reduce (INST, OBJ, NEWOBJ), persistent ids,
-extension codes, protocol 5's out-of-band buffers, a length larger than the rest of
-the file, a container that holds itself or nests deeper than ``MAX_DEPTH``.
+admitted global is a stand-in that checks its arguments and keeps plain values, and the
+arrays are made at the end from the bytes the file holds, by dtype name from
+``NUMERIC_DTYPES`` (no dtype state taken from the file beyond its byte order). The
+opcodes admitted are those of ``paddle.save`` (state dicts, Tensors, DenseTensors, NumPy
+scalars; ``protocol=2`` too) and ``paddle.static.save`` on either IR, as pickletools
+reads them (Paddle 2.6.2 and 3.3.1, NumPy 1.26.4). Everything else is ``Refused`` in one
+sentence.
 """
 
 import collections
@@ -47,6 +40,7 @@ _OPCODES = """MARK STOP POP POP_MARK DUP FLOAT INT BININT BININT1 LONG BININT2 N
     EMPTY_TUPLE SETITEMS BINFLOAT PROTO TUPLE1 TUPLE2 TUPLE3 NEWTRUE NEWFALSE LONG1 LONG4
     BINBYTES SHORT_BINBYTES SHORT_BINUNICODE BINUNICODE8 BINBYTES8 EMPTY_SET ADDITEMS
     FROZENSET STACK_GLOBAL MEMOIZE FRAME""".split()
+_CODES = [getattr(pickle, name)[0] for name in _OPCODES]
 
 
 class Refused(pickle.UnpicklingError):
@@ -67,8 +61,7 @@ class RefusedGlobal(Refused):
 
 
 def _bytes_of(raw, what):
-    """The bytes of ``raw``: bytes, or a Python 2 str read as Latin-1 (NumPy's arrays
-    pickled by Python 2)."""
+    """The bytes of ``raw``: bytes, or a str of Python 2 pickles read as Latin-1."""
     if isinstance(raw, bytes):
         return raw
     if isinstance(raw, str):
@@ -221,8 +214,7 @@ class _Opcodes(dict):
 
 
 class _Bounded:
-    """A file's read and readline, refusing a length beyond its end: a declared size
-    allocates no more than the file holds."""
+    """A file's read and readline, refusing a length beyond its end (a size allocates no more)."""
 
     def __init__(self, handle):
         self.handle = handle
@@ -243,8 +235,7 @@ class _Bounded:
 
 
 class _Unpickler(pickle._Unpickler):
-    """Python's own unpickler, whose table of opcodes is ours: the C one cannot be told
-    which to refuse."""
+    """Python's own unpickler, with our opcodes: the C one cannot be told which to refuse."""
 
     def find_class(self, module, name):
         if (module, name) not in _STAND_INS:
@@ -267,13 +258,7 @@ class _Unpickler(pickle._Unpickler):
             )
         target.build(state)
 
-    dispatch = _Opcodes(
-        {
-            code: pickle._Unpickler.dispatch[code]
-            for name in _OPCODES
-            for code in [getattr(pickle, name)[0]]
-        }
-    )
+    dispatch = _Opcodes({code: pickle._Unpickler.dispatch[code] for code in _CODES})
     dispatch[pickle.REDUCE[0]] = load_reduce
     dispatch[pickle.BUILD[0]] = load_build
 
@@ -282,10 +267,9 @@ _LEAVES = (type(None), bool, int, float, complex, str, bytes)
 
 
 def _plain(value, made, holding, depth):
-    """``value`` with every array to come made: NumPy arrays, numbers, strings and
-    builtin containers only; a Refused for anything else. ``made`` maps a container's
-    id to its copy (a value shared by many is made once), ``holding`` the ids of the
-    containers holding this one."""
+    """``value`` with every array to come made; a Refused for anything but plain values.
+    ``made`` maps a container's id to its copy (a value shared by many is made once),
+    ``holding`` the ids of the containers holding this one."""
     if type(value) in _LEAVES or isinstance(value, np.generic):
         return value
     if isinstance(value, _Array):
@@ -328,9 +312,8 @@ def _key(value, made, holding, depth):
 
 
 def load(handle):
-    """The object pickled in the binary file ``handle``: NumPy arrays of numeric kinds,
-    numbers, strings and builtin containers, made by this module (``Refused`` says what
-    else the file asked for; nothing of it was called). Python 2 strings are read as
-    Latin-1, as Paddle reads them."""
+    """The object pickled in the binary file ``handle``, made by this module (``Refused``
+    says what else the file asked for; nothing of it was called). Python 2 strings are
+    read as Latin-1, as Paddle reads them."""
     loaded = _Unpickler(_Bounded(handle), encoding="latin1").load()
     return _plain(loaded, {}, set(), 0)

@@ -12,8 +12,7 @@ _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a num
 
 
 def read_text(path, error, limit=None, what="file"):
-    """The text of ``path``; ``error`` when it is not UTF-8 or larger than ``limit`` bytes
-    (``what`` names the kind of file in that message)."""
+    """The text of ``path``; ``error`` when not UTF-8 or over ``limit`` bytes (a ``what``)."""
     if limit is not None and os.path.getsize(path) > limit:
         raise error(
             f"{path}: {os.path.getsize(path):,} bytes, larger than a {what} can be "
@@ -30,8 +29,7 @@ def read_text(path, error, limit=None, what="file"):
 
 
 def parse_json(text, path, error):
-    """The JSON value of ``text`` (read from ``path``); ``error`` naming the file when it
-    is not JSON."""
+    """The JSON value of ``text`` (read from ``path``); ``error`` naming it if not JSON."""
     try:
         return json.loads(text)
     except RecursionError:
@@ -41,9 +39,7 @@ def parse_json(text, path, error):
 
 
 def read_json_object(path, error, what, required=None):
-    """The JSON object (a dict) in ``path``; ``error`` naming the file when it is not
-    UTF-8, not JSON, not an object or without a key of ``required`` ({key: type}) of its
-    type (``what`` names what the file should be)."""
+    """The JSON object in ``path``; ``error`` naming it unless one with ``required``'s keys."""
     value = parse_json(read_text(path, error, what=what), path, error)
     if not isinstance(value, dict):
         kind = "true or false" if isinstance(value, bool) else _JSON_KINDS.get(type(value), "null")
@@ -53,8 +49,7 @@ def read_json_object(path, error, what, required=None):
 
 
 def require_keys(mapping, required, path, error, what):
-    """``error`` naming ``path`` and the first key of ``required`` ({key: type}) that
-    ``mapping`` lacks or holds a value of another type in."""
+    """``error`` naming the first key of ``required`` ({key: type}) ``mapping`` lacks."""
     for key, kind in required.items():
         if not isinstance(mapping.get(key), kind):
             raise error(f"{path}: not {what}: no {key!r} ({kind.__name__})")

@@ -2,30 +2,19 @@
 with the controller's ``TrainJobStatus`` feature gate), so that ``kubectl get trainjob NAME
 -o jsonpath='{.status.trainerStatus}'`` shows the run's percentage, ETA and metrics.
 
-As Trainer's docs ("TrainJob Progress and Training Metrics", the raw HTTP option) say:
-the controller injects into every container of the TrainJob
+As Trainer's docs ("TrainJob Progress and Training Metrics", the raw HTTP option) say,
+the controller injects into every container of the TrainJob the endpoint
+(``.../apis/trainer.kubeflow.org/v1alpha1/namespaces/<ns>/trainjobs/<name>/status``), its
+TLS CA certificate and a projected service-account token that rotates (read again for
+every request); a client POSTs ``{"trainerStatus": ...}`` with ``Authorization: Bearer
+<token>`` at most once every 5 seconds (the controller rate-limits per service account).
+One rank posts (rank 0): the statuses of several would overwrite each other.
 
-- ``KUBEFLOW_TRAINER_SERVER_URL``: the HTTPS endpoint,
-  ``.../apis/trainer.kubeflow.org/v1alpha1/namespaces/<ns>/trainjobs/<name>/status``;
-- ``KUBEFLOW_TRAINER_SERVER_CA_CERT``: the path of the CA certificate of its TLS;
-- ``KUBEFLOW_TRAINER_SERVER_TOKEN``: the path of a projected service-account token (a JWT,
-  audience ``trainer.kubeflow.org``) that rotates: read again for every request;
-
-and a client POSTs ``{"trainerStatus": {"progressPercentage": 0-100,
-"estimatedRemainingSeconds": N, "metrics": [{"name": ..., "value": "<string>"}],
-"lastUpdatedTime": "<RFC 3339>"}}`` with ``Authorization: Bearer <token>``, at most once
-every 5 seconds (the controller rate-limits per service account), and never lets a
-failure disturb the training. One rank posts (rank 0): every pod's token is accepted,
-but the statuses would overwrite each other.
-
-Nothing here raises: a failed post (no server, a timeout, an HTTP error, an unreadable
-token) returns False and is reported once in one line through ``report``; the next
-attempt waits ``FAILURE_BACKOFF_SECONDS`` so that a server that times out costs a step
-at most once a minute, and a success ends the failure (a later one is reported again).
-Standard library only; importing the module has no side effect.
+Nothing here raises: a failed post returns False and is reported once in one line
+through ``report``; the next attempt waits ``FAILURE_BACKOFF_SECONDS``, so that a server
+that times out costs a step at most once a minute. Standard library only.
 """
 
-import datetime
 import json
 import os
 import ssl
@@ -66,9 +55,8 @@ class TrainerStatus:
         return cls(url, environ.get(TOKEN_VARIABLE), environ.get(CA_CERT_VARIABLE), **options)
 
     def post(self, step, total_steps, epoch=None, metrics=None):
-        """Posts the progress of global ``step`` of ``total_steps`` unless one was attempted
-        less than MIN_INTERVAL_SECONDS ago (or a failure's backoff runs); True if the
-        server took it. Never raises."""
+        """Posts the progress of global ``step`` of ``total_steps`` unless the rate limit or a
+        failure's backoff says wait; True if the server took it. Never raises."""
         try:
             now = self.clock()
             if self.next_attempt is not None and now < self.next_attempt:
@@ -86,9 +74,7 @@ class TrainerStatus:
     def _payload(self, now, step, total_steps, epoch, metrics):
         status = {
             "progressPercentage": max(0, min(100, int(100 * step / max(total_steps, 1)))),
-            "lastUpdatedTime": datetime.datetime.now(datetime.timezone.utc)
-            .isoformat(timespec="seconds")
-            .replace("+00:00", "Z"),
+            "lastUpdatedTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         start_time, start_step = self.first_seen
         if step > start_step:  # the pace of this process, not of steps a resume skipped
@@ -112,9 +98,8 @@ class TrainerStatus:
             method="POST",
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
-        context = None
-        if self.url.startswith("https:") and self.ca_cert_path:
-            context = ssl.create_default_context(cafile=self.ca_cert_path)
+        own_ca = self.url.startswith("https:") and self.ca_cert_path
+        context = ssl.create_default_context(cafile=self.ca_cert_path) if own_ca else None
         with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=context) as reply:
             reply.read()
 

@@ -1,13 +1,10 @@
 """Bounded waiting in multi-rank jobs: a rank that makes no progress for
 ``--collective-timeout`` seconds ends the job with one line.
 
-A rank that dies is noticed at once (its peers' next collective fails, or the launcher
-stops them: ``lifecycle.peers_watched``). A rank that is alive but stuck (stopped with
-SIGSTOP, hung in a driver, swapping) is not: its peers wait in their next collective,
-and gloo's own timeout is hard-coded to about 115 days (NCCL has none by default in
-static mode). Each training step and evaluation batch calls ``beat``; a thread checks
-that the last beat is recent and otherwise prints the error line and ends this process
-(with the status of a crash a restart may fix, ``errors.RESTARTABLE``), so that
+A rank that is alive but stuck (SIGSTOP, a hung driver) leaves its peers waiting in their
+next collective: gloo's own timeout is hard-coded to about 115 days, and NCCL has none by
+default in static mode. Each training step and evaluation batch calls ``beat``; a thread
+ends the process (``errors.RESTARTABLE``) when the last beat is too old, so that
 ``paddle.distributed.launch`` ends the job.
 """
 
@@ -41,8 +38,7 @@ def _watch(timeout, message, stop):
 
 @contextlib.contextmanager
 def watching(timeout, message):
-    """Inside the block, no ``beat`` for ``timeout`` seconds ends the process after printing
-    ``error: message(idle seconds)``."""
+    """Inside the block, ``timeout`` seconds without a ``beat`` end the process in one line."""
     beat()
     stop = threading.Event()
     thread = threading.Thread(

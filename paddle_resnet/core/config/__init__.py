@@ -1,12 +1,9 @@
 """The one configuration object: defaults < YAML recipe < --set < command-line flags.
 
 Each key is declared once, as a field of a frozen section dataclass made by ``keys.key``
-(one module per group of sections: ``run``, ``data``, ``model``, ``learning``,
-``precision``, ``deploy``):
-its default, its flag (and aliases), its help text and its check. The validation here
-and each tool's command line and the flag table (docs/flags.md) (``paddle_resnet/core/cli.py``) are
-generated from those fields. ``build_config`` makes the Config once; builders then take
-the section they need (``build_model(config.model)``).
+(one module per group of sections); the validation here, each tool's command line and the
+flag table (``core/cli.py``) are generated from those fields. ``build_config`` makes the
+Config once; builders then take the section they need (``build_model(config.model)``).
 """
 
 import dataclasses
@@ -21,37 +18,13 @@ from paddle_resnet.core.bootstrap import FALSE_WORDS, TRUE_WORDS
 from paddle_resnet.core.config.data import CheckConfig, DataConfig
 from paddle_resnet.core.config.deploy import InferenceConfig, ServeConfig
 from paddle_resnet.core.config.keys import (
-    ALL_TOOLS,
-    AMP_DTYPES,
-    CHECK_DATA,
     CONFIG_DIR,
-    CPU_PRECISIONS,
-    DATA_LAYOUTS,
     DEFAULT_INFERENCE_DIR,
-    EXPORT,
-    EXPORT_INFERENCE,
-    IMAGE_TOOLS,
-    INFERENCE,
-    INFERENCE_MODES,
     IRS,
-    LR_SCHEDULES,
     MASK_ALGOS,
-    MODEL_TOOLS,
     PTQ_ALGOS,
     REPOSITORY,
-    RUN_SCOPES,
-    SAMPLINGS,
-    SERVE,
     TOOLS,
-    TRAIN,
-    TRAIN_EXPORT,
-    TRAIN_INFERENCE,
-    TRT_PRECISIONS,
-    at_least,
-    each,
-    in_range,
-    nonempty,
-    positive,
 )
 from paddle_resnet.core.config.learning import FinetuneConfig, LossConfig, LRConfig, OptimizerConfig
 from paddle_resnet.core.config.model import ModelConfig
@@ -60,76 +33,25 @@ from paddle_resnet.core.config.run import RunConfig
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.text_files import read_text
 
-# What the package offers: its keys' declarations and sections, and the functions below.
+# Re-exported for the package's users; the sections declare their keys from ``keys``.
 __all__ = [
-    "ALL_TOOLS",
-    "AMP_DTYPES",
     "AmpConfig",
-    "AspConfig",
-    "CHECK_DATA",
-    "CONFIG_DIR",
-    "CPU_PRECISIONS",
-    "CheckConfig",
-    "Config",
     "ConfigError",
-    "DATA_LAYOUTS",
     "DEFAULT_INFERENCE_DIR",
     "DataConfig",
-    "EXPORT",
-    "EXPORT_INFERENCE",
-    "FinetuneConfig",
-    "IMAGE_TOOLS",
-    "INFERENCE",
-    "INFERENCE_MODES",
-    "INFERENCE_SECTIONS",
     "IRS",
     "InferenceConfig",
-    "LRConfig",
-    "LR_SCHEDULES",
-    "LossConfig",
     "MASK_ALGOS",
-    "MAX_RECIPE_BYTES",
-    "MODEL_TOOLS",
     "ModelConfig",
-    "OptimizerConfig",
     "PTQ_ALGOS",
-    "QatConfig",
     "REPOSITORY",
-    "RUN_SCOPES",
-    "RunConfig",
-    "SAMPLINGS",
-    "SECTION_TITLES",
-    "SERVE",
     "ServeConfig",
     "TOOLS",
-    "TRAIN",
-    "TRAIN_EXPORT",
-    "TRAIN_INFERENCE",
-    "TRT_PRECISIONS",
-    "all_keys",
-    "at_least",
-    "build_config",
-    "config_field",
-    "convert_value",
-    "describe_key",
-    "each",
-    "in_range",
-    "list_recipes",
-    "nonempty",
-    "parse_bool",
-    "positive",
-    "read_recipe",
-    "resolve_config_path",
-    "run_differences",
-    "section",
-    "to_yaml",
-    "validate",
 ]
 
 
 def section(keys, title):
-    """A section of the Config: the dataclass of its keys, and its title, which heads its
-    flags in each tool's --help and in the flag table (docs/flags.md)."""
+    """A section of the Config: its keys' dataclass, and the title heading its flags."""
     return field(default_factory=keys, metadata={"title": title})
 
 
@@ -198,18 +120,17 @@ def parse_bool(value, source):
 
 def convert_value(dotted, value, source):
     """Coerce ``value`` to the type of config field ``dotted``; ConfigError if it cannot."""
-    f = config_field(dotted)
+    f = config_field(dotted, source)
     kind, args = typing.get_origin(f.type), typing.get_args(f.type)
     try:
         if value is None:
             if kind is typing.Union and type(None) in args:
                 return None
             raise ValueError("a value is required")
+        target = f.type
         if kind is typing.Union:  # Optional[X]
+            target = next(a for a in args if a is not type(None))
             kind, args = None, ()
-            target = next(a for a in typing.get_args(f.type) if a is not type(None))
-        else:
-            target = f.type
         if kind is tuple:
             items = value.split(",") if isinstance(value, str) else list(value)
             items = tuple(args[0](v) for v in items if str(v).strip() != "")
@@ -270,9 +191,7 @@ def read_recipe(path):
         if not isinstance(entries, dict):
             raise ConfigError(f"{path}: section {section!r} must be a mapping")
         for key, value in entries.items():
-            dotted = f"{section}.{key}"
-            config_field(dotted, path)
-            values[dotted] = convert_value(dotted, value, path)
+            values[f"{section}.{key}"] = convert_value(f"{section}.{key}", value, path)
     return values
 
 
@@ -302,9 +221,8 @@ def all_keys():
 
 
 def run_differences(saved, config):
-    """The keys whose value in ``config`` differs from ``saved`` (another run's
-    ``Config.to_dict()``, as a checkpoint records it), but for those a resumed run may
-    change and the inference section; as "key: saved -> now" lines."""
+    """The "key: saved -> now" lines of the keys a resumed run may not change whose value
+    in ``config`` differs from ``saved`` (a checkpoint's ``Config.to_dict()``)."""
     now = yaml.safe_load(to_yaml(config))  # tuples as lists, as JSON keeps them
     differences = []
     for dotted, f in all_keys():
@@ -374,9 +292,8 @@ def validate(config):
         ),
         (
             loss.class_weights_from_epoch <= run.epochs,
-            f"loss.class_weights_from_epoch (--class-weights-from-epoch) must be at most "
-            f"run.epochs ({run.epochs}), got {loss.class_weights_from_epoch}: the weights "
-            "would never apply",
+            "loss.class_weights_from_epoch (--class-weights-from-epoch) must be at most run.epochs "
+            f"({run.epochs}), got {loss.class_weights_from_epoch}: the weights would never apply",
         ),
         # Balanced draws already show every class equally often: weights or offsets from
         # the split's counts would correct the imbalance a second time.

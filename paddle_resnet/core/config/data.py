@@ -46,9 +46,8 @@ class DataConfig:
     output_fp16: bool = key(
         False,
         "--dali-output-fp16",
-        "DALI outputs fp16 images (pure fp16 "
-        "training reads them as they are; otherwise the program casts them "
-        "to fp32)",
+        "DALI outputs fp16 images (pure fp16 training reads them as they are; otherwise the "
+        "program casts them to fp32)",
     )
     num_threads: int = key(
         0,
@@ -101,9 +100,8 @@ class DataConfig:
     normalize_scale: float = key(
         1.0 / 255.0,
         "--normalize-scale",
-        "the pixel scale that "
-        "--normalize-mean and --normalize-std refer to (1/255: the 0-1 "
-        "scale; 1: pixel values)",
+        "the pixel scale that --normalize-mean and --normalize-std refer to (1/255: the 0-1 scale; "
+        "1: pixel values)",
         positive,
         tools=TRAIN_EXPORT,
     )

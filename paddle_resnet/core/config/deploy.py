@@ -28,9 +28,8 @@ class InferenceConfig:
     model_dir: Optional[str] = key(
         None,
         "--inference-dir",
-        f"inference model folder: export_model.py writes it, "
-        f"inference.py reads it (default {DEFAULT_INFERENCE_DIR}); train.py exports the final "
-        "model there when given",
+        "inference model folder: export_model.py writes it, inference.py reads it (default "
+        f"{DEFAULT_INFERENCE_DIR}); train.py exports the final model there when given",
         aliases=("--trt-inference-dir",),
         tools=MODEL_TOOLS + SERVE,
     )
@@ -70,8 +69,7 @@ class InferenceConfig:
     trt_workspace_size: int = key(
         1024,
         "--trt-workspace-size",
-        "TensorRT workspace in MB (a "
-        "value of 2^20 or more is taken as bytes, as NVIDIA's scripts "
+        "TensorRT workspace in MB (a value of 2^20 or more is taken as bytes, as NVIDIA's scripts "
         "pass it)",
         at_least(1),
         aliases=("--workspace-size",),
@@ -123,9 +121,8 @@ class InferenceConfig:
     ptq_algo: Optional[str] = key(
         None,
         "--ptq-algo",
-        "export_model.py: quantize the exported "
-        "model to INT8 after training (post-training quantization), "
-        "calibrating activation ranges with this algorithm",
+        "export_model.py: quantize the exported model to INT8 after training (post-training "
+        "quantization), calibrating activation ranges with this algorithm",
         choices=PTQ_ALGOS,
         tools=EXPORT,
     )
@@ -139,18 +136,16 @@ class InferenceConfig:
     openvino: bool = key(
         False,
         "--openvino",
-        "export_model.py: also write OpenVINO's model "
-        "(openvino/model.xml, what --backend openvino reads; pip install "
-        "openvino)",
+        "export_model.py: also write OpenVINO's model (openvino/model.xml, what --backend openvino "
+        "reads; pip install openvino)",
         tools=EXPORT,
     )
     verify_images: int = key(
         0,
         "--verify-images",
-        "export_model.py: run the export on this "
-        "many validation images through every backend and precision this "
-        "machine has, against the fp32 Paddle predictor; fail on "
-        "disagreement (0: no check)",
+        "export_model.py: run the export on this many validation images through every backend and "
+        "precision this machine has, against the fp32 Paddle predictor; fail on disagreement (0: "
+        "no check)",
         at_least(0),
         tools=EXPORT,
     )
@@ -178,7 +173,6 @@ class InferenceConfig:
 
     @property
     def directory(self):
-        """The inference model folder, given or default."""
         return self.model_dir or DEFAULT_INFERENCE_DIR
 
 

@@ -5,10 +5,8 @@ and ``key``, which makes a key a dataclass field with its flag, help, check and 
 import os
 from dataclasses import field
 
-# configs/ of the repository: paddle_resnet/core/config/keys.py is four levels below it
-REPOSITORY = os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-)
+from paddle_resnet.core.bootstrap import REPOSITORY
+
 CONFIG_DIR = os.path.join(REPOSITORY, "configs")
 RUN_SCOPES = ("train_eval", "train_only", "eval_only")
 IRS = ("legacy", "pir")
@@ -39,7 +37,6 @@ TRAIN_INFERENCE = ("train", "inference")
 EXPORT_INFERENCE = ("export_model", "inference")
 SERVE = ("serve",)
 MODEL_TOOLS = ("train", "export_model", "inference")
-ALL_TOOLS = TOOLS
 # the tools that read image trees (every tool but the server, which is sent its images)
 IMAGE_TOOLS = ("train", "export_model", "inference", "check_data")
 
@@ -79,9 +76,8 @@ def _not_a_folder(path):
 
 
 def folder(path):
-    """A folder the run makes or writes into: nothing on its way is a file (checked when
-    the config is built, before the run writes anything; a tracker told a file wrote
-    nothing and said nothing, or refused it after the programs were built)."""
+    """A folder the run makes or writes into: nothing on its way is a file (checked before
+    the run writes anything: a tracker told a file wrote nothing and said nothing)."""
     blocked = _not_a_folder(path)
     if blocked is None:
         return None
@@ -121,8 +117,7 @@ def key(
     repeatable=False,
 ):
     """A config field: its default, flag, help text, check and alias flags, and the
-    ``tools`` that read it (each a name in TOOLS).
-    ``deprecated`` aliases still work but print a warning naming ``flag``.
+    ``tools`` that read it; ``deprecated`` aliases still work but print a warning.
     ``resume_may_change``: a resumed run may set another value than the checkpoint's
     run (where files go, how often to log); every other key must match.
     ``repeatable``: a tuple whose flag may be given again, adding its values."""

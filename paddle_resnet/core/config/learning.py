@@ -3,14 +3,7 @@
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from paddle_resnet.core.config.keys import (
-    LR_SCHEDULES,
-    at_least,
-    each,
-    in_range,
-    key,
-    positive,
-)
+from paddle_resnet.core.config.keys import LR_SCHEDULES, at_least, each, in_range, key, positive
 
 
 @dataclass(frozen=True)

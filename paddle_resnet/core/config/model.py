@@ -2,12 +2,7 @@
 
 from dataclasses import dataclass
 
-from paddle_resnet.core.config.keys import (
-    DATA_LAYOUTS,
-    TRAIN_EXPORT,
-    at_least,
-    key,
-)
+from paddle_resnet.core.config.keys import DATA_LAYOUTS, TRAIN_EXPORT, at_least, key
 
 
 @dataclass(frozen=True)
@@ -31,15 +26,11 @@ class ModelConfig:
     image_channels: int = key(
         3,
         "--image-channels",
-        "input channels: 3 (RGB), or 4 (RGB and a "
-        "zero channel padded by DALI, so NHWC fp16 convolutions get "
-        "tensor-core friendly shapes; --image-shape 4,224,224)",
+        "input channels: 3 (RGB), or 4 (RGB and a zero channel padded by DALI, so NHWC fp16 "
+        "convolutions get tensor-core friendly shapes; --image-shape 4,224,224)",
         choices=(3, 4),
         tools=TRAIN_EXPORT,
     )
     zero_init_residual: bool = key(
-        False,
-        "--zero-init-residual",
-        "zero gamma in each block's last BN",
-        tools=TRAIN_EXPORT,
+        False, "--zero-init-residual", "zero gamma in each block's last BN", tools=TRAIN_EXPORT
     )

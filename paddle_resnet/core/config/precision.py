@@ -3,13 +3,7 @@
 from dataclasses import dataclass
 from typing import Tuple
 
-from paddle_resnet.core.config.keys import (
-    AMP_DTYPES,
-    MASK_ALGOS,
-    TRAIN_EXPORT,
-    key,
-    positive,
-)
+from paddle_resnet.core.config.keys import AMP_DTYPES, MASK_ALGOS, TRAIN_EXPORT, key, positive
 
 
 @dataclass(frozen=True)
@@ -38,9 +32,8 @@ class AmpConfig:
     fuse_resunit: bool = key(
         False,
         "--fuse-resunit",
-        "cuDNN v8 ResUnit fusion of the training "
-        "program (with --amp; needs a Paddle built with the cuDNN frontend, "
-        "e.g. NGC 23.12+)",
+        "cuDNN v8 ResUnit fusion of the training program (with --amp; needs a Paddle built with "
+        "the cuDNN frontend, e.g. NGC 23.12+)",
     )
 
 

@@ -5,9 +5,9 @@ from typing import Optional, Tuple
 
 from paddle_resnet.core.bootstrap import VERBOSE_FLAG
 from paddle_resnet.core.config.keys import (
-    ALL_TOOLS,
     IRS,
     RUN_SCOPES,
+    TOOLS,
     TRAIN_EXPORT,
     TRAIN_INFERENCE,
     at_least,
@@ -105,10 +105,9 @@ class RunConfig:
     from_checkpoint: Optional[str] = key(
         None,
         "--from-checkpoint",
-        "checkpoint folder to resume from (<output-dir>/<arch>/<epoch>, or <output-dir>/<arch> "
-        "for its newest), or auto: the newest checkpoint of this run in --output-dir if there "
-        "is one, else a fresh start (a job restarted by its scheduler with the same command "
-        "continues)",
+        "checkpoint folder to resume from (<output-dir>/<arch>/<epoch>, or <output-dir>/<arch> for "
+        "its newest), or auto: the newest checkpoint of this run in --output-dir if there is one, "
+        "else a fresh start (a job restarted by its scheduler with the same command continues)",
         resume_may_change=True,
         tools=TRAIN_EXPORT,
     )
@@ -128,9 +127,8 @@ class RunConfig:
     model_prefix: str = key(
         "model",
         "--model-prefix",
-        "file name prefix of checkpoint "
-        "parameters (<prefix>.pdparams); --from-pretrained-params FOLDER "
-        "reads FOLDER/<prefix>.pdparams",
+        "file name prefix of checkpoint parameters (<prefix>.pdparams); --from-pretrained-params "
+        "FOLDER reads FOLDER/<prefix>.pdparams",
         resume_may_change=True,
         tools=TRAIN_EXPORT,
     )
@@ -184,10 +182,9 @@ class RunConfig:
     cpu_onednn: Optional[bool] = key(
         None,
         "--cpu-onednn",
-        "oneDNN kernels for the convolutions and ReLUs of CPU training "
-        "(--no-cpu-onednn: Paddle's plain kernels; unset: whichever trains this model and shape "
-        "faster on this machine, measured once and kept in ~/.cache/paddle-resnet; "
-        "no effect on GPUs)",
+        "oneDNN kernels for the convolutions and ReLUs of CPU training (--no-cpu-onednn: Paddle's "
+        "plain kernels; unset: whichever trains this model and shape faster on this machine, "
+        "measured once and kept in ~/.cache/paddle-resnet; no effect on GPUs)",
         resume_may_change=True,
     )
     cpu_affinity: bool = key(
@@ -200,9 +197,8 @@ class RunConfig:
     profile_start_step: Optional[int] = key(
         None,
         "--profile-start-step",
-        "profile training steps from this global step (Paddle "
-        "profiler trace in <output-dir>/profile; NVTX ranges and the CUDA profiler window "
-        "for nsys on GPUs)",
+        "profile training steps from this global step (Paddle profiler trace in "
+        "<output-dir>/profile; NVTX ranges and the CUDA profiler window for nsys on GPUs)",
         at_least(0),
         resume_may_change=True,
     )
@@ -239,11 +235,10 @@ class RunConfig:
     ir: Optional[str] = key(
         None,
         "--ir",
-        "Paddle's static graph to build on: legacy (Fleet's AMP, ASP, QAT and data "
-        "parallelism; the only one on Paddle 2.6) or pir (Paddle 3.x; the toolkit's own "
-        "2:4 masks, int8 through model.onnx; exports inference.json); unset: pir on Paddle "
-        "3 but for GPUs, multi-process CPU jobs and legacy-only "
-        "options, each said in one line",
+        "Paddle's static graph to build on: legacy (Fleet's AMP, ASP, QAT and data parallelism; "
+        "the only one on Paddle 2.6) or pir (Paddle 3.x; the toolkit's own 2:4 masks, int8 through "
+        "model.onnx; exports inference.json); unset: pir on Paddle 3 but for GPUs, multi-process "
+        "CPU jobs and legacy-only options, each said in one line",
         choices=IRS,
         resume_may_change=True,
         tools=TRAIN_EXPORT,
@@ -253,5 +248,5 @@ class RunConfig:
         VERBOSE_FLAG,
         "show Paddle's own log lines, warnings and prints (hidden by default)",
         resume_may_change=True,
-        tools=ALL_TOOLS,
+        tools=TOOLS,
     )

@@ -1,12 +1,9 @@
 """Experiment trackers beside the report (``--tracker tensorboard|mlflow|visualdl``), rank
-0's: one module per tracker (``tensorboard``, ``visualdl``, ``mlflow_run``, with MLflow's
-resume in ``mlflow_resume``) and the thread that writes to them (``writing``); ``opened``
+0's: one module per tracker and the thread that writes to them (``writing``); ``opened``
 opens a run's. A resumed run continues the tracker's run: TensorBoard and VisualDL write
-into the same folder at the global steps the run continues from (TensorBoard's readers
-drop the events an earlier start wrote past the checkpoint this one resumes: a run killed
-after its last checkpoint does not leave two curves); MLflow's run id is kept in
-``<output-dir>/mlflow_run.json`` and that run is resumed (its parameters stay the first
-start's; a value a resumed start changed becomes the tag ``resume.<key>``).
+into the same folder from the global step the run resumes (TensorBoard's readers drop
+what an earlier start wrote past it: no two curves); MLflow's run id is kept in
+``<output-dir>/mlflow_run.json`` and that run is resumed (``mlflow_resume``).
 """
 
 import os
@@ -23,15 +20,10 @@ __all__ = ["CONFUSION_TAG", "MLFLOW_RUN_FILE", "TRACKERS", "Trackers", "mlflow_t
 
 
 def opened(names, output_dir, tensorboard_dir, mlflow_uri, visualdl_dir, saved_step, trains):
-    """The Trackers of ``names`` and VisualDL's where ``visualdl_dir`` is given (each
-    opened now, so that a bad URI or folder stops the run before its first step), or None
-    without any. TensorBoard's folder defaults to ``<output_dir>/tensorboard``,
-    VisualDL's to ``<output_dir>/visualdl``, MLflow's store to ``mlflow_tracking_uri``.
-    ``saved_step``: the global step of the checkpoint the run starts from (None: a fresh
-    start), which continues the trackers' runs; ``trains``: the run trains from there,
-    and TensorBoard's readers drop what an earlier start wrote past that step (a start
-    killed after its last checkpoint; a fresh start: everything), where an evaluation
-    keeps it."""
+    """The Trackers of ``names`` (and VisualDL's where ``visualdl_dir`` is given), or None;
+    each opened now, so that a bad URI or folder stops the run before its first step.
+    ``saved_step``: the global step the run starts from (None: a fresh start); ``trains``:
+    TensorBoard's readers drop what an earlier start wrote past it."""
     names = tuple(names) + (("visualdl",) if visualdl_dir else ())
     if not names:
         return None

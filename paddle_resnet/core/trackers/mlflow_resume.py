@@ -12,8 +12,7 @@ MLFLOW_RUN_FILE = "mlflow_run.json"
 
 
 def recorded(output_dir, tracking_uri):
-    """The run recorded in ``output_dir`` ({"tracking_uri", "experiment_id", "run_id"}),
-    or None: none, unreadable, or at another tracking URI."""
+    """The run recorded in ``output_dir`` at ``tracking_uri``, or None."""
     try:
         with open(os.path.join(output_dir, MLFLOW_RUN_FILE)) as handle:
             found = json.load(handle)

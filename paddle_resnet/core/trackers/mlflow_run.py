@@ -20,9 +20,8 @@ _UNSAFE_NAME = re.compile(r"[^\w\-. /:]")
 
 
 def mlflow_tracking_uri(given, output_dir):
-    """Where MLflow writes: ``given`` (--mlflow-tracking-uri), else MLFLOW_TRACKING_URI,
-    else a local SQLite store in the output folder (no server; MLflow 3 refuses its old
-    folder store unless MLFLOW_ALLOW_FILE_STORE is set)."""
+    """Where MLflow writes: ``given``, else MLFLOW_TRACKING_URI, else a SQLite store in the
+    output folder (MLflow 3 refuses its old folder store unless MLFLOW_ALLOW_FILE_STORE)."""
     return (
         given
         or os.environ.get("MLFLOW_TRACKING_URI")
@@ -31,16 +30,14 @@ def mlflow_tracking_uri(given, output_dir):
 
 
 def _sql_errors():
-    """SQLAlchemy's errors, which MLflow's database stores raise as they are (a file that
-    is no SQLite database: "file is not a database"), once a store has imported it (the
-    ``except`` asks after the error: a store that raised one has)."""
+    """SQLAlchemy's errors, which MLflow's database stores raise as they are ("file is not a
+    database"), once a store has imported it (as one that raised them has)."""
     sql = sys.modules.get("sqlalchemy.exc")
     return (sql.SQLAlchemyError,) if sql else ()
 
 
 class MlflowRun:
-    """One MLflow run at ``tracking_uri``: a new one, or with ``resume`` the run recorded
-    in ``output_dir`` (when recorded at the same tracking URI)."""
+    """One MLflow run at ``tracking_uri``: new, or with ``resume`` the one recorded there."""
 
     def __init__(self, tracking_uri, output_dir, resume, run_name):
         mlflow = require("mlflow", "--tracker mlflow")
@@ -114,8 +111,7 @@ class MlflowRun:
         self._flush()
         name = _UNSAFE_NAME.sub("_", os.path.basename(directory))
         tags = [
-            self.entities.RunTag("checkpoint", directory),
-            self.entities.RunTag(f"checkpoint.{name}", directory),
+            self.entities.RunTag(key, directory) for key in ("checkpoint", f"checkpoint.{name}")
         ]
         self.client.log_batch(self.run_id, tags=tags)
 

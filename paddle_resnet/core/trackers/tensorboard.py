@@ -13,15 +13,13 @@ _WRITERS = itertools.count()
 
 
 def file_suffix():
-    """A start's own file name ending (the process and a count; the writers add the
-    second), so that two starts never share one."""
+    """A start's own file name ending (process and count), so two starts never share one."""
     return f".{os.getpid()}.{next(_WRITERS):04d}"
 
 
 class TensorBoard:
-    """TensorBoard's event files in ``folder``: each start writes a file of its own;
-    ``purge_step``: TensorBoard's readers drop the events an earlier start wrote from that
-    step on (None: none dropped)."""
+    """TensorBoard's event files in ``folder``, a file per start; its readers drop the events
+    an earlier start wrote from ``purge_step`` on (None: none dropped)."""
 
     def __init__(self, folder, purge_step):
         module = require("tensorboardX", "--tracker tensorboard")

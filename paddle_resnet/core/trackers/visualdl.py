@@ -15,7 +15,8 @@ class VisualDl(TensorBoard):
 
     def __init__(self, folder, resume):
         module = require("visualdl", "--tracker visualdl")
-        newest = sorted(_visualdl_files(folder))[-1:] if resume else []
+        names = os.listdir(folder) if resume and os.path.isdir(folder) else []
+        newest = sorted(name for name in names if "vdlrecords" in name)[-1:]
         with contextlib.redirect_stdout(io.StringIO()):  # its "will add logs to it"
             self.writer = module.LogWriter(
                 logdir=folder,
@@ -23,12 +24,3 @@ class VisualDl(TensorBoard):
                 filename_suffix=file_suffix(),
                 file_name=newest[0] if newest else "",
             )
-
-
-def _visualdl_files(folder):
-    """The VisualDL record files in ``folder`` (none where it does not exist)."""
-    return (
-        [name for name in os.listdir(folder) if "vdlrecords" in name]
-        if os.path.isdir(folder)
-        else []
-    )

@@ -1,20 +1,12 @@
 """The trackers' writing thread: the run's Report (core/report.py) hands every record it
-writes to ``Trackers``, which turns them into what each tracker shows:
-
-- each logged training step's values (loss, top-1/5, learning rate, images/s, timings and
-  their means) as ``train/<name>`` scalars at the run's global step;
-- each validation's values as ``val/<name>`` (top-1/5, balanced top-1, loss), each class's
-  accuracy as ``val_class/<class>`` and the confusion matrix (the most confused pairs
-  beyond 100 classes) as the image ``confusion_matrix``, at the global step of the
-  validated epoch's last step (an evaluation before any training step: at the step its
-  checkpoint was saved at);
-- the resolved configuration (the report's PARAMETER record) as parameters,
-  ``section.key`` flattened;
-- each checkpoint saved (``Report.saved``): MLflow tags ``checkpoint`` (the newest) and
-  ``checkpoint.<name>``, a text entry ``checkpoints`` for TensorBoard and VisualDL.
-
-written on one background thread in order, so that a step never waits on a tracker's disk
-or server; a tracker that fails while the run goes on is dropped with one warning line.
+writes to ``Trackers``, which turns them into what each tracker shows: training steps as
+``train/<name>`` scalars at the run's global step; validations as ``val/<name>``, each
+class's accuracy as ``val_class/<class>`` and the image ``confusion_matrix``, at the step
+of the validated epoch's end; the configuration as ``section.key`` parameters; each
+checkpoint saved as MLflow tags ``checkpoint`` and ``checkpoint.<name>`` (a text entry
+``checkpoints`` for TensorBoard and VisualDL). Written on one background thread in order,
+so that a step never waits on a tracker's disk or server; a tracker that fails is dropped
+with one warning line.
 """
 
 import json
@@ -49,8 +41,7 @@ def _numbers(data, prefix):
 
 
 class Trackers:
-    """The trackers of one run (``opened``), fed the report's records (``record``) and
-    checkpoints (``saved``); the writing runs on one background thread, in order."""
+    """A run's trackers, fed the report's records and checkpoints on one writing thread."""
 
     def __init__(self, trackers, step=0):
         self.trackers = dict(trackers)  # name -> EventWriter or MlflowRun
@@ -62,7 +53,6 @@ class Trackers:
         self._thread.start()
 
     def record(self, kind, step, data):
-        """What the report record (``kind``, ``step``, ``data``) is to the trackers."""
         if kind == "LOG":
             epoch, within = step
             self.steps_per_epoch = int(data["progress"].split("/")[1])
@@ -103,7 +93,6 @@ class Trackers:
         self._call("image", CONFUSION_TAG, picture, step)
 
     def _each(self, method, *args):
-        """Every tracker's ``method(*args)``, queued for the writing thread."""
         self._tasks.put(lambda: self._call(method, *args))
 
     def _call(self, method, *args):
@@ -119,15 +108,13 @@ class Trackers:
             task()
 
     def wait(self):
-        """Return once everything queued so far is written (a benchmark's slices end so,
-        their writing not left to the next slice)."""
+        """Return once everything queued so far is written (a benchmark's slice ends so)."""
         written = threading.Event()
         self._tasks.put(written.set)
         written.wait()
 
     def close(self, status="FINISHED"):
-        """Everything queued written, then each tracker closed (MLflow's run ended with
-        ``status``: FINISHED, KILLED or FAILED)."""
+        """Write everything queued, then close each tracker (MLflow's run ends with ``status``)."""
         self._tasks.put(None)
         self._thread.join()
         self._call("close", status)
