@@ -74,7 +74,9 @@ class _Residual(nn.Layer):
 
     def forward(self, x):
         shortcut = x if self.downsample is None else self.downsample(x)
-        return self.relu(self.branch(x) + shortcut)
+        # paddle.add, not ``+``: Paddle's static ``+`` calls inspect.stack() on every
+        # tensor with a batch dimension (a warning's source line; 55 ms an addition)
+        return self.relu(paddle.add(self.branch(x), shortcut))
 
 
 class BasicBlock(_Residual):
