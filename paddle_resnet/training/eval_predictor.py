@@ -28,16 +28,27 @@ def usable(config, on_gpu):
     return not on_gpu and not config.qat.enabled and not config.amp.use_pure_fp16
 
 
-def _config(program, inputs, outputs, exe, prefix):
+def _config(program, inputs, outputs, exe, prefix, threads):
     """The predictor's Config of ``program`` and the scope's weights: in memory (legacy
-    IR), or through files at ``prefix`` (PIR)."""
-    if paddle_internals.is_pir_program(program):
+    IR), or through files at ``prefix`` (PIR). The settings come before the weights:
+    each setter copies a Config's model buffer again (0.2 s of ResNet-18's 0.9)."""
+    pir = paddle_internals.is_pir_program(program)
+    if pir:
         paddle.static.save_inference_model(prefix, inputs, outputs, exe, program=program)
-        return paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
-    model = paddle.static.serialize_program(inputs, outputs, program=program)
-    params = paddle.static.serialize_persistables(inputs, outputs, exe, program=program)
-    config = paddle_infer.Config()
-    config.set_model_buffer(model, len(model), params, len(params))
+    config = (
+        paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
+        if pir
+        else paddle_infer.Config()
+    )
+    config.disable_gpu()
+    config.set_cpu_math_library_num_threads(threads)
+    config.switch_ir_optim(True)
+    config.enable_mkldnn()
+    config.disable_glog_info()
+    if not pir:
+        model = paddle.static.serialize_program(inputs, outputs, program=program)
+        params = paddle.static.serialize_persistables(inputs, outputs, exe, program=program)
+        config.set_model_buffer(model, len(model), params, len(params))
     return config
 
 
@@ -51,21 +62,15 @@ class EvalPredictor:
         inputs = [ir.feed_target(program, name) for name in (feeds.IMAGE, feeds.LABEL)]
         outputs = [programs.eval_fetches["topk"], programs.eval_fetches["loss"]]
         with tempfile.TemporaryDirectory() as folder:
-            config = _config(program, inputs, outputs, exe, os.path.join(folder, "eval"))
-            self._create(config)
+            config = _config(
+                program, inputs, outputs, exe, os.path.join(folder, "eval"), self.threads
+            )
+            with native_chatter(bootstrap.verbose()):
+                self.predictor = paddle_infer.create_predictor(config)
         self.inputs = [self.predictor.get_input_handle(n) for n in (feeds.IMAGE, feeds.LABEL)]
         self.outputs = [
             self.predictor.get_output_handle(n) for n in self.predictor.get_output_names()
         ]
-
-    def _create(self, config):
-        config.disable_gpu()
-        config.set_cpu_math_library_num_threads(self.threads)
-        config.switch_ir_optim(True)
-        config.enable_mkldnn()
-        config.disable_glog_info()
-        with native_chatter(bootstrap.verbose()):
-            self.predictor = paddle_infer.create_predictor(config)
 
     def __call__(self, feed):
         for handle, name in zip(self.inputs, (feeds.IMAGE, feeds.LABEL)):
