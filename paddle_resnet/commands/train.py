@@ -11,7 +11,6 @@ import sys
 
 from paddle_resnet.commands import REGISTRY_CHOICES
 from paddle_resnet.core import bootstrap
-from paddle_resnet.core.cli import main_with
 
 
 def export_final_model(config, report):
@@ -51,6 +50,9 @@ def main(argv=None):
     """The training command: restarted on tcmalloc where it is the toolkit's, then prepared."""
     bootstrap.preload_allocator()
     bootstrap.prepare_process(argv)
+    # imported after the restart: the process that starts again imports no more than it must
+    from paddle_resnet.core.cli import main_with
+
     return main_with("train", __doc__.splitlines()[0], run, argv, REGISTRY_CHOICES)
 
 

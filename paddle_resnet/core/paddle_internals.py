@@ -292,8 +292,18 @@ def remove_ops(program, op_types):
                 block._remove_op(index)
 
 
-def rename_var(block, old, new):
-    block._rename_var(old, new)
+def rename_vars(block, renames):
+    """Each ``old: new`` of ``renames``, in order. ``Block._rename_var`` syncs the whole block
+    with its C++ desc after each rename (Python loops over every variable and op: 689
+    renames took 10 s of a ResNet-50 QAT+AMP build); a rename changes no op and adds no
+    variable there, so the block is synced once, after the last."""
+    block._sync_with_cpp = lambda: None  # the instance's, over the class's method
+    try:
+        for old, new in renames.items():
+            block._rename_var(old, new)
+    finally:
+        del block._sync_with_cpp
+    block._sync_with_cpp()
 
 
 def replace_program(program, other):

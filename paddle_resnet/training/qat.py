@@ -102,11 +102,15 @@ def name_qat_variables(train_program):
                 # as its fp16 copy, for a matmul (the flattened features): the eval program
                 # quantizes the fp32 variable with the matmul's scale, which takes the name.
                 displaced[fp32_name] = f"{fp32_name}.fp32_output"
-    for old, new in {**displaced, **renames}.items():
-        initial = scope.find_var(old)
-        paddle_internals.rename_var(block, old, new)
-        if initial is not None:
-            scope.var(new).get_tensor().set(np.array(initial.get_tensor()), place)
+    renames = {**displaced, **renames}
+    initial = {
+        new: np.array(scope.find_var(old).get_tensor())
+        for old, new in renames.items()
+        if scope.find_var(old) is not None
+    }
+    paddle_internals.rename_vars(block, renames)
+    for new, value in initial.items():
+        scope.var(new).get_tensor().set(value, place)
 
 
 def freeze_qat(eval_program, place):
