@@ -17,37 +17,13 @@ import yaml
 from paddle_resnet.core.bootstrap import FALSE_WORDS, TRUE_WORDS
 from paddle_resnet.core.config.data import CheckConfig, DataConfig
 from paddle_resnet.core.config.deploy import InferenceConfig, ServeConfig
-from paddle_resnet.core.config.keys import (
-    CONFIG_DIR,
-    DEFAULT_INFERENCE_DIR,
-    IRS,
-    MASK_ALGOS,
-    PTQ_ALGOS,
-    REPOSITORY,
-    TOOLS,
-)
+from paddle_resnet.core.config.keys import CONFIG_DIR
 from paddle_resnet.core.config.learning import FinetuneConfig, LossConfig, LRConfig, OptimizerConfig
 from paddle_resnet.core.config.model import ModelConfig
 from paddle_resnet.core.config.precision import AmpConfig, AspConfig, QatConfig
 from paddle_resnet.core.config.run import RunConfig
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.text_files import read_text
-
-# Re-exported for the package's users; the sections declare their keys from ``keys``.
-__all__ = [
-    "AmpConfig",
-    "ConfigError",
-    "DEFAULT_INFERENCE_DIR",
-    "DataConfig",
-    "IRS",
-    "InferenceConfig",
-    "MASK_ALGOS",
-    "ModelConfig",
-    "PTQ_ALGOS",
-    "REPOSITORY",
-    "ServeConfig",
-    "TOOLS",
-]
 
 
 def section(keys, title):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paddle_resnet.core import config
+from paddle_resnet.core.config import keys
 from paddle_resnet.core.errors import UserError
 
 # ASP keeps each pruned weight's mask in a variable of this suffix.
@@ -213,7 +213,7 @@ def mask_2d_best(rows, pattern):
 
 
 # --mask-algo's choices (core/config/keys.py), each naming its function here.
-MASK_ALGOS = {name: globals()[name] for name in config.MASK_ALGOS}
+MASK_ALGOS = {name: globals()[name] for name in keys.MASK_ALGOS}
 
 
 def prune_mask(weight, algo, pattern):
