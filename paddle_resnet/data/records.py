@@ -76,9 +76,6 @@ def _example_message():
 Example = _example_message()
 
 
-# ---------------------------------------------------------------- paths and counts
-
-
 def record_format(fmt):
     """The FORMATS row of ``fmt``, or a one-line error naming the formats."""
     if fmt not in FORMATS:
@@ -133,9 +130,6 @@ def read_index_lines(index_path):
 def shard_range(num_records, shard_id, num_shards):
     """The records DALI's readers give shard ``shard_id`` (its own formula, so the two agree)."""
     return range(num_records * shard_id // num_shards, num_records * (shard_id + 1) // num_shards)
-
-
-# ---------------------------------------------------------------- writing
 
 
 def write_records(image_root, output_root, fmt):
@@ -249,9 +243,6 @@ def masked_crc32c(data):
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-# ---------------------------------------------------------------- checking TFRecord files
-
-
 def check_tfrecord(path, index_path=None):
     """Number of records in ``path`` after checking its framing and checksums, that every
     record is an Example with an image (bytes) and a label (int64), and that ``index_path``
@@ -326,9 +317,6 @@ def check_records(root, split, fmt):
     return FORMATS[fmt].check(index_path, data_path)
 
 
-# ---------------------------------------------------------------- reading (Python, the data check)
-
-
 def recordio_images(data_path, index_path):
     """(offset, label, encoded image) of each record the index lists."""
     with open(data_path, "rb") as handle:
@@ -383,9 +371,6 @@ def _example_image(data):
     return (labels[0] if labels else -1), (images[0] if images else b"")
 
 
-# ---------------------------------------------------------------- reading (DALI)
-
-
 def read_recordio(**reader_args):
     return fn.readers.mxnet(**reader_args)  # (encoded, labels); labels are float32
 
@@ -397,9 +382,6 @@ def read_tfrecord(**reader_args):
     }
     read = fn.readers.tfrecord(features=features, **reader_args)
     return read[ENCODED], read[LABEL]
-
-
-# ---------------------------------------------------------------- the table
 
 
 @dataclasses.dataclass(frozen=True)
