@@ -102,10 +102,6 @@ def record_files(root, split, fmt):
 def count_records(root, split, fmt):
     """Number of records of ``split``, as its index lists them."""
     _, index_path = record_files(root, split, fmt)
-    return count_index(index_path)
-
-
-def count_index(index_path, data_path=None):
     return len(read_index_lines(index_path))
 
 
@@ -371,10 +367,6 @@ def _example_image(data):
     return (labels[0] if labels else -1), (images[0] if images else b"")
 
 
-def read_recordio(**reader_args):
-    return fn.readers.mxnet(**reader_args)  # (encoded, labels); labels are float32
-
-
 def read_tfrecord(**reader_args):
     features = {
         ENCODED: tfrec.FixedLenFeature((), tfrec.string, ""),
@@ -402,8 +394,8 @@ FORMATS = {
             "recordio",
             (".rec", ".idx"),
             write_recordio,
-            count_index,
-            read_recordio,
+            lambda index_path, data_path: len(read_index_lines(index_path)),
+            fn.readers.mxnet,  # (encoded, labels); labels are float32
             recordio_images,
             recordio_image,
         ),

@@ -43,16 +43,14 @@ def amp_level(amp_config):
     return "O2" if amp_config.use_pure_fp16 else "O1"
 
 
-def _float32_input(layer, inputs):
-    return tuple(value.astype("float32") for value in inputs)
-
-
 def mixed_precision(model, optimizer, amp_config):
     """``model`` and ``optimizer`` (None: eval) decorated, before the forward pass."""
     if amp_config.dtype == "bfloat16":
         for layer in model.sublayers():
             if isinstance(layer, paddle.nn.BatchNorm2D):
-                layer.register_forward_pre_hook(_float32_input)
+                layer.register_forward_pre_hook(
+                    lambda layer, inputs: tuple(value.astype("float32") for value in inputs)
+                )
     level = amp_level(amp_config)
     if optimizer is None:
         # O1 leaves the weights alone; O2 casts them, in the eval program as in training

@@ -213,11 +213,6 @@ def run_differences(saved, config):
     return differences
 
 
-def describe_key(dotted):
-    """``section.key (--flag)``, as errors name a key."""
-    return f"{dotted} ({config_field(dotted).metadata['flag']})"
-
-
 def _problem(f, value):
     choices, check = f.metadata["choices"], f.metadata["check"]
     numbers = value if isinstance(value, tuple) else (value,)
@@ -235,7 +230,7 @@ def validate(config):
         section, _, name = dotted.partition(".")
         problem = _problem(f, getattr(getattr(config, section), name))
         if problem:
-            raise ConfigError(f"{describe_key(dotted)} {problem}")
+            raise ConfigError(f"{dotted} ({f.metadata['flag']}) {problem}")
     d, run, loss = config.data, config.run, config.loss
     combinations = [
         (
