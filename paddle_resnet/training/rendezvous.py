@@ -129,17 +129,14 @@ class Rendezvous:
                 self.end_start(err)
             raise
 
-    def _store_gone(self, err):
-        return RestartableError(
-            f"rank {self.rank}: the job's key-value store is gone (rank 0 serves it: it "
-            f"ended, see its log; {(str(err).splitlines() or [type(err).__name__])[0]})"
-        )
-
     def _call(self, method, key, *args):
         try:
             return getattr(self.store, method)(f"{PREFIX}/{key}", *args)
         except (ValueError, RuntimeError) as err:  # Paddle's "TCP send error", ...
-            raise self._store_gone(err) from None
+            raise RestartableError(
+                f"rank {self.rank}: the job's key-value store is gone (rank 0 serves it: it "
+                f"ended, see its log; {(str(err).splitlines() or [type(err).__name__])[0]})"
+            ) from None
 
     def _count(self, key, add=0):
         return self._call("add", key, add)
@@ -262,7 +259,7 @@ class Rendezvous:
                         break
                     self.sleep(pause)
             return stopped
-        except RestartableError:  # _store_gone: what a survivor of this host said, if any
+        except RestartableError:  # the store is gone: what a survivor of this host said, if any
             return _read_verdict()
 
     def _where(self, peer):
