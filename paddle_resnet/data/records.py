@@ -182,18 +182,13 @@ def recordio_record(key, label, image):
 
 def write_tfrecord(image_list, prefix):
     """``<prefix>.tfrecord`` and ``<prefix>.tfrecord.idx``: one tf.train.Example per image."""
-    write_tfrecord_examples((image_example(image_list, i) for i in range(len(image_list))), prefix)
-
-
-def image_example(image_list, position):
-    label = image_list.labels[position]
-    return encode_example(
-        {
-            ENCODED: read_bytes(image_list.files[position]),
-            LABEL: label,
-            TEXT: image_list.classes[label].encode(),
-        }
+    examples = (
+        encode_example(
+            {ENCODED: read_bytes(path), LABEL: label, TEXT: image_list.classes[label].encode()}
+        )
+        for path, label in zip(image_list.files, image_list.labels)
     )
+    write_tfrecord_examples(examples, prefix)
 
 
 def encode_example(features):

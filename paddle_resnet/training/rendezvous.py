@@ -112,7 +112,7 @@ class Rendezvous:
         (``lifecycle.stops_reported`` reports it), KeyboardInterrupt and SystemExit pass."""
         try:
             # where this rank runs, for a roll call's survivors on the same host
-            self._set(f"where/{self.rank}", f"{socket.gethostname()} {os.getpid()}")
+            self._call("set", f"where/{self.rank}", f"{socket.gethostname()} {os.getpid()}")
             self._count(f"where/{self.rank}/ready", 1)
             yield
         except StoppedBySignal:
@@ -141,19 +141,13 @@ class Rendezvous:
     def _count(self, key, add=0):
         return self._call("add", key, add)
 
-    def _set(self, key, value):
-        self._call("set", key, value)
-
-    def _get(self, key):
-        return self._call("get", key)
-
     def share(self, name, value=None, check=None):
         """Rank 0's ``value`` (JSON-able), on every rank. ``check(value)``: why a value
         cannot be used (it will name a file), or None; a refusal ends every rank's start."""
         key = f"shared/{name}"
         if self.rank == 0:
             self._checked(key, value, check)  # rank 0 refuses it as the others would
-            self._set(key, json.dumps(value))
+            self._call("set", key, json.dumps(value))
             self._count(f"{key}/ready", 1)
             return value
         self._wait(lambda: self._count(f"{key}/ready") > 0)
@@ -162,7 +156,7 @@ class Rendezvous:
     def _read(self, key, problem=None):
         """The JSON value under ``key``; one that is not JSON, or that ``problem(value)``
         refuses, ends the start in one line naming the key (status 2)."""
-        raw = self._get(key)
+        raw = self._call("get", key)
         try:
             value = json.loads(raw)
         except (TypeError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
@@ -218,7 +212,7 @@ class Rendezvous:
         peer_ended = isinstance(err, (PeerEnded, PeerEndedRestartable))
         if not peer_ended:
             status, line = ending(self.rank, err)
-            self._set(f"why/{self.rank}", json.dumps({"status": status, "line": line}))
+            self._call("set", f"why/{self.rank}", json.dumps({"status": status, "line": line}))
             self._count(f"ended/{self.rank}", 1)
             self._count("ended", 1)
             self._count("seen", 1)
@@ -266,7 +260,7 @@ class Rendezvous:
         """The process id of ``peer`` where it runs on this host, else None."""
         if self._count(f"where/{peer}/ready") == 0:
             return None
-        value = self._get(f"where/{peer}")  # bytes (Paddle's store), or a str
+        value = self._call("get", f"where/{peer}")  # bytes (Paddle's store), or a str
         text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
         place = PLACE.fullmatch(text)  # anything else: no place on this host
         host, pid = place.groups() if place else (None, None)

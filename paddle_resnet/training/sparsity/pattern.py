@@ -112,10 +112,9 @@ def compliance_table(params, marked, pattern):
     return rows
 
 
-# ---------------------------------------------------------------- mask algorithms
-# The toolkit's own, for PIR (no ASP there). Each gives the mask ``paddle.incubate.asp``
-# gives (tested): the same layout as rows, orderings and tie-breaks, so checkpoints
-# pruned on either IR look alike.
+# The mask algorithms: the toolkit's own, for PIR (no ASP there). Each gives the mask
+# ``paddle.incubate.asp`` gives (tested): the same layout as rows, orderings and
+# tie-breaks, so checkpoints pruned on either IR look alike.
 
 
 def paddle_rows(weight):
