@@ -97,7 +97,6 @@ def add_confusions(confusion, top_classes, labels):
 
 
 def confusion_counts(top_classes, labels, num_classes):
-    """The ``num_classes`` x ``num_classes`` counts of one evaluated set."""
     return add_confusions(np.zeros((num_classes, num_classes)), top_classes, labels)
 
 

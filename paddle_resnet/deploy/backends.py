@@ -155,7 +155,6 @@ def build_classifier(inference_config, max_batch):
 
 
 def precision_of(backend, inference_config):
-    """The precision flag value ``backend`` runs with."""
     return getattr(inference_config, backend.precision_key)
 
 

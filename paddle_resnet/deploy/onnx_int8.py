@@ -83,7 +83,6 @@ class _Graph:
         return node is not None and node.op_type == "Relu"
 
     def redirect(self, old, new):
-        """Each reader of tensor ``old`` reads tensor ``new`` in its place."""
         for reader in self.consumers[old]:
             reader.input[list(reader.input).index(old)] = new
 

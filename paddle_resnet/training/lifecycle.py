@@ -160,7 +160,6 @@ class Stops:
     rendezvous = None
 
     def met(self, rendezvous):
-        """The ranks have met through ``rendezvous``; returns it."""
         self.rendezvous = rendezvous
         return rendezvous
 

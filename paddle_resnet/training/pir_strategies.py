@@ -19,12 +19,6 @@ from paddle_resnet.training.sparsity.masks import prunable_shapes
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
 
-def prunable_weights(program, kept_dense):
-    """The weights ASP would prune (not kept dense)."""
-    dense = set(kept_dense)
-    return [p for p in prunable_shapes(ir.parameters(program)) if p.name not in dense]
-
-
 def add_masks(program, weights):
     """A mask per weight (all ones), ``weight = weight * mask`` after the updates."""
     for weight in weights:
@@ -120,5 +114,6 @@ def minimize(config, optimizer, loss, kept_dense):
             optimizer.minimize(loss)
         else:
             scaler.minimize(optimizer, _scaled(scaler, loss, config.amp))
-    if config.asp.enabled:
-        add_masks(program, prunable_weights(program, kept_dense))
+    if config.asp.enabled:  # the weights ASP would prune
+        weights = prunable_shapes(ir.parameters(program))
+        add_masks(program, [p for p in weights if p.name not in kept_dense])

@@ -184,7 +184,6 @@ class Rendezvous:
         )
 
     def agree(self, point):
-        """Wait until every rank has reached ``point``."""
         self._count(f"reached/{point}", 1)
         self._wait(lambda: self._count(f"reached/{point}") >= self.world_size)
 

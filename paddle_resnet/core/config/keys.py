@@ -100,7 +100,6 @@ def sqlite_file(uri):
 
 
 def both(*checks):
-    """The first problem of ``checks``, or None."""
     return lambda v: next((problem for problem in (c(v) for c in checks) if problem), None)
 
 

@@ -22,7 +22,6 @@ class Result:
 
     @property
     def findings(self):
-        """The kinds found (findings and notes), in their order."""
         return [f for f in self.kinds.values() if f.count]
 
     @property
