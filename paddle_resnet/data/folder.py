@@ -28,7 +28,6 @@ class ImageList:
         return len(self.files)
 
     def subset(self, positions):
-        """The images at ``positions``, in that order."""
         files, labels = self.files, self.labels
         return ImageList(
             tuple(files[i] for i in positions), tuple(labels[i] for i in positions), self.classes

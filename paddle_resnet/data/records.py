@@ -77,7 +77,6 @@ Example = _example_message()
 
 
 def record_format(fmt):
-    """The FORMATS row of ``fmt``, or a one-line error naming the formats."""
     if fmt not in FORMATS:
         raise DataError(f"unknown record format {fmt!r}; expected one of {', '.join(FORMATS)}")
     return FORMATS[fmt]

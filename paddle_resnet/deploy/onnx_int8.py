@@ -58,13 +58,11 @@ class _Graph:
         return numpy_helper.to_array(node.attribute[0].t)
 
     def add_constant(self, name, value):
-        """A new initializer ``name`` holding array ``value``; returns ``name``."""
         numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
         self.graph.initializer.append(numpy_helper.from_array(value, name))
         return name
 
     def remove_constant(self, name):
-        """Remove initializer or Constant node ``name``."""
         if name in self.initializers:
             self.graph.initializer.remove(self.initializers.pop(name))
         else:
