@@ -41,8 +41,7 @@ MODEL_TOOLS = ("train", "export_model", "inference")
 IMAGE_TOOLS = ("train", "export_model", "inference", "check_data")
 
 
-# ---------------------------------------------------------------- checks of one value
-# Each returns None when the value is fine, else what is wrong ("must be ..., got ...").
+# The checks of one value: None if it is fine, else what is wrong ("must be ..., got ...").
 
 
 def at_least(low):
