@@ -57,7 +57,8 @@ import paddle
 
 from paddle_resnet.core import feeds, interleave
 from paddle_resnet.core.bootstrap import available_cores
-from paddle_resnet.core.config import IRS, InferenceConfig, build_config
+from paddle_resnet.core.config import InferenceConfig, build_config
+from paddle_resnet.core.config.keys import IRS
 from paddle_resnet.core.devices import cpu_has_int8_dot_products
 from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core.metrics import time_steps

@@ -50,8 +50,8 @@ import numpy as np
 from benchmark_inference import export_random_models
 
 from paddle_resnet.core import interleave
-from paddle_resnet.core.bootstrap import available_cores
-from paddle_resnet.core.config import REPOSITORY, InferenceConfig, ServeConfig
+from paddle_resnet.core.bootstrap import REPOSITORY, available_cores
+from paddle_resnet.core.config import InferenceConfig, ServeConfig
 from paddle_resnet.core.errors import UserError, exit_status
 from paddle_resnet.core.metrics import time_steps
 from paddle_resnet.core.report import read_report

@@ -44,7 +44,8 @@ import numpy as np
 import paddle
 
 from paddle_resnet.core import feeds
-from paddle_resnet.core.config import IRS, PTQ_ALGOS, build_config
+from paddle_resnet.core.config import build_config
+from paddle_resnet.core.config.keys import IRS, PTQ_ALGOS
 from paddle_resnet.core.errors import exit_status
 from paddle_resnet.core.metrics import (
     class_changes,

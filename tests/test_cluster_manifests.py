@@ -46,7 +46,7 @@ from paddle.distributed.launch.context.args_envs import parse_args
 from conftest import ROOT, once
 from paddle_resnet.core import provenance
 from paddle_resnet.core.cli import parse
-from paddle_resnet.core.config import DEFAULT_INFERENCE_DIR
+from paddle_resnet.core.config.keys import DEFAULT_INFERENCE_DIR
 from paddle_resnet.core.errors import (
     LAUNCHER_STOPPED,
     RESTARTABLE,

@@ -18,13 +18,6 @@ from paddle_resnet.core import bootstrap
 from paddle_resnet.core.cli import main_with
 
 
-def own_flags(argv):
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--print-program", choices=("train", "eval"))
-    parser.add_argument("--json")
-    return parser.parse_known_args(argv)
-
-
 def show(config, print_program=None, json_path=None):
     from paddle_resnet.training import describe, ir, programs
 
@@ -55,7 +48,10 @@ def show(config, print_program=None, json_path=None):
 
 def main(argv=None):
     bootstrap.prepare_process(argv)
-    extra, rest = own_flags(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--print-program", choices=("train", "eval"))
+    parser.add_argument("--json")
+    extra, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     action = lambda config: show(config, extra.print_program, extra.json)  # noqa: E731
     return main_with("train", __doc__.splitlines()[0], action, rest, REGISTRY_CHOICES)
 

@@ -11,7 +11,6 @@ import yaml
 from paddle_resnet.core.bootstrap import is_verbose, set_verbose
 from paddle_resnet.core.config import (
     SECTION_TITLES,
-    TOOLS,
     all_keys,
     build_config,
     config_field,
@@ -22,6 +21,7 @@ from paddle_resnet.core.config import (
     resolve_config_path,
     to_yaml,
 )
+from paddle_resnet.core.config.keys import TOOLS
 from paddle_resnet.core.errors import ConfigError, exit_status
 
 # The command a tool is run as, where it is not <tool>.py at the repository's root.

@@ -45,7 +45,6 @@ def why_no_gpu():
 
 
 def require_gpu(option, purpose):
-    """ConfigError naming ``option`` and the missing GPU when there is none."""
     if not gpu_available():
         raise ConfigError(f"{option} needs an NVIDIA GPU ({purpose}); {why_no_gpu()}")
 

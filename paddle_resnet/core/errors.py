@@ -176,7 +176,6 @@ def os_error_reason(err):
 
 
 def first_line(err):
-    """An exception's first line (its repr where its text is empty)."""
     text = str(err).strip()
     return text.splitlines()[0] if text else repr(err)
 

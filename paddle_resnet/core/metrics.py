@@ -71,13 +71,12 @@ def format_latency_table(rows):
     header = f"{'batch':>5} {'img/s':>9} {'avg ms':>8}" + "".join(
         f" {'p' + str(p):>8}" for p in PERCENTILES
     )
-    lines = [header]
-    for row in rows:
-        lines.append(
-            f"{row['batch_size']:>5} {row['ips']:>9.1f} {row['latency_avg']:>8.2f}"
-            + "".join(f" {row[f'latency_p{p}']:>8.2f}" for p in PERCENTILES)
-        )
-    return "\n".join(lines)
+    lines = [
+        f"{row['batch_size']:>5} {row['ips']:>9.1f} {row['latency_avg']:>8.2f}"
+        + "".join(f" {row[f'latency_p{p}']:>8.2f}" for p in PERCENTILES)
+        for row in rows
+    ]
+    return "\n".join([header, *lines])
 
 
 # Classes up to this many get the whole confusion matrix in the report; more (ImageNet's
@@ -97,7 +96,6 @@ def add_confusions(confusion, top_classes, labels):
 
 
 def confusion_counts(top_classes, labels, num_classes):
-    """The ``num_classes`` x ``num_classes`` counts of one evaluated set."""
     return add_confusions(np.zeros((num_classes, num_classes)), top_classes, labels)
 
 

@@ -35,7 +35,6 @@ QUANT_CONFIG_DEFAULT = quanter._quant_config_default
 NVTX_FUNCTIONS = ("nvprof_nvtx_push", "nvprof_nvtx_pop", "nvprof_start", "nvprof_stop")
 
 
-# ---------------------------------------------------------------- the build and device
 def supports_bf16():
     """Whether this CPU runs Paddle's bf16 kernels (core: no public equivalent)."""
     return core.supports_bfloat16()
@@ -84,9 +83,6 @@ def current_place():
 
 def numpy_dtype(variable_dtype):
     return convert_dtype(variable_dtype)
-
-
-# ---------------------------------------------------------------- the two IRs
 
 
 @contextlib.contextmanager
@@ -150,7 +146,6 @@ class _EvalSafeAbsMaxQuanter(FakeQuanterWithAbsMaxObserver):
         return _EvalSafeAbsMaxQuanterLayer
 
 
-# ---------------------------------------------------------------- oneDNN on PIR
 # PIR has no per-op ``use_mkldnn`` attribute, and its global FLAGS_use_onednn puts every op
 # with a oneDNN kernel on oneDNN (its max-pool gradient then fails: "workspace mismatch
 # between forward and backward primitive descriptors"; pd_op_to_kernel_pass.cc has no
@@ -264,7 +259,6 @@ def onednn_ops_on_pir(program, op_types):
     return sum(n.startswith("onednn_op.") for n in names)
 
 
-# ---------------------------------------------------------------- static programs
 @contextlib.contextmanager
 def private_scope():
     """A scope of its own (loading an export beside training's global scope), freed on
@@ -311,7 +305,6 @@ def replace_program(program, other):
     program._rebuild_from_desc(other.desc)
 
 
-# ---------------------------------------------------------------- Fleet
 def fleet_initialized():
     return bool(fleet.fleet._role_maker)
 
@@ -327,7 +320,6 @@ def insert_asp_masks(main, startup, parameters):
     asp.ASPHelper._insert_sparse_mask_ops(main, parameters)
 
 
-# ---------------------------------------------------------------- the job's store, gloo
 def job_store():
     """The key-value store of the job (``paddle.base.core.TCPStore``, one per process):
     served by rank 0 at the launcher's PADDLE_MASTER, every rank connected. Its first call

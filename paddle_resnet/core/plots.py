@@ -43,7 +43,6 @@ def confused_pairs(axes, result, epoch):
 
 
 def confusions(axes, result, epoch):
-    """The confusion matrix where the record holds it, else the most confused pairs."""
     draw = confusion_matrix if "confusion" in result else confused_pairs
     draw(axes, result, epoch)
 

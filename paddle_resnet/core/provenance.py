@@ -20,11 +20,6 @@ _CHECKOUT = REPOSITORY  # the checkout the package runs from
 COMMIT_VARIABLE = "PADDLE_RESNET_COMMIT"
 
 
-def _commit():
-    """The checkout's commit, else the image build's (``COMMIT_VARIABLE``), else None."""
-    return _checkout_commit() or os.environ.get(COMMIT_VARIABLE, "").strip() or None
-
-
 def _checkout_commit():
     """The commit of the checkout the package runs from, or None (no .git, no git)."""
     if not os.path.exists(os.path.join(_CHECKOUT, ".git")):
@@ -49,7 +44,7 @@ def code():
     except importlib.metadata.PackageNotFoundError:  # run from a checkout not installed
         version = "unknown"
     record = {"toolkit": version, "paddle": paddle.__version__}
-    commit = _commit()
+    commit = _checkout_commit() or os.environ.get(COMMIT_VARIABLE, "").strip()
     if commit:
         record["commit"] = commit
     return record

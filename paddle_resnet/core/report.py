@@ -103,7 +103,6 @@ class Report:
         )
 
     def table(self, title, rows):
-        """``rows`` of (name, value) as an aligned block under ``title``."""
         width = max(len(name) for name, _ in rows)
         self.print("\n".join([title] + [f"  {name:<{width}}  {value}" for name, value in rows]))
 

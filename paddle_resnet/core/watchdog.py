@@ -20,7 +20,6 @@ _last_beat = [time.monotonic()]
 
 
 def beat():
-    """This rank made progress (a step or a batch completed)."""
     _last_beat[0] = time.monotonic()
 
 

@@ -345,8 +345,6 @@ def make_loader(
     )
 
 
-# ---------------------------------------------------------------- the data check's decode
-
 DECODE_BATCH = 64
 
 
@@ -392,9 +390,6 @@ def undecodable(samples, num_threads):
             if not _decoded(pipe, [sample]):
                 yield sample[0]
                 pipe = _decoder(num_threads)
-
-
-# ---------------------------------------------------------------- record files (records.py)
 
 
 def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):

@@ -28,7 +28,6 @@ class ImageList:
         return len(self.files)
 
     def subset(self, positions):
-        """The images at ``positions``, in that order."""
         files, labels = self.files, self.labels
         return ImageList(
             tuple(files[i] for i in positions), tuple(labels[i] for i in positions), self.classes
@@ -55,8 +54,10 @@ def class_contents(folder, split_dir=None):
     images, others, unfollowed = [], [], []
     split_real = split_dir and os.path.realpath(split_dir)
 
-    def leads_back(path, real):
-        return split_real and os.path.islink(path) and leads_into(real, split_real)
+    def leads_back(path, real):  # a link to the split's folder, inside it or above it
+        if not (split_real and os.path.islink(path)):
+            return False
+        return os.path.commonpath([real, split_real]) in (real, split_real)
 
     real = os.path.realpath(folder)
     if leads_back(folder, real):  # a class folder linked into its own split or above
@@ -77,11 +78,6 @@ def class_contents(folder, split_dir=None):
         images.extend(found)
         others.extend(other)
     return images, others, unfollowed
-
-
-def leads_into(real, split_real):
-    """Whether the folder at real path ``real`` is the split's, inside it or above it."""
-    return os.path.commonpath([real, split_real]) in (real, split_real)
 
 
 def image_root_folder(image_root):

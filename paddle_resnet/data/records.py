@@ -76,11 +76,7 @@ def _example_message():
 Example = _example_message()
 
 
-# ---------------------------------------------------------------- paths and counts
-
-
 def record_format(fmt):
-    """The FORMATS row of ``fmt``, or a one-line error naming the formats."""
     if fmt not in FORMATS:
         raise DataError(f"unknown record format {fmt!r}; expected one of {', '.join(FORMATS)}")
     return FORMATS[fmt]
@@ -105,10 +101,6 @@ def record_files(root, split, fmt):
 def count_records(root, split, fmt):
     """Number of records of ``split``, as its index lists them."""
     _, index_path = record_files(root, split, fmt)
-    return count_index(index_path)
-
-
-def count_index(index_path, data_path=None):
     return len(read_index_lines(index_path))
 
 
@@ -133,9 +125,6 @@ def read_index_lines(index_path):
 def shard_range(num_records, shard_id, num_shards):
     """The records DALI's readers give shard ``shard_id`` (its own formula, so the two agree)."""
     return range(num_records * shard_id // num_shards, num_records * (shard_id + 1) // num_shards)
-
-
-# ---------------------------------------------------------------- writing
 
 
 def write_records(image_root, output_root, fmt):
@@ -192,18 +181,13 @@ def recordio_record(key, label, image):
 
 def write_tfrecord(image_list, prefix):
     """``<prefix>.tfrecord`` and ``<prefix>.tfrecord.idx``: one tf.train.Example per image."""
-    write_tfrecord_examples((image_example(image_list, i) for i in range(len(image_list))), prefix)
-
-
-def image_example(image_list, position):
-    label = image_list.labels[position]
-    return encode_example(
-        {
-            ENCODED: read_bytes(image_list.files[position]),
-            LABEL: label,
-            TEXT: image_list.classes[label].encode(),
-        }
+    examples = (
+        encode_example(
+            {ENCODED: read_bytes(path), LABEL: label, TEXT: image_list.classes[label].encode()}
+        )
+        for path, label in zip(image_list.files, image_list.labels)
     )
+    write_tfrecord_examples(examples, prefix)
 
 
 def encode_example(features):
@@ -247,9 +231,6 @@ def masked_crc32c(data):
     # TFRecord masks its checksums so that CRCs of data holding CRCs stay well spread.
     crc = crc32c.crc32c(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-# ---------------------------------------------------------------- checking TFRecord files
 
 
 def check_tfrecord(path, index_path=None):
@@ -326,9 +307,6 @@ def check_records(root, split, fmt):
     return FORMATS[fmt].check(index_path, data_path)
 
 
-# ---------------------------------------------------------------- reading (Python, the data check)
-
-
 def recordio_images(data_path, index_path):
     """(offset, label, encoded image) of each record the index lists."""
     with open(data_path, "rb") as handle:
@@ -383,13 +361,6 @@ def _example_image(data):
     return (labels[0] if labels else -1), (images[0] if images else b"")
 
 
-# ---------------------------------------------------------------- reading (DALI)
-
-
-def read_recordio(**reader_args):
-    return fn.readers.mxnet(**reader_args)  # (encoded, labels); labels are float32
-
-
 def read_tfrecord(**reader_args):
     features = {
         ENCODED: tfrec.FixedLenFeature((), tfrec.string, ""),
@@ -397,9 +368,6 @@ def read_tfrecord(**reader_args):
     }
     read = fn.readers.tfrecord(features=features, **reader_args)
     return read[ENCODED], read[LABEL]
-
-
-# ---------------------------------------------------------------- the table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,8 +388,8 @@ FORMATS = {
             "recordio",
             (".rec", ".idx"),
             write_recordio,
-            count_index,
-            read_recordio,
+            lambda index_path, data_path: len(read_index_lines(index_path)),
+            fn.readers.mxnet,  # (encoded, labels); labels are float32
             recordio_images,
             recordio_image,
         ),

@@ -33,10 +33,6 @@ class Backend:
     # PIR programs do not get)
     int8_from_pir: bool = True
 
-    @property
-    def precision_flag(self):
-        return "--" + self.precision_key.replace("_", "-")
-
 
 def _paddle(name):
     def build(model_dir, inference_config, input_shape, max_batch, quantized):
@@ -58,10 +54,6 @@ def _paddle(name):
         return predictor.Classifier(model_dir, calls, input_shape)
 
     return build
-
-
-def _onnxruntime(model_dir, inference_config, input_shape, max_batch, quantized):
-    return OnnxClassifier(model_dir, inference_config)
 
 
 BACKENDS = {
@@ -97,7 +89,7 @@ BACKENDS = {
             "cpu",
             ("fp32", "int8"),
             lambda: optional.has_onnxruntime,
-            _onnxruntime,
+            lambda model_dir, inference_config, *_: OnnxClassifier(model_dir, inference_config),
             model_precision=True,
         ),
     )
@@ -163,7 +155,6 @@ def build_classifier(inference_config, max_batch):
 
 
 def precision_of(backend, inference_config):
-    """The precision flag value ``backend`` runs with."""
     return getattr(inference_config, backend.precision_key)
 
 
@@ -180,5 +171,6 @@ def check_precision(backend, inference_config):
             "the model's own precision" if backend.model_precision else "/".join(backend.precisions)
         )
         raise ConfigError(
-            f"{backend.precision_flag} {precision}: --backend {backend.name} runs {runs}"
+            f"--{backend.precision_key.replace('_', '-')} {precision}: --backend {backend.name} "
+            f"runs {runs}"
         )

@@ -67,9 +67,6 @@ class Batcher:
         self.arrived.set()
         return await future
 
-    def _queued_images(self):
-        return sum(len(images) for images, _, _ in self.queued)
-
     async def _gather(self):
         """Wait for the first request, then up to ``max_wait`` after its arrival for others."""
         while not self.queued:
@@ -77,7 +74,7 @@ class Batcher:
             await self.arrived.wait()
         deadline = self.queued[0][2] + self.max_wait
         loop = asyncio.get_running_loop()
-        while self._queued_images() < self.max_batch and loop.time() < deadline:
+        while sum(len(q[0]) for q in self.queued) < self.max_batch and loop.time() < deadline:
             self.arrived.clear()
             try:
                 await asyncio.wait_for(self.arrived.wait(), deadline - loop.time())

@@ -58,13 +58,11 @@ class _Graph:
         return numpy_helper.to_array(node.attribute[0].t)
 
     def add_constant(self, name, value):
-        """A new initializer ``name`` holding array ``value``; returns ``name``."""
         numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
         self.graph.initializer.append(numpy_helper.from_array(value, name))
         return name
 
     def remove_constant(self, name):
-        """Remove initializer or Constant node ``name``."""
         if name in self.initializers:
             self.graph.initializer.remove(self.initializers.pop(name))
         else:
@@ -83,7 +81,6 @@ class _Graph:
         return node is not None and node.op_type == "Relu"
 
     def redirect(self, old, new):
-        """Each reader of tensor ``old`` reads tensor ``new`` in its place."""
         for reader in self.consumers[old]:
             reader.input[list(reader.input).index(old)] = new
 

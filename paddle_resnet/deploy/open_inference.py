@@ -64,7 +64,6 @@ class ServedExport:
 
     @property
     def platform(self):
-        """The metadata's platform: the toolkit, backend and precision."""
         return f"paddle-resnet_{self.parameters['backend']}_{self.parameters['precision']}"
 
     def inputs(self):

@@ -18,7 +18,7 @@ import threading
 import time
 
 from paddle_resnet.core import bootstrap, optional
-from paddle_resnet.core.config import REPOSITORY
+from paddle_resnet.core.bootstrap import REPOSITORY
 from paddle_resnet.core.errors import UserError, describe
 from paddle_resnet.deploy import backends
 from paddle_resnet.deploy.batching import Batcher

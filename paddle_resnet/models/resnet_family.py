@@ -44,11 +44,6 @@ def _block(ours):
     return (int(match["stage"]), int(match["block"]), match["unit"], match["leaf"])
 
 
-def _flat_index(arch, stage, block):
-    """The block's position in a single list of all blocks (PaddleClas numbers them so)."""
-    return sum(arch.layers[: stage - 1]) + block
-
-
 _TORCH_BN = {"_mean": "running_mean", "_variance": "running_var"}
 
 
@@ -72,7 +67,8 @@ def _paddleclas_resnet(ours, arch):
     stage, block, unit, leaf = parts
     kind = "bn" if "bn" in unit else "conv"
     unit = "short" if unit.startswith("downsample") else f"conv{int(unit[-1]) - 1}"
-    return f"blocks.{_flat_index(arch, stage, block)}.{unit}.{kind}.{leaf}"
+    flat = sum(arch.layers[: stage - 1]) + block  # PaddleClas numbers all blocks in one list
+    return f"blocks.{flat}.{unit}.{kind}.{leaf}"
 
 
 def _paddleclas_resnext(ours, arch):

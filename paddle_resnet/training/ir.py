@@ -47,19 +47,15 @@ def chosen(config):
         return "legacy", refusal
     if gpu_available():
         return "legacy", "PIR on GPUs is not measured yet (NVIDIA's workflow is legacy-IR)"
-    if _multi_rank(config):
+    # a multi-rank job: on plain kernels (``onednn.onednn_wanted``) PIR was 0.95x the
+    # legacy IR at the demo's size and 0.96-1.07x at 224 px
+    if int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
         return "legacy", "a multi-process CPU job stays on the legacy IR's tested gradient exchange"
     return "pir", None
 
 
 def bf16_amp(config):
     return config.amp.dtype == "bfloat16" and config.amp.enabled
-
-
-def _multi_rank(config):
-    """A multi-rank job: on plain kernels (``onednn.onednn_wanted``) PIR was 0.95x the
-    legacy IR at the demo's size and 0.96-1.07x at 224 px."""
-    return int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1
 
 
 def is_pir(config):

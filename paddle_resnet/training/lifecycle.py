@@ -154,17 +154,12 @@ def _stopped(signum, frame):
     raise StoppedBySignal(signum)
 
 
-def _ranks_launched(environ):
-    return len([e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]) > 1
-
-
 class Stops:
     """What ``stops_reported`` knows of the run: its start's ``rendezvous`` once met."""
 
     rendezvous = None
 
     def met(self, rendezvous):
-        """The ranks have met through ``rendezvous``; returns it."""
         self.rendezvous = rendezvous
         return rendezvous
 
@@ -175,7 +170,7 @@ def stops_reported(environ=os.environ):
     traceback and Paddle's C++ dump): for a launched rank, another rank ended
     (``RestartableError``, or that rank's own end during the start); a single process
     was stopped: status 128 + the signal."""
-    launched = _ranks_launched(environ)
+    launched = len([e for e in environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]) > 1
     rank = environ.get("PADDLE_TRAINER_ID", "?")
     numbers = (signal.SIGTERM, signal.SIGINT)
     previous = {number: signal.signal(number, _stopped) for number in numbers}

@@ -19,12 +19,6 @@ from paddle_resnet.training.sparsity.masks import prunable_shapes
 from paddle_resnet.training.sparsity.pattern import MASK_SUFFIX
 
 
-def prunable_weights(program, kept_dense):
-    """The weights ASP would prune (not kept dense)."""
-    dense = set(kept_dense)
-    return [p for p in prunable_shapes(ir.parameters(program)) if p.name not in dense]
-
-
 def add_masks(program, weights):
     """A mask per weight (all ones), ``weight = weight * mask`` after the updates."""
     for weight in weights:
@@ -43,16 +37,14 @@ def amp_level(amp_config):
     return "O2" if amp_config.use_pure_fp16 else "O1"
 
 
-def _float32_input(layer, inputs):
-    return tuple(value.astype("float32") for value in inputs)
-
-
 def mixed_precision(model, optimizer, amp_config):
     """``model`` and ``optimizer`` (None: eval) decorated, before the forward pass."""
     if amp_config.dtype == "bfloat16":
         for layer in model.sublayers():
             if isinstance(layer, paddle.nn.BatchNorm2D):
-                layer.register_forward_pre_hook(_float32_input)
+                layer.register_forward_pre_hook(
+                    lambda layer, inputs: tuple(value.astype("float32") for value in inputs)
+                )
     level = amp_level(amp_config)
     if optimizer is None:
         # O1 leaves the weights alone; O2 casts them, in the eval program as in training
@@ -122,5 +114,6 @@ def minimize(config, optimizer, loss, kept_dense):
             optimizer.minimize(loss)
         else:
             scaler.minimize(optimizer, _scaled(scaler, loss, config.amp))
-    if config.asp.enabled:
-        add_masks(program, prunable_weights(program, kept_dense))
+    if config.asp.enabled:  # the weights ASP would prune
+        weights = prunable_shapes(ir.parameters(program))
+        add_masks(program, [p for p in weights if p.name not in kept_dense])

@@ -112,7 +112,7 @@ class Rendezvous:
         (``lifecycle.stops_reported`` reports it), KeyboardInterrupt and SystemExit pass."""
         try:
             # where this rank runs, for a roll call's survivors on the same host
-            self._set(f"where/{self.rank}", f"{socket.gethostname()} {os.getpid()}")
+            self._call("set", f"where/{self.rank}", f"{socket.gethostname()} {os.getpid()}")
             self._count(f"where/{self.rank}/ready", 1)
             yield
         except StoppedBySignal:
@@ -129,26 +129,17 @@ class Rendezvous:
                 self.end_start(err)
             raise
 
-    def _store_gone(self, err):
-        return RestartableError(
-            f"rank {self.rank}: the job's key-value store is gone (rank 0 serves it: it "
-            f"ended, see its log; {(str(err).splitlines() or [type(err).__name__])[0]})"
-        )
-
     def _call(self, method, key, *args):
         try:
             return getattr(self.store, method)(f"{PREFIX}/{key}", *args)
         except (ValueError, RuntimeError) as err:  # Paddle's "TCP send error", ...
-            raise self._store_gone(err) from None
+            raise RestartableError(
+                f"rank {self.rank}: the job's key-value store is gone (rank 0 serves it: it "
+                f"ended, see its log; {(str(err).splitlines() or [type(err).__name__])[0]})"
+            ) from None
 
     def _count(self, key, add=0):
         return self._call("add", key, add)
-
-    def _set(self, key, value):
-        self._call("set", key, value)
-
-    def _get(self, key):
-        return self._call("get", key)
 
     def share(self, name, value=None, check=None):
         """Rank 0's ``value`` (JSON-able), on every rank. ``check(value)``: why a value
@@ -156,7 +147,7 @@ class Rendezvous:
         key = f"shared/{name}"
         if self.rank == 0:
             self._checked(key, value, check)  # rank 0 refuses it as the others would
-            self._set(key, json.dumps(value))
+            self._call("set", key, json.dumps(value))
             self._count(f"{key}/ready", 1)
             return value
         self._wait(lambda: self._count(f"{key}/ready") > 0)
@@ -165,7 +156,7 @@ class Rendezvous:
     def _read(self, key, problem=None):
         """The JSON value under ``key``; one that is not JSON, or that ``problem(value)``
         refuses, ends the start in one line naming the key (status 2)."""
-        raw = self._get(key)
+        raw = self._call("get", key)
         try:
             value = json.loads(raw)
         except (TypeError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
@@ -193,7 +184,6 @@ class Rendezvous:
         )
 
     def agree(self, point):
-        """Wait until every rank has reached ``point``."""
         self._count(f"reached/{point}", 1)
         self._wait(lambda: self._count(f"reached/{point}") >= self.world_size)
 
@@ -221,7 +211,7 @@ class Rendezvous:
         peer_ended = isinstance(err, (PeerEnded, PeerEndedRestartable))
         if not peer_ended:
             status, line = ending(self.rank, err)
-            self._set(f"why/{self.rank}", json.dumps({"status": status, "line": line}))
+            self._call("set", f"why/{self.rank}", json.dumps({"status": status, "line": line}))
             self._count(f"ended/{self.rank}", 1)
             self._count("ended", 1)
             self._count("seen", 1)
@@ -262,14 +252,14 @@ class Rendezvous:
                         break
                     self.sleep(pause)
             return stopped
-        except RestartableError:  # _store_gone: what a survivor of this host said, if any
+        except RestartableError:  # the store is gone: what a survivor of this host said, if any
             return _read_verdict()
 
     def _where(self, peer):
         """The process id of ``peer`` where it runs on this host, else None."""
         if self._count(f"where/{peer}/ready") == 0:
             return None
-        value = self._get(f"where/{peer}")  # bytes (Paddle's store), or a str
+        value = self._call("get", f"where/{peer}")  # bytes (Paddle's store), or a str
         text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
         place = PLACE.fullmatch(text)  # anything else: no place on this host
         host, pid = place.groups() if place else (None, None)

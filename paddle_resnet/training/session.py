@@ -47,8 +47,7 @@ class Session:
         return self.config.run.run_scope != "eval_only"
 
     def class_feeds(self, epoch):
-        """{feed name: vector} of the loss's per-class inputs in training epoch ``epoch``
-        (1-based)."""
+        """{feed name: vector} of the loss's per-class inputs in epoch ``epoch`` (1-based)."""
         return self.class_balance.feeds(epoch) if self.class_balance else {}
 
     def loader(self, split, training, epoch=0):

@@ -17,37 +17,13 @@ import yaml
 from paddle_resnet.core.bootstrap import FALSE_WORDS, TRUE_WORDS
 from paddle_resnet.core.config.data import CheckConfig, DataConfig
 from paddle_resnet.core.config.deploy import InferenceConfig, ServeConfig
-from paddle_resnet.core.config.keys import (
-    CONFIG_DIR,
-    DEFAULT_INFERENCE_DIR,
-    IRS,
-    MASK_ALGOS,
-    PTQ_ALGOS,
-    REPOSITORY,
-    TOOLS,
-)
+from paddle_resnet.core.config.keys import CONFIG_DIR
 from paddle_resnet.core.config.learning import FinetuneConfig, LossConfig, LRConfig, OptimizerConfig
 from paddle_resnet.core.config.model import ModelConfig
 from paddle_resnet.core.config.precision import AmpConfig, AspConfig, QatConfig
 from paddle_resnet.core.config.run import RunConfig
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.text_files import read_text
-
-# Re-exported for the package's users; the sections declare their keys from ``keys``.
-__all__ = [
-    "AmpConfig",
-    "ConfigError",
-    "DEFAULT_INFERENCE_DIR",
-    "DataConfig",
-    "IRS",
-    "InferenceConfig",
-    "MASK_ALGOS",
-    "ModelConfig",
-    "PTQ_ALGOS",
-    "REPOSITORY",
-    "ServeConfig",
-    "TOOLS",
-]
 
 
 def section(keys, title):
@@ -237,11 +213,6 @@ def run_differences(saved, config):
     return differences
 
 
-def describe_key(dotted):
-    """``section.key (--flag)``, as errors name a key."""
-    return f"{dotted} ({config_field(dotted).metadata['flag']})"
-
-
 def _problem(f, value):
     choices, check = f.metadata["choices"], f.metadata["check"]
     numbers = value if isinstance(value, tuple) else (value,)
@@ -259,7 +230,7 @@ def validate(config):
         section, _, name = dotted.partition(".")
         problem = _problem(f, getattr(getattr(config, section), name))
         if problem:
-            raise ConfigError(f"{describe_key(dotted)} {problem}")
+            raise ConfigError(f"{dotted} ({f.metadata['flag']}) {problem}")
     d, run, loss = config.data, config.run, config.loss
     combinations = [
         (

@@ -41,8 +41,7 @@ MODEL_TOOLS = ("train", "export_model", "inference")
 IMAGE_TOOLS = ("train", "export_model", "inference", "check_data")
 
 
-# ---------------------------------------------------------------- checks of one value
-# Each returns None when the value is fine, else what is wrong ("must be ..., got ...").
+# The checks of one value: None if it is fine, else what is wrong ("must be ..., got ...").
 
 
 def at_least(low):
@@ -100,7 +99,6 @@ def sqlite_file(uri):
 
 
 def both(*checks):
-    """The first problem of ``checks``, or None."""
     return lambda v: next((problem for problem in (c(v) for c in checks) if problem), None)
 
 

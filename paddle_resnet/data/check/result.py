@@ -22,7 +22,6 @@ class Result:
 
     @property
     def findings(self):
-        """The kinds found (findings and notes), in their order."""
         return [f for f in self.kinds.values() if f.count]
 
     @property
@@ -37,9 +36,6 @@ class Result:
         head = f"data check ({self.seconds:.1f} s; --no-data-check skips it): {splits}; {verdict}"
         return [head] + [f.line("warning") for f in serious]
 
-    def summary_lines(self):
-        return [describe_split(name, split) for name, split in self.splits.items()]
-
     def lines(self):
         rate = self.images / max(self.seconds, 1e-9)
         done = [f"fast pass: {self.images:,} images in {self.seconds:.1f} s ({rate:,.0f} img/s)"]
@@ -52,7 +48,8 @@ class Result:
         serious = sum(f.serious for f in self.findings)
         verdict = f"{counted(serious, 'finding')}" if serious else "no findings"
         findings = [f.line() for f in self.findings]
-        return self.summary_lines() + findings + done + [verdict]
+        splits = [describe_split(name, split) for name, split in self.splits.items()]
+        return splits + findings + done + [verdict]
 
     def as_dict(self):
         return {

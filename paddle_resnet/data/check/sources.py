@@ -35,7 +35,6 @@ class TreeSplit:
         return cls(split, image_root, tree.classes, *map(list, found))
 
     def headers(self):
-        """(label, ImageHeader) of each image, in order."""
         return zip(self.labels, read_headers(self.files))
 
     def name(self, position):

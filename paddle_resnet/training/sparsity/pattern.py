@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paddle_resnet.core import config
+from paddle_resnet.core.config import keys
 from paddle_resnet.core.errors import UserError
 
 # ASP keeps each pruned weight's mask in a variable of this suffix.
@@ -112,10 +112,9 @@ def compliance_table(params, marked, pattern):
     return rows
 
 
-# ---------------------------------------------------------------- mask algorithms
-# The toolkit's own, for PIR (no ASP there). Each gives the mask ``paddle.incubate.asp``
-# gives (tested): the same layout as rows, orderings and tie-breaks, so checkpoints
-# pruned on either IR look alike.
+# The mask algorithms: the toolkit's own, for PIR (no ASP there). Each gives the mask
+# ``paddle.incubate.asp`` gives (tested): the same layout as rows, orderings and
+# tie-breaks, so checkpoints pruned on either IR look alike.
 
 
 def paddle_rows(weight):
@@ -213,7 +212,7 @@ def mask_2d_best(rows, pattern):
 
 
 # --mask-algo's choices (core/config/keys.py), each naming its function here.
-MASK_ALGOS = {name: globals()[name] for name in config.MASK_ALGOS}
+MASK_ALGOS = {name: globals()[name] for name in keys.MASK_ALGOS}
 
 
 def prune_mask(weight, algo, pattern):

@@ -44,7 +44,7 @@ def program_state(state, meta, model, config, source):
     structured = {name: var for name, var in model.state_dict().items()}
     variable_names = {var.name for var in structured.values()}
     if variable_names & set(state):
-        file_arch = _own_arch(meta, source)
+        file_arch = _own_meta(meta, source).get("config", {}).get("model", {}).get("arch")
         if file_arch is not None:
             trained = model_entry(file_arch)
             variant = trained.family.variant(trained.spec)
@@ -61,10 +61,6 @@ def _own_meta(meta, source):
             return {}
         meta = ckpt.read_meta(sibling)
     return meta
-
-
-def _own_arch(meta, source):
-    return _own_meta(meta, source).get("config", {}).get("model", {}).get("arch")
 
 
 def check_quantization(meta, state, config, source):

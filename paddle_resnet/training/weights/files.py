@@ -49,10 +49,8 @@ def read_tensors(path):
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"{path}: is empty, not a weights file")
     kind = container(path)
-    reader = {"PyTorch": _read_torch, "safetensors": _read_safetensors, "Paddle": _read_paddle}[
-        kind
-    ]
-    tensors = reader(path)
+    readers = {"PyTorch": _read_torch, "safetensors": _read_safetensors, "Paddle": _read_paddle}
+    tensors = readers[kind](path)
     if not tensors:
         raise CheckpointError(f"{path}: holds no tensors")
     return kind, tensors
