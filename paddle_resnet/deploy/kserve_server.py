@@ -308,13 +308,6 @@ class ExportRESTServer(rest_server.RESTServer):
         app.add_exception_handler(fastapi_exceptions.RequestValidationError, _malformed)
         app.add_exception_handler(NotImplementedError, _not_served)
 
-    def _add_middlewares(self, app):
-        # KServe's request timer (its only middleware here) works out each request's route
-        # and CPU time for lines that only --verbose shows (kserve.trace): a tenth of the
-        # event loop's time under load (docs/measurements.md, "Serving")
-        if logging.getLogger("kserve.trace").isEnabledFor(logging.INFO):
-            super()._add_middlewares(app)
-
 
 def _json_refusal(status, message):
     kserve_logging.logger.warning("refused: %s", message)
