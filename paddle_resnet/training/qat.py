@@ -103,11 +103,9 @@ def name_qat_variables(train_program):
                 # quantizes the fp32 variable with the matmul's scale, which takes the name.
                 displaced[fp32_name] = f"{fp32_name}.fp32_output"
     renames = {**displaced, **renames}
-    initial = {
-        new: np.array(scope.find_var(old).get_tensor())
-        for old, new in renames.items()
-        if scope.find_var(old) is not None
-    }
+    found = {new: scope.find_var(old) for old, new in renames.items()}
+    # read before any is set: a name renamed away may be another's new name
+    initial = {new: np.array(var.get_tensor()) for new, var in found.items() if var is not None}
     paddle_internals.rename_vars(block, renames)
     for new, value in initial.items():
         scope.var(new).get_tensor().set(value, place)
