@@ -826,3 +826,25 @@ def test_no_assertion_over_a_collection_passes_when_it_is_empty():
     assert not unguarded, (
         f"assertions over collections that may be empty (assert the collection first): {unguarded}"
     )
+
+
+def test_suite_cpu_sums_the_cpu_log_by_track_and_file(tmp_path):
+    """scripts/suite_cpu.py, as a maintainer runs it, over the lines conftest writes."""
+    log = tmp_path / "cpu.jsonl"
+    rows = [
+        {"test": "tests/test_a.py::one", "track": ".venv", "cpu": 2.0, "wall": 3.0},
+        {"test": "tests/test_a.py::two", "track": ".venv", "cpu": 1.0, "wall": 1.0},
+        {"test": "tests/test_b.py::one", "track": ".venv-paddle3", "cpu": 1.0, "wall": 2.0},
+    ]
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = subprocess.run(
+        [sys.executable, "scripts/suite_cpu.py", str(log)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "4 CPU-seconds in tests: .venv 3, .venv-paddle3 1"
+    assert lines[2].split() == ["3.0", "75.0%", "4.0", "2", ".venv", "tests/test_a.py"]
