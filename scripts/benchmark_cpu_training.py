@@ -16,7 +16,10 @@ the memory of a small machine. The contenders:
 - ``default``: a bare ``train.py`` (its IR, and its CPU kernels as ``cpu_kernels.py``
   measures or finds them in the cache; the line it prints is recorded);
 - ``plain`` and ``onednn``: the same IR with ``--no-cpu-onednn`` and ``--cpu-onednn``;
-- ``bf16``: ``--amp --amp-dtype bfloat16`` (Paddle 3, a CPU with AVX512-BF16 or AMX);
+- ``fused``: the default with ``--cpu-fused-bn`` (the toolkit's batch norm + add + ReLU);
+- ``bf16``: ``--amp --amp-dtype bfloat16`` (Paddle 3, a CPU with AVX512-BF16 or AMX; the
+  toolkit's fused kernels, its default there), and ``bf16_paddle_bn`` with Paddle's
+  batch norms (``--no-cpu-fused-bn``: the bf16 of earlier rounds);
 - ``torch_fp32`` and ``torch_bf16``: PyTorch eager, fp32, and bf16 autocast with
   channels-last tensors (Intel's recipe for its CPUs).
 With ``--process`` the contenders are instead the default one under the settings Intel's
@@ -46,7 +49,7 @@ from paddle_resnet.core import bootstrap, devices, feeds, interleave, paddle_int
 from paddle_resnet.core.config import build_config
 from paddle_resnet.core.errors import UserError, exit_status
 from paddle_resnet.core.interleave import READY
-from paddle_resnet.training import cpu_kernels, ir, prepare
+from paddle_resnet.training import cpu_kernels, cpu_ops, ir, prepare
 from paddle_resnet.training import programs as program
 from paddle_resnet.training.onednn import onednn_wanted
 
@@ -56,7 +59,9 @@ PADDLE_VARIANTS = {
     "default": {},
     "plain": {"run.cpu_onednn": False},
     "onednn": {"run.cpu_onednn": True},
+    "fused": {"run.cpu_fused_bn": True},
     "bf16": {"amp.enabled": True, "amp.dtype": "bfloat16"},
+    "bf16_paddle_bn": {"amp.enabled": True, "amp.dtype": "bfloat16", "run.cpu_fused_bn": False},
 }
 TORCH_VARIANTS = ("torch_fp32", "torch_bf16")
 # The PyTorch contenders' script: a process without Paddle (with Paddle's libraries loaded
@@ -84,7 +89,9 @@ PAIRS = (
     ("default", "torch_fp32"),
     ("plain", "torch_fp32"),
     ("onednn", "torch_fp32"),
+    ("fused", "default"),
     ("bf16", "torch_bf16"),
+    ("bf16", "bf16_paddle_bn"),
     ("bf16", "default"),
 )
 
@@ -97,7 +104,7 @@ def classes_for(size):
 def paddle_variants():
     """The Paddle contenders this machine runs: bf16 on Paddle 3 where the CPU has it."""
     bf16 = paddle_internals.PADDLE3 and paddle_internals.supports_bf16()
-    return [name for name in PADDLE_VARIANTS if name != "bf16" or bf16]
+    return [name for name in PADDLE_VARIANTS if not name.startswith("bf16") or bf16]
 
 
 def paddle_config(variant, arch, size, batch):
@@ -111,8 +118,10 @@ def paddle_config(variant, arch, size, batch):
         "data.batch_size": batch,
         **PADDLE_VARIANTS[variant],
     }
-    config, kernels = cpu_kernels.resolved(build_config(values), world_size=1)
+    config, fused = cpu_ops.resolved(build_config(values), world_size=1)
+    config, kernels = cpu_kernels.resolved(config, world_size=1)
     about = {
+        "fused": fused,
         "ir": ir.chosen(config)[0],
         "onednn": bool(onednn_wanted(config)),
         "allocator": bootstrap.allocator(),

@@ -29,7 +29,8 @@ class WeightNaming:
 @dataclass(frozen=True)
 class ModelFamily:
     name: str  # as messages name it: "ResNet"
-    build: Callable[[Any, Any], Any]  # (spec, the model config section) -> a paddle.nn.Layer
+    # (spec, the model config section, fused CPU kernels or None) -> a paddle.nn.Layer
+    build: Callable[[Any, Any, Any], Any]
     classifier: str = "fc"  # the layer path of the classifier
     dense_under_sparsity: Tuple[str, ...] = ("fc",)  # layer paths 2:4 pruning leaves dense
     layouts: Tuple[str, ...] = ("NCHW", "NHWC")  # input layouts the network takes

@@ -39,8 +39,9 @@ def model_entry(name: str) -> ModelEntry:
         ) from None
 
 
-def build_model(model_config):
-    """Build the network named by ``model_config.arch`` (a paddle.nn.Layer)."""
+def build_model(model_config, fused=None):
+    """Build the network named by ``model_config.arch`` (a paddle.nn.Layer); ``fused``: the
+    toolkit's fused CPU training kernels (``training/cpu_ops``) for it to train through."""
     entry = model_entry(model_config.arch)
     family = entry.family
     if model_config.data_layout not in family.layouts:
@@ -53,4 +54,4 @@ def build_model(model_config):
             f"--zero-init-residual zeroes the last batch norm of each residual unit; "
             f"{model_config.arch} ({family.name}) has none"
         )
-    return family.build(entry.spec, model_config)
+    return family.build(entry.spec, model_config, fused)

@@ -54,17 +54,36 @@ def _bn(channels, data_format, zero_gamma=False):
     )
 
 
-class _Downsample(nn.Layer):
+class _Fusable(nn.Layer):
+    """A layer whose batch norms, with the addition and the ReLU after them, train through
+    the toolkit's fused CPU kernels where it is given them (``fused``: the loaded
+    ``training/cpu_ops``), and through Paddle's layers otherwise: evaluation, batch norms
+    on running statistics (frozen stages), SyncBatchNorm."""
+
+    fused = None
+
+    def bn_act(self, bn, x, residual=None, relu=True):
+        if self.fused is not None and bn.training and type(bn) is nn.BatchNorm2D:
+            return self.fused.bn_act(bn, x, residual, relu)
+        y = bn(x)
+        if residual is not None:
+            # paddle.add, not ``+``: Paddle's static ``+`` calls inspect.stack() on every
+            # tensor with a batch dimension (a warning's source line; 55 ms an addition)
+            y = paddle.add(y, residual)
+        return self.relu(y) if relu else y
+
+
+class _Downsample(_Fusable):
     def __init__(self, in_channels, out_channels, stride, data_format):
         super().__init__()
         self.conv = _conv(in_channels, out_channels, 1, stride, data_format=data_format)
         self.bn = _bn(out_channels, data_format)
 
     def forward(self, x):
-        return self.bn(self.conv(x))
+        return self.bn_act(self.bn, self.conv(x), relu=False)
 
 
-class _Residual(nn.Layer):
+class _Residual(_Fusable):
     def _shortcut(self, in_channels, out_channels, stride, data_format):
         """The ReLU and the downsampling shortcut, made after the block's other layers."""
         self.relu = nn.ReLU()
@@ -74,9 +93,7 @@ class _Residual(nn.Layer):
 
     def forward(self, x):
         shortcut = x if self.downsample is None else self.downsample(x)
-        # paddle.add, not ``+``: Paddle's static ``+`` calls inspect.stack() on every
-        # tensor with a batch dimension (a warning's source line; 55 ms an addition)
-        return self.relu(paddle.add(self.branch(x), shortcut))
+        return self.branch(x, shortcut)
 
 
 class BasicBlock(_Residual):
@@ -92,9 +109,9 @@ class BasicBlock(_Residual):
         self.bn2 = _bn(channels, data_format, zero_gamma=zero_init_residual)
         self._shortcut(in_channels, channels, stride, data_format)
 
-    def branch(self, x):
-        y = self.relu(self.bn1(self.conv1(x)))
-        return self.bn2(self.conv2(y))
+    def branch(self, x, shortcut):
+        y = self.bn_act(self.bn1, self.conv1(x))
+        return self.bn_act(self.bn2, self.conv2(y), shortcut)
 
 
 class Bottleneck(_Residual):
@@ -114,16 +131,18 @@ class Bottleneck(_Residual):
         self.bn3 = _bn(out_channels, data_format, zero_gamma=zero_init_residual)
         self._shortcut(in_channels, out_channels, stride, data_format)
 
-    def branch(self, x):
-        y = self.relu(self.bn1(self.conv1(x)))
-        y = self.relu(self.bn2(self.conv2(y)))
-        return self.bn3(self.conv3(y))
+    def branch(self, x, shortcut):
+        y = self.bn_act(self.bn1, self.conv1(x))
+        y = self.bn_act(self.bn2, self.conv2(y))
+        return self.bn_act(self.bn3, self.conv3(y), shortcut)
 
 
-class ResNet(nn.Layer):
+class ResNet(_Fusable):
     """Stem (7x7/2 conv, 3x3/2 max-pool), four stages, global average pool, FC: logits."""
 
-    def __init__(self, arch: Arch, num_classes, data_format, zero_init_residual, in_channels):
+    def __init__(
+        self, arch: Arch, num_classes, data_format, zero_init_residual, in_channels, fused=None
+    ):
         super().__init__()
         block = {"basic": BasicBlock, "bottleneck": Bottleneck}[arch.block]
         self.conv1 = _conv(in_channels, 64, 7, 2, data_format=data_format)
@@ -152,9 +171,13 @@ class ResNet(nn.Layer):
             weight_attr=paddle.ParamAttr(initializer=uniform),
             bias_attr=paddle.ParamAttr(initializer=uniform),
         )
+        if fused is not None:
+            for layer in [self, *self.sublayers()]:
+                if isinstance(layer, _Fusable):
+                    layer.fused = fused
 
     def forward(self, x):
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.maxpool(self.bn_act(self.bn1, self.conv1(x)))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         x = paddle.flatten(self.avgpool(x), start_axis=1)
         return self.fc(x)

@@ -11,13 +11,14 @@ from paddle_resnet.models.registry import register_model
 from paddle_resnet.models.resnet import Arch, ResNet
 
 
-def _build(arch, model_config):
+def _build(arch, model_config, fused=None):
     return ResNet(
         arch,
         num_classes=model_config.num_classes,
         data_format=model_config.data_layout,
         zero_init_residual=model_config.zero_init_residual,
         in_channels=model_config.image_channels,
+        fused=fused,
     )
 
 

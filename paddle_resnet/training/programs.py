@@ -19,7 +19,7 @@ from paddle_resnet.core.bootstrap import paddle_chatter
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.core.metrics import top_k
 from paddle_resnet.models import build_model, model_entry
-from paddle_resnet.training import distributed, finetune, gpu_tuning, ir, pir_strategies
+from paddle_resnet.training import cpu_ops, distributed, finetune, gpu_tuning, ir, pir_strategies
 from paddle_resnet.training.onednn import mark_for_onednn, onednn_wanted
 from paddle_resnet.training.optim import StepwiseLR, build_optimizer, set_weight_decay
 from paddle_resnet.training.qat import FLEET_QAT_CONFIGS, name_qat_variables
@@ -156,7 +156,7 @@ def _forward(config, mixup, training, sync_bn=False, optimizer=None, pir_amp=Fal
     if fp16_input and (mixup or not fp16_convolutions):
         image = paddle.cast(image, "float32")
     label = paddle.static.data(feeds.LABEL, [None, 1], "int64")
-    model = build_model(config.model)
+    model = build_model(config.model, cpu_ops.for_program(config, training))
     if config.qat.enabled and ir.is_pir(config):  # legacy: Fleet's QAT pass, after building
         model = QAT(paddle_internals.pir_qat_config()).quantize(model, inplace=True)
     if not training and ir.is_pir(config):

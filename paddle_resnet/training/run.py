@@ -18,6 +18,7 @@ from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import (
     class_weights,
     cpu_kernels,
+    cpu_ops,
     distributed,
     ir,
     lifecycle,
@@ -85,16 +86,18 @@ def resolve_start(config, rank, world_size, share, guard):
     guard.phase("data check")  # after the quick refusals: ImageNet has 1.3 M headers
     screening, train_split, val_split = screened(start.config, train_split, val_split, rank, share)
     guard.phase("CPU kernels")
-    final, kernels = (
-        cpu_kernels.resolved(start.config, world_size) if training else (start.config, None)
-    )
+    final, kernels, fused_line = start.config, None, None
+    if training:
+        final, fused_line = cpu_ops.resolved(final, world_size)
+        final, kernels = cpu_kernels.resolved(final, world_size)
     steps_per_epoch = (
         train_steps(len(train_split), final.data.batch_size, world_size) if training else None
     )
     return Session(
         config=final, rank=rank, world_size=world_size, place=place, device_id=device_id,
         all_reduce=all_reduce, start=start, train_split=train_split, val_split=val_split,
-        classes=classes, screening=screening, kernels=kernels, steps_per_epoch=steps_per_epoch,
+        classes=classes, screening=screening, kernels=kernels, fused_line=fused_line,
+        steps_per_epoch=steps_per_epoch,
         class_balance=balance, checkpoints=checkpoints,
     )  # fmt: skip
 
@@ -178,6 +181,8 @@ def introduce(session):
         parameters["cpu_kernels"] = kernels.record()
     if kernels and kernels.how != "pinned":  # a pin is the environment's own word
         report.print(kernels.line())
+    if session.fused_line:
+        report.print(session.fused_line)
     report.log("PARAMETER", parameters, kind="PARAMETER", console=False)
     balance = session.class_balance
     if balance is not None:

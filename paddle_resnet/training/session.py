@@ -28,6 +28,7 @@ class Session:
     val_split: Any = None
     screening: Any = None  # screening.Screening, or None (record files)
     kernels: Any = None  # cpu_kernels.Choice, or None where the run does not train
+    fused_line: Optional[str] = None  # what cpu_ops.resolved said, or None
     # the per-class vectors of the loss (class_weights.ClassBalance), None for the plain loss
     class_balance: Optional[Any] = None
     # the run folder's checkpoints and their policy (run_folder.Checkpoints): retention

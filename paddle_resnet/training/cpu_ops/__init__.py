@@ -1,0 +1,133 @@
+"""The toolkit's own CPU training kernels, Paddle custom operators (``bn_act.cc``): batch
+norm on the batch's statistics fused with the residual addition and the ReLU after it,
+forward and backward, on fp32 or bf16 activations. Built on first use by Paddle's
+``cpp_extension`` (g++, ``-march=native``) into a cache keyed by the source, Paddle's
+version and the CPU's instruction sets; a machine where they cannot be built trains on
+Paddle's kernels and says so in one line (``loaded``).
+"""
+
+import contextlib
+import dataclasses
+import fcntl
+import functools
+import hashlib
+import os
+import shutil
+
+import paddle
+from paddle.utils import cpp_extension
+
+from paddle_resnet.core import bootstrap, devices
+from paddle_resnet.core.errors import ConfigError, UserError
+from paddle_resnet.training import ir
+
+SOURCE = os.path.join(os.path.dirname(__file__), "bn_act.cc")
+FLAGS = ["-O3", "-march=native", "-fopenmp"]
+# The CPU's flags that decide what -march=native compiles for.
+ISA_PREFIXES = ("avx", "amx", "fma", "f16c", "bmi", "sse", "vnni")
+
+
+def cache_folder():
+    """Where this source, Paddle and CPU's build lives."""
+    flags = sorted(f for f in devices.cpu_flags() if f.startswith(ISA_PREFIXES))
+    with open(SOURCE, "rb") as handle:
+        digest = hashlib.sha256(handle.read())
+    digest.update(" ".join([paddle.__version__, paddle.__file__, *FLAGS, *flags]).encode())
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "paddle-resnet", "cpu_ops", digest.hexdigest()[:16])
+
+
+@functools.lru_cache(maxsize=1)
+def loaded():
+    """(the ops, None) or (None, why they cannot be used here), built once per process;
+    ranks of one machine build in turn (a lock beside the build)."""
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        return None, "no C++ compiler (g++; scripts/setup.sh installs it)"
+    folder = cache_folder()
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(folder + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with _quiet():
+                module = cpp_extension.load(
+                    name="prn_cpu_ops",
+                    sources=[SOURCE],
+                    extra_cxx_cflags=FLAGS,
+                    extra_ldflags=["-fopenmp"],
+                    build_directory=folder,
+                    verbose=bootstrap.verbose(),
+                )
+    except (OSError, RuntimeError, ImportError, SystemExit) as err:
+        # cpp_extension reports a failed compile as RuntimeError (2.6) or by exiting setup
+        return None, f"they did not build in {folder} ({type(err).__name__}: {err})"
+    return Ops(module), None
+
+
+@contextlib.contextmanager
+def _quiet():
+    verbose = bootstrap.verbose()
+    with bootstrap.paddle_chatter(verbose), bootstrap.native_chatter(verbose):
+        yield
+
+
+class Ops:
+    """The loaded operators, called as the model's layers call them."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def bn_act(self, bn, x, residual=None, relu=True):
+        """``bn`` (a training ``nn.BatchNorm2D``) on ``x``, then ``+ residual``, then ReLU;
+        in ``x``'s dtype, the running statistics updated in place."""
+        attrs = (float(bn._epsilon), float(bn._momentum), bool(relu))
+        params = (bn.weight, bn.bias, bn._mean, bn._variance)
+        if residual is None:
+            return self._module.prn_bn_act(x, *params, *attrs)[0]
+        if residual.dtype != x.dtype:  # bf16 AMP: an fp32 shortcut meets a bf16 branch
+            residual = paddle.cast(residual, x.dtype)
+        return self._module.prn_bn_add_act(x, residual, *params, *attrs)[0]
+
+
+def resolved(config, world_size):
+    """(``config`` with ``run.cpu_fused_bn`` decided, the line saying so or None): asked
+    for, or unset with bf16 AMP in a one-process run, and buildable here; on GPUs never.
+    A job of several processes uses them only when asked, and stops where they do not
+    build (its ranks' programs must be the same)."""
+    asked = config.run.cpu_fused_bn
+    default = asked is None and ir.bf16_amp(config) and world_size == 1
+    use = _applicable(config) and (asked or default)
+    line = None
+    if use:
+        ops, why = loaded()
+        if ops is None and world_size > 1:
+            raise UserError(f"--cpu-fused-bn: the toolkit's CPU kernels are unavailable, {why}")
+        use = ops is not None
+        line = (
+            "CPU fused kernels: batch norm, addition and ReLU in one (--no-cpu-fused-bn: Paddle's)"
+            if use
+            else f"CPU fused kernels: unavailable, {why}: Paddle's kernels"
+        )
+    run = dataclasses.replace(config.run, cpu_fused_bn=bool(use))
+    return dataclasses.replace(config, run=run), line
+
+
+def _applicable(config):
+    """Whether the fused kernels can train ``config``'s model; ConfigError where they were
+    asked for and cannot."""
+    if devices.gpu_available():
+        return False
+    why = None
+    if config.model.data_layout != "NCHW":
+        why = "NCHW activations (--data-layout NCHW)"
+    elif config.run.sync_bn:
+        why = "the batch statistics of one process (not --sync-bn)"
+    elif config.amp.enabled and not (ir.bf16_amp(config) and not config.amp.use_pure_fp16):
+        why = "fp32 or bf16 AMP O1 activations (not fp16, not pure low precision)"
+    if why and config.run.cpu_fused_bn:
+        raise ConfigError(f"--cpu-fused-bn takes {why}")
+    return why is None
+
+
+def for_program(config, training):
+    """The ops a program of ``config`` trains through (after ``resolved``), or None."""
+    return loaded()[0] if training and config.run.cpu_fused_bn else None
