@@ -132,6 +132,7 @@ def test_fused_kernels_equal_paddles_batch_norm_add_and_relu(ir_name, residual, 
     exact = _float64(residual, relu)
     ours = _run(ir_name, "ours", residual, relu)
     paddles = _run(ir_name, "paddle", residual, relu)
+    assert len(exact) == len(ours) == len(paddles) == (7 if residual else 6)
     for index, reference in enumerate(exact):
         bound = _fp32_bound(reference)
         for got in (ours, paddles):
@@ -146,6 +147,7 @@ def test_bf16_kernels_differ_from_fp32_by_their_rounding(ir_name):
     fp32 = _run(ir_name, "ours", True, True)
     bf16 = _run(ir_name, "ours", True, True, dtype="bfloat16")
     rounded = (0, 1, 2)  # y, dx, dr: written in bf16
+    assert len(fp32) == len(bf16) == 7
     for index, (exact, low) in enumerate(zip(fp32, bf16)):
         bound = _fp32_bound(exact) + (BF16_UNIT * np.abs(exact) if index in rounded else 0)
         assert (np.abs(low - exact) <= bound).all(), index

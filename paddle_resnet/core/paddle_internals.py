@@ -40,6 +40,13 @@ def supports_bf16():
     return core.supports_bfloat16()
 
 
+def batch_norm_state(bn):
+    """A ``nn.BatchNorm2D``'s (epsilon, momentum) and (scale, shift, running mean,
+    running variance), as its own forward hands them to the kernel (private attributes:
+    the layer has no public accessors)."""
+    return (float(bn._epsilon), float(bn._momentum)), (bn.weight, bn.bias, bn._mean, bn._variance)
+
+
 def set_math_threads(count):
     """The CPU math libraries' threads (MKL, OpenMP): Paddle's ``platform::SetNumThreads``, as
     its predictors call it (core: no public equivalent)."""

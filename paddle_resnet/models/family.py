@@ -29,8 +29,9 @@ class WeightNaming:
 @dataclass(frozen=True)
 class ModelFamily:
     name: str  # as messages name it: "ResNet"
-    # (spec, the model config section, fused CPU kernels or None) -> a paddle.nn.Layer
-    build: Callable[[Any, Any, Any], Any]
+    # (spec, the model config section) -> a paddle.nn.Layer; with ``fused_cpu_training``,
+    # (spec, the model config section, the fused CPU kernels or None)
+    build: Callable[..., Any]
     classifier: str = "fc"  # the layer path of the classifier
     dense_under_sparsity: Tuple[str, ...] = ("fc",)  # layer paths 2:4 pruning leaves dense
     layouts: Tuple[str, ...] = ("NCHW", "NHWC")  # input layouts the network takes
@@ -50,6 +51,10 @@ class ModelFamily:
     # plain CPU kernels for this family (``training/onednn.py``; each needs its PIR
     # rewrite pattern in ``core/paddle_internals``); none: plain kernels throughout.
     onednn_training_ops: Tuple[str, ...] = ()
+    # Its batch norms, with the addition and ReLU after them, can train through the
+    # toolkit's fused CPU kernels (``training/cpu_ops``, --cpu-fused-bn): ``build`` takes
+    # them as a third argument.
+    fused_cpu_training: bool = False
 
     def classifier_parameters(self, model):
         """The classifier's parameter names in a built ``model``'s programs."""

@@ -54,4 +54,6 @@ def build_model(model_config, fused=None):
             f"--zero-init-residual zeroes the last batch norm of each residual unit; "
             f"{model_config.arch} ({family.name}) has none"
         )
-    return family.build(entry.spec, model_config, fused)
+    if family.fused_cpu_training:
+        return family.build(entry.spec, model_config, fused)
+    return family.build(entry.spec, model_config)

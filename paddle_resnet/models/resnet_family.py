@@ -109,6 +109,7 @@ RESNET = ModelFamily(
     # oneDNN on conv2d and its gradient, then relu and its gradient, each added speed;
     # batch_norm, pool2d, elementwise_add and sum as well lost most of it.
     onednn_training_ops=("conv2d", "conv2d_grad", "relu", "relu_grad"),
+    fused_cpu_training=True,
 )
 
 _DEPTHS = {

@@ -17,8 +17,9 @@ import shutil
 import paddle
 from paddle.utils import cpp_extension
 
-from paddle_resnet.core import bootstrap, devices
+from paddle_resnet.core import bootstrap, devices, paddle_internals
 from paddle_resnet.core.errors import ConfigError, UserError
+from paddle_resnet.models import model_entry
 from paddle_resnet.training import ir
 
 SOURCE = os.path.join(os.path.dirname(__file__), "bn_act.cc")
@@ -79,8 +80,8 @@ class Ops:
     def bn_act(self, bn, x, residual=None, relu=True):
         """``bn`` (a training ``nn.BatchNorm2D``) on ``x``, then ``+ residual``, then ReLU;
         in ``x``'s dtype, the running statistics updated in place."""
-        attrs = (float(bn._epsilon), float(bn._momentum), bool(relu))
-        params = (bn.weight, bn.bias, bn._mean, bn._variance)
+        (epsilon, momentum), params = paddle_internals.batch_norm_state(bn)
+        attrs = (epsilon, momentum, bool(relu))
         if residual is None:
             return self._module.prn_bn_act(x, *params, *attrs)[0]
         if residual.dtype != x.dtype:  # bf16 AMP: an fp32 shortcut meets a bf16 branch
@@ -117,7 +118,9 @@ def _applicable(config):
     if devices.gpu_available():
         return False
     why = None
-    if config.model.data_layout != "NCHW":
+    if not model_entry(config.model.arch).family.fused_cpu_training:
+        why = f"a model family that trains through them (not {config.model.arch})"
+    elif config.model.data_layout != "NCHW":
         why = "NCHW activations (--data-layout NCHW)"
     elif config.run.sync_bn:
         why = "the batch statistics of one process (not --sync-bn)"
