@@ -236,6 +236,11 @@ def measure_pair(pair, setting, args):
     return dict(entry, ratio=interleave.paired_ratio(*(speeds[name] for name in pair)))
 
 
+def _chosen(pair, pairs):
+    """Whether --pairs (``a:b,...``, unset: every pair) names ``pair``."""
+    return pairs is None or ":".join(pair) in pairs.split(",")
+
+
 def measure_setting(setting, args):
     """One setting: each pair in its turns; the row of the JSON (``ratios``: each pair's
     median paired ratio and spread; ``pairs``: the contenders' speeds beside it)."""
@@ -243,7 +248,7 @@ def measure_setting(setting, args):
     pairs = (
         [(name, "none") for name in list(PROCESS_SETTINGS)[1:]]
         if args.process
-        else [pair for pair in PAIRS if set(pair) <= names]
+        else [pair for pair in PAIRS if set(pair) <= names and _chosen(pair, args.pairs)]
     )
     missing = [env["LD_PRELOAD"] for env in PROCESS_SETTINGS.values() if "LD_PRELOAD" in env]
     missing = [path for path in missing if args.process and not os.path.exists(path)]
@@ -279,6 +284,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=8, help="slices of each contender")
     parser.add_argument("--slice-seconds", type=float, default=5.0)
     parser.add_argument("--profile", action="store_true", help="record Paddle's op shares")
+    parser.add_argument(
+        "--pairs", help="only these pairs of PAIRS, e.g. bf16:torch_bf16,fused:default"
+    )
     parser.add_argument(
         "--process",
         action="store_true",
