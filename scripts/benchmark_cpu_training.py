@@ -21,7 +21,9 @@ the memory of a small machine. The contenders:
   toolkit's fused kernels, its default there), and ``bf16_paddle_bn`` with Paddle's
   batch norms (``--no-cpu-fused-bn``: the bf16 of earlier rounds);
 - ``torch_fp32`` and ``torch_bf16``: PyTorch eager, fp32, and bf16 autocast with
-  channels-last tensors (Intel's recipe for its CPUs).
+  channels-last tensors (Intel's recipe for its CPUs); ``torch_bf16_compiled``: the latter
+  through ``torch.compile`` (``--torch-python`` an interpreter with PyTorch 2.15 for
+  PyTorch's newest).
 With ``--process`` the contenders are instead the default one under the settings Intel's
 CPU training scripts give the process (a preloaded allocator, OpenMP affinity, oneDNN's
 primitive cache), each against none. With ``--profile`` the Paddle contenders run once more under Paddle's profiler and the share
@@ -63,7 +65,7 @@ PADDLE_VARIANTS = {
     "bf16": {"amp.enabled": True, "amp.dtype": "bfloat16"},
     "bf16_paddle_bn": {"amp.enabled": True, "amp.dtype": "bfloat16", "run.cpu_fused_bn": False},
 }
-TORCH_VARIANTS = ("torch_fp32", "torch_bf16")
+TORCH_VARIANTS = ("torch_fp32", "torch_bf16", "torch_bf16_compiled")
 # The PyTorch contenders' script: a process without Paddle (with Paddle's libraries loaded
 # beside its own, PyTorch's bf16 training ran at a twentieth of its speed: 11 against 213
 # img/s, ResNet-18 at 32 px)
@@ -91,6 +93,7 @@ PAIRS = (
     ("onednn", "torch_fp32"),
     ("fused", "default"),
     ("bf16", "torch_bf16"),
+    ("bf16", "torch_bf16_compiled"),
     ("bf16", "bf16_paddle_bn"),
     ("bf16", "default"),
 )

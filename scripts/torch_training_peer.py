@@ -1,6 +1,7 @@
 """The PyTorch contenders of scripts/benchmark_cpu_training.py, in a process without
 Paddle: ResNet v1.5 trained eagerly, fp32, or bf16 autocast with channels-last tensors
-(Intel's recipe for its CPUs), serving slices as ``paddle_resnet/core/interleave.py``
+(Intel's recipe for its CPUs), and the latter compiled (``torch.compile``, Inductor's C++
+kernels: PyTorch's fastest CPU training), serving slices as ``paddle_resnet/core/interleave.py``
 says. Started by the benchmark; the toolkit's package is not imported (it loads Paddle),
 only its interleave module, by path.
 """
@@ -34,15 +35,17 @@ def torch_trainer(variant, arch, size, batch):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     images = torch.randn(batch, 3, size, size)
     labels = torch.randint(0, classes_for(size), (batch,))
-    bf16 = variant == "torch_bf16"
+    bf16 = variant in ("torch_bf16", "torch_bf16_compiled")
     if bf16:
         model = model.to(memory_format=torch.channels_last)
         images = images.contiguous(memory_format=torch.channels_last)
 
+    forward = torch.compile(model) if variant == "torch_bf16_compiled" else model
+
     def step():
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = torch.nn.functional.cross_entropy(model(images), labels, label_smoothing=0.1)
+            loss = torch.nn.functional.cross_entropy(forward(images), labels, label_smoothing=0.1)
         loss.backward()
         optimizer.step()
 
@@ -97,7 +100,9 @@ def torch_resnet(torch, arch, num_classes):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", choices=("torch_fp32", "torch_bf16"), required=True)
+    parser.add_argument(
+        "--worker", choices=("torch_fp32", "torch_bf16", "torch_bf16_compiled"), required=True
+    )
     parser.add_argument("--setting", required=True, help="arch:size:batch")
     args = parser.parse_args()
     arch, size, batch = args.setting.split(":")

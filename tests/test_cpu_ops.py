@@ -14,11 +14,12 @@ import paddle.nn.functional as F
 import pytest
 
 from conftest import PADDLE3, ROOT, pir_rehearsal, small_config, train_args
-from paddle_resnet.core import bootstrap
+from paddle_resnet.core import bootstrap, paddle_internals
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.training import checkpoint as ckpt
 from paddle_resnet.training import cpu_ops, ir
 from paddle_resnet.training import programs as program
+from paddle_resnet.training.loop import train_step
 
 IRS = ["pir"] if bootstrap.pir_only() else (["legacy", "pir"] if PADDLE3 else ["legacy"])
 # 4 x 8 x 4 x 8: 1,024 elements, so the gradient of a mean is exact in bf16
@@ -164,6 +165,38 @@ def test_the_train_program_trains_through_them_and_evaluation_does_not(fmnist_ro
     assert not any(("batch_norm" in t or "relu" in t) for t in train_ops)
     assert not any("prn_" in t for t in eval_ops)
     assert sum("batch_norm" in t for t in eval_ops) == 20
+
+
+@pytest.mark.skipif(
+    not PADDLE3 or bootstrap.pir_only() or not paddle_internals.supports_bf16(),
+    reason="bf16 AMP: PIR on Paddle 3, a CPU with AVX512-BF16 or AMX (track 3 covers it)",
+)
+def test_a_bf16_program_sums_its_gradients_on_onednn_but_where_the_pool_reads_them(
+    fmnist_root, tmp_path
+):
+    """bf16 AMP with the fused kernels: each bf16 sum of gradients (a block's input read
+    by its branch and its shortcut) on oneDNN's sum, not Paddle's element-by-element
+    add_n, but the one the stem's max-pool gradient reads; one step's loss finite."""
+    bf16 = {"amp.enabled": True, "amp.dtype": "bfloat16", "run.cpu_fused_bn": True}
+    config = small_config(fmnist_root, tmp_path, **{"run.ir": "pir", **bf16})
+    with ir.selected(config), paddle.static.scope_guard(paddle.static.Scope()):
+        built = program.build_programs(config, steps_per_epoch=10, global_batch=16)
+        sums = [
+            op
+            for op in built.train.global_block().ops
+            if op.name().endswith(".add_n") and str(op.result(0).dtype) == "paddle.bfloat16"
+        ]
+        assert len(sums) == 8  # ResNet-18: the stem's and each block's input but the last
+        for op in sums:
+            pool = any(user.name() == "pd_op.pool2d_grad" for user in op.result(0).all_used_ops())
+            assert op.name() == ("pd_op.add_n" if pool else "onednn_op.add_n"), op.name()
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(built.startup)
+        feed = {
+            "data": np.random.default_rng(0).random((16, 3, 32, 32)).astype("float32"),
+            "label": np.arange(16).reshape(16, 1) % 10,
+        }
+        assert np.isfinite(train_step(exe, built, feed)["loss"])
 
 
 def test_they_are_the_default_with_bf16_only_and_refused_where_they_cannot_work(
