@@ -55,8 +55,7 @@ def _warm_up(batcher, served, model, failures, stopped):
         return
     sizes = ", ".join(map(str, batcher.sizes))
     print(
-        f"ready: warm-up ran batches of {sizes} in {time.perf_counter() - start:.1f} s",
-        flush=True,
+        f"ready: warm-up ran batches of {sizes} in {time.perf_counter() - start:.1f} s", flush=True
     )
     model.ready = True  # after the line: a client that finds it ready finds the line too
 

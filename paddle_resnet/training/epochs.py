@@ -35,10 +35,7 @@ def train_epochs(session, train_split, val_split, start):
     saves = run_folder.Saves(session, start, watch)
     # closed however the epochs end: a window that outlasted the training, or a stop
     agreement = lifecycle.StepAgreement(session.all_reduce, saves.clock_says_save)
-    with (
-        contextlib.closing(step_profiler(run_cfg)) as profiler,
-        agreement as stop,
-    ):
+    with contextlib.closing(step_profiler(run_cfg)) as profiler, agreement as stop:
         for epoch in range(start_epoch + 1, run_cfg.epochs + 1):
             metrics = train_one_epoch(
                 session,

@@ -28,10 +28,7 @@ from paddle_resnet.core.devices import gpu_available
 from paddle_resnet.core.errors import ConfigError
 
 # What each IR cannot do, as one line naming the IR that can.
-LEGACY_ONLY = {
-    "amp.fuse_resunit": "--fuse-resunit",
-    "run.sync_bn": "--sync-bn",
-}
+LEGACY_ONLY = {"amp.fuse_resunit": "--fuse-resunit", "run.sync_bn": "--sync-bn"}
 
 
 def chosen(config):

@@ -127,14 +127,7 @@ def _stops_after(session, watch, stop, values, at):
 
 
 def train_one_epoch(
-    session,
-    loader,
-    epoch,
-    profiler=NoProfiler(),
-    skip=0,
-    stop=None,
-    save_within=None,
-    watch=None,
+    session, loader, epoch, profiler=NoProfiler(), skip=0, stop=None, save_within=None, watch=None
 ):
     """One pass of ``loader`` through the train program; the epoch's averages. The first
     ``skip`` batches are read but not trained on (a mid-epoch resume: the data and MixUp

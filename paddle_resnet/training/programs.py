@@ -93,13 +93,7 @@ def distributed_strategy(config, on_gpu):
 
 
 def _train_head(
-    logits,
-    label,
-    num_classes,
-    label_smoothing,
-    mixup_lambda=None,
-    class_weights=None,
-    logit_offsets=None,
+    logits, label, num_classes, label_smoothing, mixup_lambda, class_weights, logit_offsets=None
 ):
     """(fetches, soft target or None): mean cross-entropy against smoothed, MixUp-blended
     targets, weighted by ``class_weights``, of the logits plus ``logit_offsets`` (fed
@@ -295,9 +289,7 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
     # Before the model: PIR's AMP decorates the optimizer with the model.
     scheduler = StepwiseLR(config.lr, steps_per_epoch, config.run.epochs, global_batch)
     optimizer = build_optimizer(
-        config.optimizer,
-        scheduler,
-        multi_precision=config.amp.enabled and config.amp.use_pure_fp16,
+        config.optimizer, scheduler, multi_precision=config.amp.enabled and config.amp.use_pure_fp16
     )
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
         model, label, logits, mixup_lambda, optimizer = _forward(
