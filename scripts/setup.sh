@@ -42,6 +42,14 @@ esac
       && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq libtcmalloc-minimal4 >/dev/null; } \
       || echo "setup: libtcmalloc-minimal4 could not be installed: training uses the C library's allocator"
   fi
+  # g++: the toolkit's fused CPU training kernels are built with it on first use
+  # (paddle_resnet/training/cpu_ops); without it training uses Paddle's kernels.
+  if ! command -v g++ >/dev/null 2>&1; then
+    echo "setup: installing the Debian package g++"
+    { $sudo_cmd apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq g++ >/dev/null; } \
+      || echo "setup: g++ could not be installed: training uses Paddle's kernels"
+  fi
 ) 9> "${TMPDIR:-/tmp}/paddle-resnet-setup.lock"
 
 source scripts/installer.sh
