@@ -32,7 +32,15 @@ uses_uv() { [ -x "$uv_bin" ] && [ "${PADDLE_RESNET_PIP:-0}" != 1 ]; }
 # make_venv DIR: a virtual environment in DIR (with pip in it, as python -m venv makes one)
 make_venv() {
   [ -x "$1/bin/python" ] && return 0
-  if uses_uv; then "$uv_bin" venv -q --seed --python "$python" "$1"; else "$python" -m venv "$1"; fi
+  if uses_uv; then
+    "$uv_bin" venv -q --seed --python "$python" "$1"
+    # uv seeds pip and setuptools without bytecode, and Paddle imports setuptools in every
+    # process (paddle.utils.cpp_extension): under PYTHONDONTWRITEBYTECODE=1 each compiled
+    # it again (import paddle 1.39 -> 1.24 CPU-s once compiled: docs/measurements.md)
+    "$1/bin/python" -m compileall -q "$1/lib" > /dev/null
+  else
+    "$python" -m venv "$1"
+  fi
 }
 
 # install_into DIR ARGS...: pip install ARGS into the environment DIR
