@@ -16,10 +16,9 @@ the memory of a small machine. The contenders:
 - ``default``: a bare ``train.py`` (its IR, and its CPU kernels as ``cpu_kernels.py``
   measures or finds them in the cache; the line it prints is recorded);
 - ``plain`` and ``onednn``: the same IR with ``--no-cpu-onednn`` and ``--cpu-onednn``;
-- ``fused``: the default with ``--cpu-fused-bn`` (the toolkit's batch norm + add + ReLU);
-- ``bf16``: ``--amp --amp-dtype bfloat16`` (Paddle 3, a CPU with AVX512-BF16 or AMX; the
-  toolkit's fused kernels, its default there), and ``bf16_paddle_bn`` with Paddle's
-  batch norms (``--no-cpu-fused-bn``: the bf16 of earlier rounds);
+- ``fused``: the default with ``--cpu-fused-bn`` (the toolkit's batch norm + add + ReLU;
+  on PIR with Paddle's plain convolutions);
+- ``bf16``: ``--amp --amp-dtype bfloat16`` (Paddle 3, a CPU with AVX512-BF16 or AMX);
 - ``torch_fp32`` and ``torch_bf16``: PyTorch eager, fp32, and bf16 autocast with
   channels-last tensors (Intel's recipe for its CPUs); ``torch_bf16_compiled``: the latter
   through ``torch.compile`` (``--torch-python`` an interpreter with PyTorch 2.15 for
@@ -63,7 +62,6 @@ PADDLE_VARIANTS = {
     "onednn": {"run.cpu_onednn": True},
     "fused": {"run.cpu_fused_bn": True},
     "bf16": {"amp.enabled": True, "amp.dtype": "bfloat16"},
-    "bf16_paddle_bn": {"amp.enabled": True, "amp.dtype": "bfloat16", "run.cpu_fused_bn": False},
 }
 TORCH_VARIANTS = ("torch_fp32", "torch_bf16", "torch_bf16_compiled")
 # The PyTorch contenders' script: a process without Paddle (with Paddle's libraries loaded
@@ -94,7 +92,6 @@ PAIRS = (
     ("fused", "default"),
     ("bf16", "torch_bf16"),
     ("bf16", "torch_bf16_compiled"),
-    ("bf16", "bf16_paddle_bn"),
     ("bf16", "default"),
 )
 

@@ -226,28 +226,6 @@ def _onednn_relu_grad(ctx):
     )
 
 
-def _onednn_add_n_bf16(ctx):
-    """The gradients' sums (a tensor read twice: a block's input by its branch and its
-    shortcut) in bf16: Paddle's CPU add_n converts element by element (ResNet-50 at 224
-    px: 17 % of a bf16 step; a sum of two 16x256x56x56 tensors 88-103 ms, oneDNN's 17-24).
-    A sum the max-pool's gradient reads stays: that gradient then follows it onto oneDNN,
-    whose max-pool gradient fails there (dnnl::error, ResNet-50's stem)."""
-    source = ctx.SourcePattern()
-    source.Op("pd_op.add_n")([source.Tensor("inputs")], [source.Tensor("out")])
-    source.AddConstraint(
-        lambda match: (
-            _dtype_name(match.Tensor("out")) == "bfloat16"
-            and not any(
-                op.name() == "pd_op.pool2d_grad" for op in match.Tensor("out").all_used_ops()
-            )
-        )
-    )
-    result = source.ResultPattern()
-    result.Op("onednn_op.add_n")([result.Tensor("inputs")], [result.Tensor("out")])
-
-
-# An op type's rewrites; "add_n_bf16" moves the bf16 sums only (fp32 training lost speed
-# with its sums on oneDNN: training/onednn.py).
 _ONEDNN_PATTERNS = {
     "conv2d": (
         functools.partial(_onednn_conv2d, dtype="float32"),
@@ -256,7 +234,6 @@ _ONEDNN_PATTERNS = {
     "conv2d_grad": (_onednn_conv2d_grad,),
     "relu": (_onednn_relu,),
     "relu_grad": (_onednn_relu_grad,),
-    "add_n_bf16": (_onednn_add_n_bf16,),
 }
 
 

@@ -334,6 +334,5 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
         # Not the eval program: oneDNN's inference-mode convolutions cache their reordered
         # weights, and evaluation between epochs then saw stale ones (measured: 61 % top-1
         # where the same checkpoint evaluated plain gave 85 %).
-        bf16_sums = ("add_n_bf16",) if ir.bf16_amp(config) else ()
-        mark_for_onednn(main, family.onednn_training_ops + bf16_sums)
+        mark_for_onednn(main, family.onednn_training_ops)
     return programs

@@ -187,12 +187,12 @@ class RunConfig:
         "measured once and kept in ~/.cache/paddle-resnet; no effect on GPUs)",
         resume_may_change=True,
     )
-    cpu_fused_bn: Optional[bool] = key(
-        None,
+    cpu_fused_bn: bool = key(
+        False,
         "--cpu-fused-bn",
         "train each batch norm with the addition and ReLU after it as one of the toolkit's own "
-        "CPU kernels (built on first use with g++; fp32 or bf16 activations; --no-cpu-fused-bn: "
-        "Paddle's kernels; unset: the toolkit's with bf16 AMP; no effect on GPUs)",
+        "CPU kernels (built on first use with g++; fp32, one process unless every rank asks; on "
+        "PIR with Paddle's plain convolutions; no effect on GPUs)",
         resume_may_change=True,
     )
     cpu_affinity: bool = key(

@@ -1,8 +1,9 @@
 """The toolkit's own CPU training kernels, Paddle custom operators (``bn_act.cc``): batch
 norm on the batch's statistics fused with the residual addition and the ReLU after it,
-forward and backward, on fp32 or bf16 activations. Built on first use by Paddle's
-``cpp_extension`` (g++, ``-march=native``) into a cache keyed by the source, Paddle's
-version and the CPU's instruction sets; a machine where they cannot be built trains on
+forward and backward, on fp32 activations (the kernels also take bf16, which no program
+hands them yet: bf16 AMP's convolutions are oneDNN's, see ``resolved``). Built on first
+use by Paddle's ``cpp_extension`` (g++, ``-march=native``) into a cache keyed by the
+source, Paddle's version and the CPU's instruction sets; a machine where they cannot be built trains on
 Paddle's kernels and says so in one line (``loaded``).
 """
 
@@ -84,19 +85,16 @@ class Ops:
         attrs = (epsilon, momentum, bool(relu))
         if residual is None:
             return self._module.prn_bn_act(x, *params, *attrs)[0]
-        if residual.dtype != x.dtype:  # bf16 AMP: an fp32 shortcut meets a bf16 branch
-            residual = paddle.cast(residual, x.dtype)
         return self._module.prn_bn_add_act(x, residual, *params, *attrs)[0]
 
 
 def resolved(config, world_size):
-    """(``config`` with ``run.cpu_fused_bn`` decided, the line saying so or None): asked
-    for, or unset with bf16 AMP in a one-process run, and buildable here; on GPUs never.
-    A job of several processes uses them only when asked, and stops where they do not
-    build (its ranks' programs must be the same)."""
-    asked = config.run.cpu_fused_bn
-    default = asked is None and ir.bf16_amp(config) and world_size == 1
-    use = _applicable(config) and (asked or default)
+    """(``config`` with ``run.cpu_fused_bn`` decided, the line saying so or None): where
+    asked for and buildable here; on GPUs never. On PIR its convolutions are Paddle's plain
+    ones (PIR hands a oneDNN op's output to a custom operator in oneDNN's blocked layout,
+    unconverted, which the kernels refuse). A job of several processes stops where they do
+    not build (its ranks' programs must be the same)."""
+    use = config.run.cpu_fused_bn and _applicable(config)
     line = None
     if use:
         ops, why = loaded()
@@ -104,17 +102,20 @@ def resolved(config, world_size):
             raise UserError(f"--cpu-fused-bn: the toolkit's CPU kernels are unavailable, {why}")
         use = ops is not None
         line = (
-            "CPU fused kernels: batch norm, addition and ReLU in one (--no-cpu-fused-bn: Paddle's)"
+            "CPU fused kernels: batch norm, addition and ReLU in one"
+            + (" (PIR: on Paddle's plain convolutions)" if ir.is_pir(config) else "")
             if use
             else f"CPU fused kernels: unavailable, {why}: Paddle's kernels"
         )
     run = dataclasses.replace(config.run, cpu_fused_bn=bool(use))
+    if use and ir.is_pir(config):
+        run = dataclasses.replace(run, cpu_onednn=False)
     return dataclasses.replace(config, run=run), line
 
 
 def _applicable(config):
-    """Whether the fused kernels can train ``config``'s model; ConfigError where they were
-    asked for and cannot."""
+    """Whether the fused kernels can train ``config``'s model (asked for); ConfigError
+    where they cannot."""
     if devices.gpu_available():
         return False
     why = None
@@ -124,11 +125,15 @@ def _applicable(config):
         why = "NCHW activations (--data-layout NCHW)"
     elif config.run.sync_bn:
         why = "the batch statistics of one process (not --sync-bn)"
-    elif config.amp.enabled and not (ir.bf16_amp(config) and not config.amp.use_pure_fp16):
-        why = "fp32 or bf16 AMP O1 activations (not fp16, not pure low precision)"
-    if why and config.run.cpu_fused_bn:
+    elif config.amp.enabled:
+        # bf16 AMP is PIR's and trains its convolutions on oneDNN (Paddle has no other
+        # bf16 convolution on the CPU), whose outputs PIR hands over in oneDNN's layout
+        why = "fp32 activations (not --amp: bf16 AMP's oneDNN convolutions on PIR)"
+    elif config.run.cpu_onednn and ir.is_pir(config):
+        why = "Paddle's plain convolutions on PIR (--no-cpu-onednn; or --ir legacy)"
+    if why:
         raise ConfigError(f"--cpu-fused-bn takes {why}")
-    return why is None
+    return True
 
 
 def for_program(config, training):
