@@ -266,6 +266,26 @@ def train_args(image_root, output_dir, *extra):
     ]
 
 
+def straight_and_resumed(fmnist_root, tmp_path, *flags):
+    """``train_args``'s run of ``flags`` straight, and again resumed from the straight
+    run's epoch-1 checkpoint, each a fresh process: (straight folder, resumed folder, the
+    resumed run's stdout)."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    for out, extra in (
+        (straight, ()),
+        (resumed, ("--from-checkpoint", str(straight / "resnet18" / "1"))),
+    ):
+        result = subprocess.run(
+            [sys.executable, *train_args(fmnist_root, out, *flags, *extra)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+    return straight, resumed, result.stdout
+
+
 @pytest.fixture(scope="session")
 def uninterrupted(fmnist_root, tmp_path_factory):
     """The final checkpoint's state of ``train_command``'s run never stopped, which every

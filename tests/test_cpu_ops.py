@@ -4,16 +4,18 @@ against Paddle's own batch norm, addition and ReLU and a float64 reference; bf16
 its rounding; the train program (only) built on them; one line where they cannot be
 built. On each IR the running Paddle has."""
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import paddle
 import paddle.nn.functional as F
 import pytest
 
-from conftest import PADDLE3, ROOT, pir_rehearsal, small_config, train_args
+from conftest import (
+    PADDLE3,
+    assert_same_state,
+    pir_rehearsal,
+    small_config,
+    straight_and_resumed,
+)
 from paddle_resnet.core import bootstrap, feeds
 from paddle_resnet.core.errors import ConfigError
 from paddle_resnet.training import checkpoint as ckpt
@@ -229,22 +231,9 @@ def test_a_machine_that_cannot_build_them_trains_on_paddles_and_says_so(
 @pir_rehearsal
 def test_resume_with_fused_kernels_is_bit_identical(fmnist_root, tmp_path):
     flags = ("--epochs", "2", "--run-scope", "train_only", "--cpu-fused-bn")
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    for out, extra in (
-        (straight, ()),
-        (resumed, ("--from-checkpoint", str(straight / "resnet18" / "1"))),
-    ):
-        result = subprocess.run(
-            [sys.executable, *train_args(fmnist_root, out, *flags, *extra)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=dict(os.environ),
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
-        assert "CPU fused kernels: batch norm, addition and ReLU in one" in result.stdout
-    expected = ckpt.read_checkpoint(str(straight / "resnet18" / "2"))[1]
-    actual = ckpt.read_checkpoint(str(resumed / "resnet18" / "2"))[1]
-    for name in expected:
-        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+    straight, resumed, said = straight_and_resumed(fmnist_root, tmp_path, *flags)
+    assert "CPU fused kernels: batch norm, addition and ReLU in one" in said
+    assert_same_state(
+        ckpt.read_checkpoint(str(resumed / "resnet18" / "2"))[1],
+        ckpt.read_checkpoint(str(straight / "resnet18" / "2"))[1],
+    )

@@ -4,14 +4,19 @@ in the PIR-only rehearsal, on PIR's oneDNN dialect."""
 
 import collections
 import os
-import subprocess
-import sys
 
 import numpy as np
 import paddle
 import pytest
 
-from conftest import PADDLE3, ROOT, once, pir_rehearsal, small_config, train_args
+from conftest import (
+    PADDLE3,
+    assert_same_state,
+    once,
+    pir_rehearsal,
+    small_config,
+    straight_and_resumed,
+)
 from paddle_resnet.commands import train
 from paddle_resnet.core import feeds
 from paddle_resnet.core.errors import ConfigError
@@ -144,26 +149,14 @@ def test_onednn_learns_like_the_plain_kernels(fmnist_root, tmp_path):
 def test_resume_with_onednn_is_bit_identical(fmnist_root, tmp_path):
     # --cpu-onednn: the default at 32 px on the legacy IR; asked for on PIR
     flags = ("--epochs", "2", "--run-scope", "train_only", "--cpu-onednn")
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    for out, extra in (
-        (straight, ()),
-        (resumed, ("--from-checkpoint", str(straight / "resnet18" / "1"))),
-    ):
-        result = subprocess.run(
-            [sys.executable, *train_args(fmnist_root, out, *flags, *extra)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
+    straight, resumed, _ = straight_and_resumed(fmnist_root, tmp_path, *flags)
     assert [
         r["step"] for r in read_report(str(resumed / "report.json")) if r["type"] == "EPOCH"
     ] == [[2]]
-    expected = ckpt.read_checkpoint(str(straight / "resnet18" / "2"))[1]
-    actual = ckpt.read_checkpoint(str(resumed / "resnet18" / "2"))[1]
-    for name in expected:
-        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+    assert_same_state(
+        ckpt.read_checkpoint(str(resumed / "resnet18" / "2"))[1],
+        ckpt.read_checkpoint(str(straight / "resnet18" / "2"))[1],
+    )
 
 
 @pir_rehearsal

@@ -13,7 +13,15 @@ import paddle
 import pytest
 from visualdl import LogReader
 
-from conftest import ROOT, flat, once, run_python, small_config, train_args
+from conftest import (
+    ROOT,
+    assert_same_state,
+    flat,
+    once,
+    run_python,
+    small_config,
+    straight_and_resumed,
+)
 from paddle_resnet.commands import train
 from paddle_resnet.core import metrics
 from paddle_resnet.core.config import build_config
@@ -142,34 +150,21 @@ def test_resume_continues_exactly(fmnist_root, tmp_path):
     change which CPU kernels later training picks.
     """
     flags = ("--epochs", "3", "--run-scope", "train_only")
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    for out, extra in (
-        (straight, ()),
-        (resumed, ("--from-checkpoint", str(straight / "resnet18" / "1"))),
-    ):
-        result = subprocess.run(
-            [sys.executable, *train_args(fmnist_root, out, *flags, *extra)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
-    assert "resumed from" in result.stdout
+    straight, resumed, said = straight_and_resumed(fmnist_root, tmp_path, *flags)
+    assert "resumed from" in said
     # the data check's line (its warnings would follow it)
     assert (
         "s; --no-data-check skips it): train: 10 classes, 160 images, 16 per class; no findings"
-        in result.stdout
+        in said
     )
     resumed_epochs = [
         r["step"] for r in read_report(str(resumed / "report.json")) if r["type"] == "EPOCH"
     ]
     assert resumed_epochs == [[2], [3]]
-    expected = ckpt.read_checkpoint(str(straight / "resnet18" / "3"))[1]
-    actual = ckpt.read_checkpoint(str(resumed / "resnet18" / "3"))[1]
-    assert set(actual) == set(expected)
-    for name in expected:
-        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+    assert_same_state(
+        ckpt.read_checkpoint(str(resumed / "resnet18" / "3"))[1],
+        ckpt.read_checkpoint(str(straight / "resnet18" / "3"))[1],
+    )
 
 
 def test_crash_while_saving_keeps_previous_checkpoint(trained, tmp_path, monkeypatch):
