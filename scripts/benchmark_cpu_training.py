@@ -304,6 +304,9 @@ def main():
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--setting", type=parse_setting, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    unknown = set((args.pairs or "").split(",")) - {"", *(":".join(pair) for pair in PAIRS)}
+    if unknown:
+        raise UserError(f"--pairs: not a pair of PAIRS: {', '.join(sorted(unknown))}")
     if args.worker:
         return worker(args)
     results = []

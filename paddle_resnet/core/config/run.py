@@ -191,8 +191,8 @@ class RunConfig:
         False,
         "--cpu-fused-bn",
         "train each batch norm with the addition and ReLU after it as one of the toolkit's own "
-        "CPU kernels (built on first use with g++; fp32, one process unless every rank asks; on "
-        "PIR with Paddle's plain convolutions; no effect on GPUs)",
+        "CPU kernels (built on first use with g++; fp32; on PIR with Paddle's plain "
+        "convolutions; no effect on GPUs)",
         resume_may_change=True,
     )
     cpu_affinity: bool = key(

@@ -3,8 +3,8 @@ norm on the batch's statistics fused with the residual addition and the ReLU aft
 forward and backward, on fp32 activations (the kernels also take bf16, which no program
 hands them yet: bf16 AMP's convolutions are oneDNN's, see ``resolved``). Built on first
 use by Paddle's ``cpp_extension`` (g++, ``-march=native``) into a cache keyed by the
-source, Paddle's version and the CPU's instruction sets; a machine where they cannot be built trains on
-Paddle's kernels and says so in one line (``loaded``).
+source, Paddle's version and the CPU's instruction sets; a machine where they cannot be
+built trains on Paddle's kernels and says so in one line (``loaded``).
 """
 
 import contextlib
@@ -94,7 +94,8 @@ def resolved(config, world_size):
     ones (PIR hands a oneDNN op's output to a custom operator in oneDNN's blocked layout,
     unconverted, which the kernels refuse). A job of several processes stops where they do
     not build (its ranks' programs must be the same)."""
-    use = config.run.cpu_fused_bn and _applicable(config)
+    pir = ir.is_pir(config)
+    use = config.run.cpu_fused_bn and _applicable(config, pir)
     line = None
     if use:
         ops, why = loaded()
@@ -103,17 +104,17 @@ def resolved(config, world_size):
         use = ops is not None
         line = (
             "CPU fused kernels: batch norm, addition and ReLU in one"
-            + (" (PIR: on Paddle's plain convolutions)" if ir.is_pir(config) else "")
+            + (" (PIR: on Paddle's plain convolutions)" if pir else "")
             if use
             else f"CPU fused kernels: unavailable, {why}: Paddle's kernels"
         )
     run = dataclasses.replace(config.run, cpu_fused_bn=bool(use))
-    if use and ir.is_pir(config):
+    if use and pir:
         run = dataclasses.replace(run, cpu_onednn=False)
     return dataclasses.replace(config, run=run), line
 
 
-def _applicable(config):
+def _applicable(config, pir):
     """Whether the fused kernels can train ``config``'s model (asked for); ConfigError
     where they cannot."""
     if devices.gpu_available():
@@ -129,7 +130,7 @@ def _applicable(config):
         # bf16 AMP is PIR's and trains its convolutions on oneDNN (Paddle has no other
         # bf16 convolution on the CPU), whose outputs PIR hands over in oneDNN's layout
         why = "fp32 activations (not --amp: bf16 AMP's oneDNN convolutions on PIR)"
-    elif config.run.cpu_onednn and ir.is_pir(config):
+    elif config.run.cpu_onednn and pir:
         why = "Paddle's plain convolutions on PIR (--no-cpu-onednn; or --ir legacy)"
     if why:
         raise ConfigError(f"--cpu-fused-bn takes {why}")
