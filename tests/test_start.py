@@ -15,8 +15,9 @@ import time
 import pytest
 
 from conftest import ROOT, launch, once, train_args, training_into
-from paddle_resnet.core.errors import RESTARTABLE, USER_ERROR, UserError
-from paddle_resnet.training import rendezvous
+from paddle_resnet.core import bootstrap
+from paddle_resnet.core.errors import RESTARTABLE, USER_ERROR, UserError, describe
+from paddle_resnet.training import lifecycle, rendezvous
 
 pytestmark = pytest.mark.cpu_only
 FAULTY = "tests/ranks/start_fault.py"
@@ -271,6 +272,30 @@ def test_the_start_polls_back_off():
     quick.values[rendezvous.PREFIX + "/reached/programs"] = 1
     rendezvous.Rendezvous(quick, rank=1, world_size=2, sleep=pauses.append).agree("programs")
     assert len(pauses) == 20 and quick.requests == 2
+
+
+def test_the_launchers_stop_while_rank_0_waits_to_be_read_keeps_its_refusal():
+    """Rank 0 refused its start and waits for rank 1 to read why; rank 1 reads it and
+    exits, and the launcher's SIGTERM (a real one, to this process) reaches rank 0 in a
+    pause of that wait, as it did in CI: rank 0 still ends with the refusal (status 2,
+    which the launcher reports), where it ended as stopped by the launcher (75)."""
+    store = ScriptedStore()
+    environ = {name: "1" for name in bootstrap.LAUNCHER_VARIABLES}
+    environ.update(PADDLE_TRAINER_ENDPOINTS="127.0.0.1:1,127.0.0.1:2", PADDLE_TRAINER_ID="0")
+
+    def sleep(pause):  # rank 1 has read why and exited: the launcher stops rank 0
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(Exception) as ended:
+            with lifecycle.stops_reported(environ) as stops:
+                meeting = stops.met(rendezvous.Rendezvous(store, 0, 2, sleep=sleep))
+                with meeting.start():
+                    raise UserError("every checkpoint is damaged")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert describe(ended.value) == (USER_ERROR, "error: every checkpoint is damaged")
 
 
 @pytest.mark.parametrize(

@@ -206,8 +206,8 @@ class Rendezvous:
     def end_start(self, err):
         """This rank ends the start with ``err``, published unless it is a peer's end. The
         rank that ended it, and rank 0 (the store), then wait until every rank knows (at
-        most ``LINGER_SECONDS``): the launcher stops a rank still busy when a peer exits,
-        and kills it 3 s later wherever it was."""
+        most ``LINGER_SECONDS``, or until the launcher's SIGTERM): the launcher stops a
+        rank still busy when a peer exits, and kills it 3 s later wherever it was."""
         peer_ended = isinstance(err, (PeerEnded, PeerEndedRestartable))
         if not peer_ended:
             status, line = ending(self.rank, err)
@@ -216,11 +216,14 @@ class Rendezvous:
             self._count("ended", 1)
             self._count("seen", 1)
         if self.rank == 0 or not peer_ended:
-            until = self.clock() + LINGER_SECONDS
-            for pause in poll_pauses():
-                if self._count("seen") >= self.world_size or self.clock() >= until:
-                    return
-                self.sleep(pause)
+            # The launcher's SIGTERM ends the wait, not the rank's status: it comes once a
+            # peer exited, which the peer does once it has read why (or it cannot).
+            with contextlib.suppress(StoppedBySignal):
+                until = self.clock() + LINGER_SECONDS
+                for pause in poll_pauses():
+                    if self._count("seen") >= self.world_size or self.clock() >= until:
+                        return
+                    self.sleep(pause)
 
     def roll_call(self, seconds=ROLL_CALL_SECONDS):
         """Once a collective has failed: the ranks that stopped, sorted, or None where the
