@@ -35,9 +35,11 @@ make_venv() {
   if uses_uv; then
     "$uv_bin" venv -q --seed --python "$python" "$1"
     # uv seeds pip and setuptools without bytecode, and Paddle imports setuptools in every
-    # process (paddle.utils.cpp_extension): under PYTHONDONTWRITEBYTECODE=1 each compiled
-    # it again (import paddle 1.39 -> 1.24 CPU-s once compiled: docs/measurements.md)
-    "$1/bin/python" -m compileall -q "$1/lib" > /dev/null
+    # process (paddle.utils.cpp_extension): where Python writes no bytecode itself, each
+    # process compiled it again (import paddle 1.39 -> 1.24 CPU-s: docs/measurements.md)
+    if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ]; then
+      "$1/bin/python" -m compileall -q "$1/lib" > /dev/null
+    fi
   else
     "$python" -m venv "$1"
   fi
@@ -48,11 +50,15 @@ install_into() {
   local venv=$1
   shift
   if uses_uv; then
-    # every index alike, as pip takes them; bytecode compiled as pip does (a machine with
-    # PYTHONDONTWRITEBYTECODE=1 would otherwise compile Paddle's sources in every process)
+    # every index alike, as pip takes them. Bytecode: Python writes it for each module
+    # the first time one is imported; where it may not (PYTHONDONTWRITEBYTECODE set), it is
+    # compiled here for every file, or each process would compile Paddle's sources again
+    # (compiling all 18,000 files of an environment costs 105 CPU-s, importing them lazily
+    # a few: the test suite unsets the variable).
+    local compile=()
+    [ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && compile=(--compile-bytecode)
     "$uv_bin" pip install -q --python "$venv/bin/python" --index-strategy unsafe-best-match \
-      --compile-bytecode \
-      "${uv_settings[@]}" "$@"
+      "${compile[@]}" "${uv_settings[@]}" "$@"
   else
     "$venv/bin/python" -m pip install -q "$@"
   fi

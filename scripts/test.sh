@@ -28,6 +28,12 @@
 # rank, share the cores without futex storms.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Python writes each module's bytecode the first time a process imports it, for every later
+# process: PYTHONDONTWRITEBYTECODE=1 (set on this project's machines) made each of the
+# suite's processes compile again what it imported (0.18 s of a training command's start
+# for the toolkit alone), or the set-up compile all 18,000 files of each environment
+# (105 CPU-s an environment, most never imported).
+unset PYTHONDONTWRITEBYTECODE
 export KMP_BLOCKTIME=0 OMP_WAIT_POLICY=PASSIVE
 workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
 track1_workers=(-n "${TRACK1_WORKERS:-${TEST_WORKERS:-2}}" --dist loadfile)
@@ -59,11 +65,6 @@ bash scripts/setup_slurm.sh            # Slurm for tests/test_slurm.py (skipped 
 bash scripts/setup_etcd.sh             # etcd for the elastic launcher's test (skipped without it)
 # NNCF beside .venv for tests/test_nncf.py (OpenVINO's own int8; skipped without it)
 bash scripts/setup_nncf.sh || echo "setup_nncf: NNCF could not be installed: tests/test_nncf.py will skip"
-
-# The toolkit's own sources compiled once, where every process the suite starts finds
-# them: with PYTHONDONTWRITEBYTECODE=1 (set on this project's machines) every Python
-# process the suite starts compiled them again (0.18 s of a training command's start).
-.venv/bin/python -m compileall -q -j 2 paddle_resnet tests scripts ./*.py > /dev/null
 
 status=0
 echo "== lint: ruff check, ruff format --check"
