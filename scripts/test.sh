@@ -25,7 +25,11 @@
 # private_scope; a worker peaked at 10.3 GB, both at 15.7 GB of 24 GB); TRACK1_WORKERS=1
 # runs it on one. Idle OpenMP threads sleep instead of spinning (KMP_BLOCKTIME,
 # OMP_WAIT_POLICY): two Paddle processes side by side, or a 2-rank job of two threads a
-# rank, share the cores without futex storms.
+# rank, share the cores without futex storms. One math thread a process (OMP_NUM_THREADS,
+# which the toolkit keeps): with a worker a core, a second thread only adds its
+# synchronisation (a two-epoch ResNet-18 run of the tests' kind: 6.8 CPU-s at one thread,
+# 7.8-8.4 at two). The resume tests, the proof of determinism, train at two
+# (conftest.straight_and_resumed), as a single process does on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Python writes each module's bytecode the first time a process imports it, for every later
@@ -34,7 +38,7 @@ cd "$(dirname "$0")/.."
 # for the toolkit alone), or the set-up compile all 18,000 files of each environment
 # (105 CPU-s an environment, most never imported).
 unset PYTHONDONTWRITEBYTECODE
-export KMP_BLOCKTIME=0 OMP_WAIT_POLICY=PASSIVE
+export KMP_BLOCKTIME=0 OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1
 workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
 track1_workers=(-n "${TRACK1_WORKERS:-${TEST_WORKERS:-2}}" --dist loadfile)
 

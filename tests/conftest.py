@@ -129,7 +129,8 @@ def pytest_sessionfinish(session, exitstatus):
 # Where the suite's CPU time goes (it is CPU-bound on two cores): with this variable set,
 # each test appends one JSON line, its CPU seconds (this worker's and the children it
 # reaped: the runs, launchers and ranks it started) and wall seconds, fixtures it built
-# included. scripts/suite_cpu.py sums them by file and track.
+# included, and the worker's resident memory after it (what limits the workers to two).
+# scripts/suite_cpu.py sums them by file and track.
 CPU_LOG = os.environ.get("PADDLE_RESNET_TEST_CPU_LOG")
 
 
@@ -138,6 +139,11 @@ def cpu_seconds():
         resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
     )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def resident_mb():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -152,6 +158,7 @@ def pytest_runtest_protocol(item, nextitem):
         "track": os.path.basename(sys.prefix) + ("-pir-only" if bootstrap.pir_only() else ""),
         "cpu": round(cpu_seconds() - cpu, 2),
         "wall": round(time.monotonic() - wall, 2),
+        "rss_mb": resident_mb(),
     }
     with open(CPU_LOG, "a") as log:
         log.write(json.dumps(line) + "\n")
@@ -268,8 +275,9 @@ def train_args(image_root, output_dir, *extra):
 
 def straight_and_resumed(fmnist_root, tmp_path, *flags):
     """``train_args``'s run of ``flags`` straight, and again resumed from the straight
-    run's epoch-1 checkpoint, each a fresh process: (straight folder, resumed folder, the
-    resumed run's stdout)."""
+    run's epoch-1 checkpoint, each a fresh process of two math threads (as a single
+    process on two cores: scripts/test.sh runs the rest at one): (straight folder,
+    resumed folder, the resumed run's stdout)."""
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     for out, extra in (
         (straight, ()),
@@ -278,6 +286,7 @@ def straight_and_resumed(fmnist_root, tmp_path, *flags):
         result = subprocess.run(
             [sys.executable, *train_args(fmnist_root, out, *flags, *extra)],
             cwd=ROOT,
+            env=dict(os.environ, OMP_NUM_THREADS="2"),
             capture_output=True,
             text=True,
             timeout=600,

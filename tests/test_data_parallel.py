@@ -195,13 +195,22 @@ def test_resume_with_two_ranks_continues_exactly(two_ranks, fmnist_root, tmp_pat
 
 @once
 def test_two_nodes_on_one_host_equal_two_local_ranks(two_ranks, fmnist_root, tmp_path):
+    """Each "node" on its half of the cores (taskset): its one rank then has the math
+    threads each of two local ranks has (the cores shared by the ranks of a host), so the
+    two jobs compute alike."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    cores = sorted(os.sched_getaffinity(0))
+    half = max(1, len(cores) // 2)
+    halves = [cores[:half], cores[half : 2 * half] or cores[:half]]
     out = tmp_path / "nodes"
     nodes = [
         subprocess.Popen(
             [
+                "taskset",
+                "-c",
+                ",".join(map(str, halves[node])),
                 sys.executable,
                 "-m",
                 "paddle.distributed.launch",

@@ -239,30 +239,17 @@ def summary_rows(config, metrics, world_size, device_id):
     device = "CPU" if device_id is None else "GPU"
     rows = [("model", f"{config.model.arch}, {world_size} {device} process(es)")]
     if "run.val.best_top1" in metrics:
-        rows.append(
-            (
-                "best val top-1",
-                f"{100 * metrics['run.val.best_top1']:.2f} % "
-                f"(epoch {metrics['run.val.best_epoch']})",
-            )
-        )
+        best, epoch = metrics["run.val.best_top1"], metrics["run.val.best_epoch"]
+        rows.append(("best val top-1", f"{100 * best:.2f} % (epoch {epoch})"))
     if "val.top1" in metrics:
-        rows.append(
-            (
-                "last val top-1",
-                f"{100 * metrics['val.top1']:.2f} % of {metrics['val.images']} images "
-                f"(balanced over classes: {100 * metrics['val.balanced_top1']:.2f} %)",
-            )
-        )
-    if metrics.get("run.train.seconds"):
-        seconds = metrics["run.train.seconds"]
-        rows.append(
-            (
-                "training",
-                f"{int(seconds // 60)} min {seconds % 60:.0f} s, "
-                f"{metrics['run.train.images'] / seconds:.1f} img/s",
-            )
-        )
+        top1, balanced = 100 * metrics["val.top1"], 100 * metrics["val.balanced_top1"]
+        images = metrics["val.images"]
+        last = f"{top1:.2f} % of {images} images (balanced over classes: {balanced:.2f} %)"
+        rows.append(("last val top-1", last))
+    seconds = metrics.get("run.train.seconds")
+    if seconds:
+        took = f"{int(seconds // 60)} min {seconds % 60:.0f} s"
+        rows.append(("training", f"{took}, {metrics['run.train.images'] / seconds:.1f} img/s"))
     if "train.ips" in metrics and "run.train.seconds" not in metrics:
         rows.append(("throughput", f"{metrics['train.ips']:.1f} img/s"))
     if metrics.get("run.train.images"):
