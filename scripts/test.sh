@@ -27,16 +27,15 @@
 # OMP_WAIT_POLICY): two Paddle processes side by side, or a 2-rank job of two threads a
 # rank, share the cores without futex storms. One math thread a process (OMP_NUM_THREADS,
 # which the toolkit keeps): with a worker a core, a second thread only adds its
-# synchronisation (a two-epoch ResNet-18 run of the tests' kind: 6.8 CPU-s at one thread,
-# 7.8-8.4 at two). The resume tests, the proof of determinism, train at two
-# (conftest.straight_and_resumed), as a single process does on two cores.
+# synchronisation (a two-epoch ResNet-18 run of the tests' kind on the AVX2 EPYC: 12.6-13.1
+# CPU-s at one thread, 14.1 at two: docs/measurements.md). The resume tests, the proof of
+# determinism, train at two (conftest.straight_and_resumed), as a single process does on
+# two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Python writes each module's bytecode the first time a process imports it, for every later
-# process: PYTHONDONTWRITEBYTECODE=1 (set on this project's machines) made each of the
-# suite's processes compile again what it imported (0.18 s of a training command's start
-# for the toolkit alone), or the set-up compile all 18,000 files of each environment
-# (105 CPU-s an environment, most never imported).
+# Python caches the bytecode of each module the first time a process imports it; with
+# PYTHONDONTWRITEBYTECODE=1 (set on this project's machines) the set-up compiled every file
+# instead (scripts/installer.sh says what that cost).
 unset PYTHONDONTWRITEBYTECODE
 export KMP_BLOCKTIME=0 OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1
 workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
