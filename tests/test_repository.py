@@ -832,8 +832,8 @@ def test_suite_cpu_sums_the_cpu_log_by_track_and_file(tmp_path):
     """scripts/suite_cpu.py, as a maintainer runs it, over the lines conftest writes."""
     log = tmp_path / "cpu.jsonl"
     rows = [
-        {"test": "tests/test_a.py::one", "track": ".venv", "cpu": 2.0, "wall": 3.0},
-        {"test": "tests/test_a.py::two", "track": ".venv", "cpu": 1.0, "wall": 1.0},
+        {"test": "tests/test_a.py::one", "track": ".venv", "cpu": 2.0, "wall": 3.0, "rss_mb": 900},
+        {"test": "tests/test_a.py::two", "track": ".venv", "cpu": 1.0, "wall": 1.0, "rss_mb": 700},
         {"test": "tests/test_b.py::one", "track": ".venv-paddle3", "cpu": 1.0, "wall": 2.0},
     ]
     log.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -847,4 +847,5 @@ def test_suite_cpu_sums_the_cpu_log_by_track_and_file(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "4 CPU-seconds in tests: .venv 3, .venv-paddle3 1"
-    assert lines[2].split() == ["3.0", "75.0%", "4.0", "2", ".venv", "tests/test_a.py"]
+    assert lines[2].split() == ["3.0", "75.0%", "4.0", "2", "900", ".venv", "tests/test_a.py"]
+    assert lines[3].split()[4] == "0"  # a log written before conftest recorded the memory
