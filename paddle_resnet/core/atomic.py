@@ -103,10 +103,8 @@ def _flock(descriptor, operation, path):
     """``fcntl.flock``; a file system that cannot lock is a UserError naming it and what to do."""
     try:
         fcntl.flock(descriptor, operation)
-    except BlockingIOError:
-        raise
     except OSError as err:
-        if err.errno not in _NO_LOCKS:
+        if err.errno not in _NO_LOCKS:  # a lock held by another (BlockingIOError) too
             raise
         mount = mount_of(os.path.dirname(os.path.abspath(path)))
         where = f"{mount[1]} at {mount[0]}, mounted {mount[2]}" if mount else "unknown"
@@ -153,10 +151,11 @@ def _process_alive(pid):
     return True
 
 
-def _owner_alive(parent, name, host, pid):
-    """Whether the writer ``host``-``pid`` still works on ``parent/name``: its pid, or its lock."""
+def _owner_alive(parent, leftover):
+    """Whether the writer of ``leftover`` (a ``_LEFTOVER`` match) is alive: its pid, or its lock."""
+    host, pid = leftover["host"], int(leftover["pid"])
     if host != socket.gethostname():
-        return _holds_lock(os.path.join(parent, f".{name}.lock-{host}-{pid}"))
+        return _holds_lock(os.path.join(parent, f".{leftover['name']}.lock-{host}-{pid}"))
     if pid == os.getpid():
         return False  # our own leftovers from an earlier failure
     return _process_alive(pid)
@@ -169,9 +168,7 @@ def recover_staged(parent):
     actions = []
     for entry in sorted(os.listdir(parent)):
         match = _LEFTOVER.match(entry)
-        if not match or match["kind"] != "retired":
-            continue
-        if _owner_alive(parent, match["name"], match["host"], int(match["pid"])):
+        if not match or match["kind"] != "retired" or _owner_alive(parent, match):
             continue
         owner = f"{match['host']}-{match['pid']}"
         target = os.path.join(parent, match["name"])
@@ -183,7 +180,7 @@ def recover_staged(parent):
         shutil.rmtree(retired, ignore_errors=True)
     for entry in sorted(os.listdir(parent)):
         match = _LEFTOVER.match(entry)
-        if not match or _owner_alive(parent, match["name"], match["host"], int(match["pid"])):
+        if not match or _owner_alive(parent, match):
             continue
         path = os.path.join(parent, entry)
         if match["kind"] == "lock":
@@ -259,16 +256,11 @@ def held_by_this_run(lock_path, what):
     os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
     descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        _flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, lock_path)
-    except UserError:
-        os.close(descriptor)
-        raise
-    except BlockingIOError:
-        with open(lock_path) as handle:
-            holder = handle.read().strip()
-        os.close(descriptor)
-        raise UserError(_in_use(what, lock_path, holder)) from None
-    try:
+        try:
+            _flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, lock_path)
+        except BlockingIOError:
+            with open(lock_path) as handle:
+                raise UserError(_in_use(what, lock_path, handle.read().strip())) from None
         os.ftruncate(descriptor, 0)
         os.write(descriptor, f"{socket.gethostname()} pid {os.getpid()}\n".encode())
         yield

@@ -33,13 +33,9 @@ PARENT_AT_START = os.getppid()
 # (controllers/collective.py, and PADDLE_LOG_DIR controllers/controller.py); it names no
 # launcher process. One alone says little: PADDLE_LOG_DIR may be exported by a user or a
 # profile, PADDLE_TRAINER_ENDPOINTS and PADDLE_TRAINER_ID set by hand.
-LAUNCHER_VARIABLES = (
-    "PADDLE_LOG_DIR",
-    "PADDLE_LOCAL_RANK",
-    "PADDLE_GLOBAL_RANK",
-    "PADDLE_LOCAL_SIZE",
-    "PADDLE_TRAINER_ID",
-    "PADDLE_CURRENT_ENDPOINT",
+LAUNCHER_VARIABLES = tuple(
+    """PADDLE_LOG_DIR PADDLE_LOCAL_RANK PADDLE_GLOBAL_RANK PADDLE_LOCAL_SIZE PADDLE_TRAINER_ID
+    PADDLE_CURRENT_ENDPOINT""".split()
 )
 
 

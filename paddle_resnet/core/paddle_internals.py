@@ -81,11 +81,9 @@ def current_place():
     if isinstance(place, (core.CPUPlace, core.CUDAPlace)):
         return place
     device = paddle.device.get_device()  # "cpu" or "gpu:N"
-    return (
-        paddle.CUDAPlace(int(device.split(":")[1]))
-        if device.startswith("gpu")
-        else paddle.CPUPlace()
-    )
+    if device.startswith("gpu"):
+        return paddle.CUDAPlace(int(device.split(":")[1]))
+    return paddle.CPUPlace()
 
 
 def numpy_dtype(variable_dtype):
@@ -162,68 +160,50 @@ class _EvalSafeAbsMaxQuanter(FakeQuanterWithAbsMaxObserver):
 _CONV_ATTRS = ("strides", "paddings", "padding_algorithm", "dilations", "groups", "data_format")
 
 
+def _onednn_rewrite(ctx, op, inputs, outputs, kept=(), added=None, input_dtype=None):
+    """A DRR pattern moving ``pd_op.<op>`` (tensors named ``inputs``, ``outputs``) to
+    ``onednn_op.<op>``: its attributes ``kept``, and those ``added`` ({name: bool or str});
+    with ``input_dtype`` (float32, bfloat16, ...), only where its first input has it."""
+    source = ctx.SourcePattern()
+    attrs = {a: source.Attr(a) for a in kept}
+    source.Op(f"pd_op.{op}", attrs)(
+        [source.Tensor(n) for n in inputs], [source.Tensor(n) for n in outputs]
+    )
+    if input_dtype:
+        source.AddConstraint(
+            lambda match: str(match.Tensor(inputs[0]).dtype).rsplit(".", 1)[-1] == input_dtype
+        )
+    result = source.ResultPattern()
+    for name, value in (added or {}).items():
+        attrs[name] = (result.BoolAttr if isinstance(value, bool) else result.StrAttr)(value)
+    result.Op(f"onednn_op.{op}", attrs)(
+        [result.Tensor(n) for n in inputs], [result.Tensor(n) for n in outputs]
+    )
+
+
 def _onednn_conv2d(ctx, dtype):
     """pd_op.conv2d on inputs of ``dtype`` (float32, bfloat16) to the oneDNN dialect. The
     kernel takes the primitive's data type from ``onednn_data_type``, not from its inputs:
     bf16 inputs under the default ("") ran an fp32 convolution (oneDNN's verbose log:
     ``brg_conv_fwd:avx512_core ... src:f32``) behind a bf16-to-fp32 reorder, where
     "bfloat16" runs AMX's (``brg_conv_fwd:avx10_1_512_amx ... src:bf16``)."""
-    source = ctx.SourcePattern()
-    op = source.Op("pd_op.conv2d", {a: source.Attr(a) for a in _CONV_ATTRS})
-    op([source.Tensor("input"), source.Tensor("filter")], [source.Tensor("out")])
-    source.AddConstraint(lambda match: _dtype_name(match.Tensor("input")) == dtype)
-    result = source.ResultPattern()
-    attrs = {a: source.Attr(a) for a in _CONV_ATTRS}
-    onednn_dtype = "bfloat16" if dtype == "bfloat16" else ""
-    attrs.update(
-        is_test=result.BoolAttr(False),
-        force_fp32_output=result.BoolAttr(False),
-        mkldnn_data_type=result.StrAttr(dtype),
-        onednn_data_type=result.StrAttr(onednn_dtype),
-    )
-    result.Op("onednn_op.conv2d", attrs)(
-        [result.Tensor("input"), result.Tensor("filter")], [result.Tensor("out")]
-    )
-
-
-def _dtype_name(value):  # float32, bfloat16, ...
-    return str(value.dtype).rsplit(".", 1)[-1]
+    added = dict(is_test=False, force_fp32_output=False, mkldnn_data_type=dtype)
+    added["onednn_data_type"] = "bfloat16" if dtype == "bfloat16" else ""
+    _onednn_rewrite(ctx, "conv2d", ("input", "filter"), ("out",), _CONV_ATTRS, added, dtype)
 
 
 def _onednn_conv2d_grad(ctx):
-    source = ctx.SourcePattern()
-    op = source.Op("pd_op.conv2d_grad", {a: source.Attr(a) for a in _CONV_ATTRS})
-    inputs = ("input", "filter", "out_grad")
-    op(
-        [source.Tensor(n) for n in inputs],
-        [source.Tensor("input_grad"), source.Tensor("filter_grad")],
-    )
-    result = source.ResultPattern()
-    attrs = {a: source.Attr(a) for a in _CONV_ATTRS}
-    attrs.update(is_test=result.BoolAttr(False))
-    result.Op("onednn_op.conv2d_grad", attrs)(
-        [result.Tensor(n) for n in inputs],
-        [result.Tensor("input_grad"), result.Tensor("filter_grad")],
-    )
+    inputs, outputs = ("input", "filter", "out_grad"), ("input_grad", "filter_grad")
+    _onednn_rewrite(ctx, "conv2d_grad", inputs, outputs, _CONV_ATTRS, {"is_test": False})
 
 
 def _onednn_relu(ctx):
-    source = ctx.SourcePattern()
-    source.Op("pd_op.relu")([source.Tensor("x")], [source.Tensor("out")])
-    result = source.ResultPattern()
-    attrs = {"mkldnn_data_type": result.StrAttr("float32"), "onednn_data_type": result.StrAttr("")}
-    result.Op("onednn_op.relu", attrs)([result.Tensor("x")], [result.Tensor("out")])
+    added = {"mkldnn_data_type": "float32", "onednn_data_type": ""}
+    _onednn_rewrite(ctx, "relu", ("x",), ("out",), added=added)
 
 
 def _onednn_relu_grad(ctx):
-    source = ctx.SourcePattern()
-    source.Op("pd_op.relu_grad")(
-        [source.Tensor("out"), source.Tensor("out_grad")], [source.Tensor("x_grad")]
-    )
-    result = source.ResultPattern()
-    result.Op("onednn_op.relu_grad")(
-        [result.Tensor("out"), result.Tensor("out_grad")], [result.Tensor("x_grad")]
-    )
+    _onednn_rewrite(ctx, "relu_grad", ("out", "out_grad"), ("x_grad",))
 
 
 _ONEDNN_PATTERNS = {

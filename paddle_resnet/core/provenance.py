@@ -60,8 +60,7 @@ def difference(recorded):
     if not recorded:
         return None
     now = code()
-    keys = ("toolkit", "commit", "paddle")
-    if all(recorded.get(key) == now.get(key) for key in keys):
+    if all(recorded.get(key) == now.get(key) for key in ("toolkit", "commit", "paddle")):
         return None
     return (
         f"warning: the checkpoint was written by {_describe(recorded)}, this run is "

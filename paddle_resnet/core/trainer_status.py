@@ -15,6 +15,7 @@ through ``report``; the next attempt waits ``FAILURE_BACKOFF_SECONDS``, so that 
 that times out costs a step at most once a minute. Standard library only.
 """
 
+import contextlib
 import json
 import os
 import ssl
@@ -110,7 +111,7 @@ class TrainerStatus:
             reason = str(err.reason)
         else:
             reason = f"{type(err).__name__}: {err}"
-        try:
+        with contextlib.suppress(Exception):  # a broken report callback must not fail a step
             self.next_attempt = self.clock() + FAILURE_BACKOFF_SECONDS
             if self.failure is None:
                 self.failure = (
@@ -119,5 +120,3 @@ class TrainerStatus:
                     f"{FAILURE_BACKOFF_SECONDS:.0f} s"
                 )
                 self.report(self.failure)
-        except Exception:  # a broken report callback must not fail a step
-            pass

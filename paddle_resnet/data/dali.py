@@ -54,9 +54,8 @@ def train_indices(num_images, batch_size, rank, world_size, seed, epoch, labels=
     the same number of steps per rank, so collective ops never wait."""
     rng = np.random.RandomState(seed + epoch)
     order = rng.permutation(num_images) if labels is None else class_balanced_order(labels, rng)
-    per_rank = num_images // world_size
     steps = train_steps(num_images, batch_size, world_size)
-    start = rank * per_rank
+    start = rank * (num_images // world_size)  # this rank's share of the images
     return order[start : start + steps * batch_size]
 
 
@@ -175,16 +174,9 @@ def build_pipeline(read_encoded, data_config, layout, training, seed, device_id=
 
 def _color_jitter(images, brightness, contrast, saturation):
     """torchvision's ColorJitter: each factor drawn from [1 - s, 1 + s] per image."""
-
-    def factor(strength):
-        return fn.random.uniform(range=[1.0 - strength, 1.0 + strength])
-
-    return fn.color_twist(
-        images,
-        brightness=factor(brightness),
-        contrast=factor(contrast),
-        saturation=factor(saturation),
-    )
+    strengths = dict(brightness=brightness, contrast=contrast, saturation=saturation)
+    factors = {name: fn.random.uniform(range=[1.0 - s, 1.0 + s]) for name, s in strengths.items()}
+    return fn.color_twist(images, **factors)
 
 
 class DaliLoader:
@@ -298,20 +290,18 @@ def _refuse_names_not_utf8(files):
 def _record_source(data_split, data_config, training, rank, world_size, seed):
     """(read_encoded, describe_failure, number of images) for this rank's shard of a record file."""
     fmt, root, batch = data_config.format, data_config.image_root, data_config.batch_size
+    split = data_split.split
     if training:
         num_images = batch * train_steps(len(data_split), batch, world_size)
     else:
         num_images = len(records.shard_range(len(data_split), rank, world_size))
-
-    def read_encoded():
-        return read_records(
-            root, data_split.split, fmt, rank, world_size, random_shuffle=training, seed=seed
-        )
-
-    def describe_failure(step, err):
-        return describe_record_error(err, root, data_split.split, fmt)
-
-    return read_encoded, describe_failure, num_images
+    return (
+        lambda: read_records(
+            root, split, fmt, rank, world_size, random_shuffle=training, seed=seed
+        ),
+        lambda step, err: describe_record_error(err, root, split, fmt),
+        num_images,
+    )
 
 
 def make_loader(
@@ -328,18 +318,15 @@ def make_loader(
     """The loader of one epoch (training) or one full pass (evaluation) for this rank."""
     seed = data_config.seed + 1000 * epoch + rank
     if data_split.image_list is not None:
-        read_encoded, describe_failure, num_images = _folder_source(
-            data_split, data_config, training, rank, world_size, epoch
-        )
+        source = _folder_source(data_split, data_config, training, rank, world_size, epoch)
     else:
-        read_encoded, describe_failure, num_images = _record_source(
-            data_split, data_config, training, rank, world_size, seed
+        source = _record_source(data_split, data_config, training, rank, world_size, seed)
+    read_encoded, describe_failure, num_images = source
+    pipe = None
+    if num_images:
+        pipe = build_pipeline(
+            read_encoded, data_config, layout, training, seed, device_id, channels
         )
-    pipe = (
-        build_pipeline(read_encoded, data_config, layout, training, seed, device_id, channels)
-        if num_images
-        else None
-    )
     return DaliLoader(
         pipe, num_images, data_config.batch_size, device_id is not None, describe_failure
     )
@@ -396,7 +383,7 @@ def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
     """(encoded images, int64 labels) DALI nodes over this shard's records (padded by its
     last one), inside ``with pipe:``; DALI's ``random_shuffle`` follows ``seed`` only."""
     data_path, index_path = records.record_files(root, split, fmt)
-    reader_args = dict(
+    encoded, labels = records.record_format(fmt).read(
         path=[data_path],
         index_path=[index_path],
         shard_id=shard_id,
@@ -407,7 +394,6 @@ def read_records(root, split, fmt, shard_id, num_shards, random_shuffle, seed):
         stick_to_shard=True,
         name="Reader",
     )
-    encoded, labels = records.record_format(fmt).read(**reader_args)
     return encoded, fn.cast(labels, dtype=types.INT64)
 
 

@@ -20,17 +20,8 @@ from PIL import Image
 from paddle_resnet.core.errors import DataError, exit_status
 
 SOURCE = "/usr/share/datasets/fashion-mnist"
-CLASSES = (
-    "tshirt_top",
-    "trouser",
-    "pullover",
-    "dress",
-    "coat",
-    "sandal",
-    "shirt",
-    "sneaker",
-    "bag",
-    "ankle_boot",
+CLASSES = tuple(
+    "tshirt_top trouser pullover dress coat sandal shirt sneaker bag ankle_boot".split()
 )
 
 

@@ -55,9 +55,8 @@ def class_contents(folder, split_dir=None):
     split_real = split_dir and os.path.realpath(split_dir)
 
     def leads_back(path, real):  # a link to the split's folder, inside it or above it
-        if not (split_real and os.path.islink(path)):
-            return False
-        return os.path.commonpath([real, split_real]) in (real, split_real)
+        linked = bool(split_real) and os.path.islink(path)
+        return linked and os.path.commonpath([real, split_real]) in (real, split_real)
 
     real = os.path.realpath(folder)
     if leads_back(folder, real):  # a class folder linked into its own split or above
@@ -207,27 +206,25 @@ class ImageHeader(NamedTuple):
     orientation: Optional[int] = None  # a JPEG's EXIF Orientation (``exif_orientation``)
 
 
-def read_fault(path, err):
+def raise_read_fault(path, err):
     """A RestartableError naming ``path`` for an OSError of the file system (EIO, ESTALE:
-    a shared volume that failed, which a restart may find working), or None: the user's
+    a shared volume that failed, which a restart may find working); nothing for the user's
     (a file gone, no permission) or Pillow's (no errno), which make the file a broken image."""
-    if err.errno is None or os_error_is_users(err):
-        return None
-    return RestartableError(
+    if not isinstance(err, OSError) or err.errno is None or os_error_is_users(err):
+        return
+    raise RestartableError(
         f"{path}: {err.strerror or err} while reading it (an I/O error of the file system, "
         "not a broken image: a restart may succeed)"
-    )
+    ) from None
 
 
 def read_header(path):
-    """The ImageHeader of the file at ``path`` (about 0.1 ms), or a ``read_fault``."""
+    """The ImageHeader of the file at ``path`` (about 0.1 ms), or a ``raise_read_fault``."""
     try:
         with open(path, "rb") as handle:
             return stream_header(handle, os.fstat(handle.fileno()).st_size)
     except OSError as err:
-        fault = read_fault(path, err)
-        if fault:
-            raise fault from None
+        raise_read_fault(path, err)
         return ImageHeader(0, None, None, 0, 0, 0, f"cannot be read ({err.strerror})", b"")
 
 
@@ -333,15 +330,13 @@ def refuse_broken(broken):
 
 
 def unreadable_images(files):
-    """The files of ``files`` that Pillow cannot decode (a generator), or a ``read_fault``."""
+    """The files of ``files`` that Pillow cannot decode (a generator), or a ``raise_read_fault``."""
     for path in files:
         try:
             with Image.open(path) as image:
                 image.load()
         except Exception as err:  # Pillow raises many types for broken files
-            fault = read_fault(path, err) if isinstance(err, OSError) else None
-            if fault:
-                raise fault from None
+            raise_read_fault(path, err)
             yield path
 
 

@@ -213,12 +213,7 @@ def write_tfrecord_examples(examples, prefix):
 
 def tfrecord_frame(data):
     length = struct.pack("<Q", len(data))
-    return (
-        length
-        + struct.pack("<I", masked_crc32c(length))
-        + data
-        + struct.pack("<I", masked_crc32c(data))
-    )
+    return length + masked_crc32c(length) + data + masked_crc32c(data)
 
 
 def feature_kinds(data):
@@ -228,9 +223,10 @@ def feature_kinds(data):
 
 
 def masked_crc32c(data):
+    """The checksum of ``data`` as TFRecord frames store it (4 bytes)."""
     # TFRecord masks its checksums so that CRCs of data holding CRCs stay well spread.
     crc = crc32c.crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
 
 
 def check_tfrecord(path, index_path=None):
@@ -267,7 +263,7 @@ def tfrecord_frames(handle, path):
         header = handle.read(12)
         if not header:
             return
-        if len(header) < 12 or masked_crc32c(header[:8]) != struct.unpack("<I", header[8:])[0]:
+        if len(header) < 12 or masked_crc32c(header[:8]) != header[8:]:
             raise DataError(
                 f"{path}: no valid TFRecord header at byte {offset}; "
                 "not a TFRecord file, or a corrupt one"
@@ -276,7 +272,7 @@ def tfrecord_frames(handle, path):
         data, footer = handle.read(length), handle.read(4)
         if len(data) < length or len(footer) < 4:
             raise DataError(f"{path}: truncated in the record at byte {offset}")
-        if masked_crc32c(data) != struct.unpack("<I", footer)[0]:
+        if masked_crc32c(data) != footer:
             raise DataError(
                 f"{path}: the record at byte {offset} does not match its checksum (corrupt "
                 "data); re-create the file with scripts/data/make_records.py"

@@ -13,6 +13,7 @@ from paddle_resnet.deploy.onnx_runtime import OnnxClassifier
 from paddle_resnet.deploy.openvino_runtime import OpenVinoClassifier
 
 AUTO = "auto"
+CPU_PRECISIONS = ("fp32", "bf16", "int8")  # those of Paddle Inference's and OpenVINO's CPU runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,13 +44,9 @@ def _paddle(name):
             )
             calls = pir_tensorrt.predictor_calls(inference_config)
         else:
+            in_paddle = quantized and exported.quantized_in_paddle(model_dir)
             calls = predictor.predictor_settings(
-                inference_config,
-                name,
-                input_shape,
-                max_batch,
-                quantized=quantized and exported.quantized_in_paddle(model_dir),
-                pir_export=pir_export,
+                inference_config, name, input_shape, max_batch, in_paddle, pir_export
             )
         return predictor.Classifier(model_dir, calls, input_shape)
 
@@ -68,18 +65,11 @@ BACKENDS = {
             precision_key="trt_precision",
         ),
         Backend("gpu", "gpu", ("fp32",), devices.gpu_available, _paddle("gpu")),
-        Backend(
-            "cpu",
-            "cpu",
-            ("fp32", "bf16", "int8"),
-            lambda: True,
-            _paddle("cpu"),
-            int8_from_pir=False,
-        ),
+        Backend("cpu", "cpu", CPU_PRECISIONS, lambda: True, _paddle("cpu"), int8_from_pir=False),
         Backend(
             "openvino",
             "cpu",
-            ("fp32", "bf16", "int8"),
+            CPU_PRECISIONS,
             lambda: optional.has_openvino,
             OpenVinoClassifier,
             reads_pir_through_onnx=True,

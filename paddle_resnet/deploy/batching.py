@@ -46,11 +46,8 @@ class Batcher:
 
     def run(self, images):
         """``images`` through the classifier in calls of ``sizes``; on the engine's thread."""
-        calls, start = [], 0
-        for size in split(len(images), self.sizes):
-            calls.append(self.classify(images[start : start + size]))
-            start += size
-        return np.concatenate(calls)
+        bounds = np.cumsum(split(len(images), self.sizes))[:-1]
+        return np.concatenate([self.classify(part) for part in np.split(images, bounds)])
 
     def warm_up(self, input_shape):
         """Run each size once (OpenVINO compiles its model then), before the server is ready."""
@@ -103,9 +100,7 @@ class Batcher:
                     if not future.done():
                         future.set_exception(err)
                 continue
-            start = 0
-            for request_images, future, _ in taken:
+            bounds = np.cumsum([len(request_images) for request_images, _, _ in taken])[:-1]
+            for answer, (_, future, _) in zip(np.split(probabilities, bounds), taken):
                 if not future.done():  # a client that went away cancelled its future
-                    answer = probabilities[start : start + len(request_images)]
                     future.set_result((answer, len(images)))
-                start += len(request_images)

@@ -23,12 +23,8 @@ def preprocessing(data_config, info):
 
 def validation_batches(data_split, data_config, info):
     """Batches of ``data_split`` through the validation pipeline, as the model was exported."""
-    shape = info["input_shape"]
-    channels = shape[0] if info["layout"] == "NCHW" else shape[-1]
+    layout, shape = info["layout"], info["input_shape"]
+    channels = shape[0] if layout == "NCHW" else shape[-1]
     return make_loader(
-        data_split,
-        preprocessing(data_config, info),
-        info["layout"],
-        training=False,
-        channels=channels,
+        data_split, preprocessing(data_config, info), layout, training=False, channels=channels
     )

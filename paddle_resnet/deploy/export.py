@@ -48,44 +48,37 @@ def export(config):
 
 def _write(config, model):
     """The folder of ``model``, complete or not at all, and the export report."""
-    out_dir = config.inference.directory
+    inf, out_dir = config.inference, config.inference.directory
     info = exported.describe(config, model.input_shape, model.sparsity, model.quantization)
     with staged_directory(out_dir) as staging:  # an earlier export survives a crash
         exported.write(staging, model.exe, model.program, model.image, model.output, model.classes)
-        if config.inference.ptq_algo:
-            info["quantization"] = _post_training_quantize(config, staging, info)
+        if inf.ptq_algo:
+            # calibrated on training images, not the validation images the model is measured on
+            if not config.data.image_root:
+                raise ConfigError(
+                    "--ptq-algo needs --image-root: it calibrates on real training images"
+                )
+            info["quantization"] = quantize_in_place(
+                staging, calibration_batches(config, info), inf.ptq_algo, inf.calibration_images
+            )
         exported.write_info(staging, info)  # complete: what follows reads it
         # the weights model.json names as sparse hold their pattern in what ships
         sparsity_report.check(staging, f"{out_dir} (exported)")
-        if config.inference.onnx:
+        if inf.onnx:
             onnx_export.write_onnx(staging)
-        if config.inference.openvino:
+        if inf.openvino:
             openvino = require("openvino", "--openvino")
             openvino_conversion.openvino_model(staging, openvino.Core(), openvino)
-        if config.inference.verify_images:
-            rows, images = verify.verify(
-                staging, config.data, config.inference, config.inference.verify_images
-            )
+        if inf.verify_images:
+            rows, images = verify.verify(staging, config.data, inf, inf.verify_images)
             info = dict(info, verification=rows)
             exported.write_info(staging, info)  # what --backend auto reads
             print(verify.table(rows, images))
-    files = {
-        name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))
-    }
+    files = {n: os.path.getsize(os.path.join(out_dir, n)) for n in sorted(os.listdir(out_dir))}
     report = dict(info, directory=out_dir, files=files, source=model.source)
-    with open(config.inference.export_log_path, "w") as handle:
+    with open(inf.export_log_path, "w") as handle:
         json.dump(report, handle, indent=1)
     return report
-
-
-def _post_training_quantize(config, model_dir, info):
-    """Quantize the fp32 model just written to ``model_dir``; returns how, for model.json.
-    Calibration reads training images, not the validation images the model is measured on."""
-    inf = config.inference
-    if not config.data.image_root:
-        raise ConfigError("--ptq-algo needs --image-root: it calibrates on real training images")
-    batches = calibration_batches(config, info)
-    return quantize_in_place(model_dir, batches, inf.ptq_algo, inf.calibration_images)
 
 
 def calibration_batches(config, info):

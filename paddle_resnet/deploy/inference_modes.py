@@ -157,24 +157,19 @@ def predict(config, report):
 def _predict(config, report, files):
     classifier, info, _ = build_classifier(config, config.data.batch_size, report)
     classes = exported.read_classes(config.inference.directory)
-    images = DataSplit.of_images(
-        "predict", ImageList(tuple(files), (0,) * len(files), tuple(classes))
-    )
-    k = top_k(len(classes))
-    predictions = []
+    listed = ImageList(tuple(files), (0,) * len(files), tuple(classes))
+    images = DataSplit.of_images("predict", listed)
+    k, predictions = top_k(len(classes)), []
     confusion = np.zeros((len(classes), len(classes)))
     index = {name: i for i, name in enumerate(classes)}  # a folder named as a class: its label
     for batch in dali_input.validation_batches(images, config.data, info):
         for probs in classifier(batch[feeds.IMAGE]):
             image = files[len(predictions)]
             best = np.argsort(-probs)[:k]
-            entry = {
-                "image": image,
-                "top": [{"class": classes[i], "probability": float(probs[i])} for i in best],
-            }
-            predictions.append(entry)
-            report.log("PREDICT", entry, kind="PREDICT", console=False)
-            tops = ", ".join(f"{p['class']} {p['probability']:.3f}" for p in entry["top"])
+            top = [{"class": classes[i], "probability": float(probs[i])} for i in best]
+            predictions.append({"image": image, "top": top})
+            report.log("PREDICT", predictions[-1], kind="PREDICT", console=False)
+            tops = ", ".join(f"{p['class']} {p['probability']:.3f}" for p in top)
             report.print(f"{image}: {tops}")
             folder = os.path.basename(os.path.dirname(image))
             if folder in index:

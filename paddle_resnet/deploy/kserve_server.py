@@ -327,11 +327,15 @@ async def _not_served(request, error):
 
 
 class ExportServer(kserve.ModelServer):
-    """KServe's ModelServer serving ``model`` on ``host``, taking at most ``limit`` bytes."""
+    """KServe's ModelServer serving ``model`` on --host, taking at most --max-request-mb."""
 
-    def __init__(self, model, served, host, limit, **settings):
-        super().__init__(**settings)
-        self.host, self.limit = host, limit
+    def __init__(self, model, served, settings, verbose):
+        super().__init__(
+            http_port=settings.http_port,
+            grpc_port=settings.grpc_port,
+            enable_latency_logging=verbose,
+        )
+        self.host, self.limit = settings.host, int(settings.max_request_mb * 2**20)
         self.dataplane = ExportDataPlane(self.registered_models, served)
         self.register_model(model)
 
@@ -376,13 +380,4 @@ def model_server(served, batcher, settings, verbose):
     """(KServe's ModelServer serving ``served`` through ``batcher``, not ready yet; its model)."""
     configure_logging(verbose)
     model = ExportModel(served, batcher)
-    server = ExportServer(
-        model,
-        served,
-        settings.host,
-        int(settings.max_request_mb * 2**20),
-        http_port=settings.http_port,
-        grpc_port=settings.grpc_port,
-        enable_latency_logging=verbose,
-    )
-    return server, model
+    return ExportServer(model, served, settings, verbose), model

@@ -12,13 +12,11 @@ import tempfile
 
 import numpy as np
 
-from paddle_resnet.core import child_process
+from paddle_resnet.core import bootstrap, child_process
 from paddle_resnet.core.optional import not_installed
 
 # where scripts/setup_nncf.sh installs NNCF, beside the repository's venv
-DEFAULT_SITE = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".nncf-site"
-)
+DEFAULT_SITE = os.path.join(bootstrap.REPOSITORY, ".nncf-site")
 # NNCF's presets: "performance" (symmetric int8 throughout, its choice for CNNs on the
 # CPU) and "mixed" (asymmetric activations, for accuracy)
 PRESETS = ("performance", "mixed")

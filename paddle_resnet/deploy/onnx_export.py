@@ -43,11 +43,10 @@ def write_onnx(model_dir):
     check_converter(model_dir, bool(quantization), pir)
     path = os.path.join(model_dir, exported.ONNX_FILE)
     if quantization and pir:
+        prefix = os.path.join(model_dir, exported.PREFIX)
         with exported.loaded(model_dir) as model:
             ranges = quantization.get("input_ranges") or pir_int8.qat_ranges(model)
-            with pir_int8.fp32_model(
-                os.path.join(model_dir, exported.PREFIX), model
-            ) as fp32_prefix:
+            with pir_int8.fp32_model(prefix, model) as fp32_prefix:
                 _paddle2onnx(model_dir, f"{fp32_prefix}.json", path)
         onnx_int8.from_fp32(path, ranges, quantization.get("add_input_ranges", ()))
         return path

@@ -39,6 +39,7 @@ class _Graph:
     """An ONNX graph with its producer, consumer and initializer index."""
 
     def __init__(self, graph):
+        self.numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
         self.graph = graph
         self.producers = {output: node for node in graph.node for output in node.output}
         self.consumers = collections.defaultdict(list)
@@ -49,17 +50,15 @@ class _Graph:
 
     def constant(self, name):
         """The value of ``name``: an initializer or a Constant node's output; else None."""
-        numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
         if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
+            return self.numpy_helper.to_array(self.initializers[name])
         node = self.producers.get(name)
         if node is None or node.op_type != "Constant":
             return None
-        return numpy_helper.to_array(node.attribute[0].t)
+        return self.numpy_helper.to_array(node.attribute[0].t)
 
     def add_constant(self, name, value):
-        numpy_helper = require("onnx.numpy_helper", "int8 ONNX export")
-        self.graph.initializer.append(numpy_helper.from_array(value, name))
+        self.graph.initializer.append(self.numpy_helper.from_array(value, name))
         return name
 
     def remove_constant(self, name):
@@ -98,9 +97,8 @@ def _drop_requantize_before_relu(graph):
     for quantize, dequantizes in graph.quantize_pairs():
         source = graph.producers.get(quantize.input[0])
         readers = [n for dq in dequantizes for n in graph.consumers[dq.output[0]]]
-        if source is None or source.op_type not in ("Conv", "Add") or not readers:
-            continue
-        if any(n.op_type != "Relu" for n in readers):
+        relus_only = readers and all(n.op_type == "Relu" for n in readers)
+        if source is None or source.op_type not in ("Conv", "Add") or not relus_only:
             continue
         for dequantize in dequantizes:
             graph.redirect(dequantize.output[0], quantize.input[0])
@@ -157,25 +155,21 @@ def _quantize_weighted(graph, input_ranges, op_types, shared_inputs):
             continue
         axis = WEIGHT_CHANNEL_AXIS[node.op_type]
         others = tuple(i for i in range(weight.ndim) if i != axis)
-        weight_scale = np.abs(weight).max(axis=others) / 127
-        weight_scale[weight_scale == 0] = 1
-        shaped_scale = np.expand_dims(weight_scale, others)
+        scale = np.abs(weight).max(axis=others, keepdims=True) / 127
+        scale[scale == 0] = 1
         int8_weight = [
             graph.add_constant(
-                weight_name + INT8_WEIGHT_SUFFIX, np.round(weight / shaped_scale).astype(np.int8)
+                weight_name + INT8_WEIGHT_SUFFIX, np.round(weight / scale).astype(np.int8)
             ),
-            graph.add_constant(f"{weight_name}.int8_scale", weight_scale.astype(np.float32)),
-            graph.add_constant(
-                f"{weight_name}.int8_zero_point", np.zeros(weight_scale.shape, np.int8)
-            ),
+            graph.add_constant(f"{weight_name}.int8_scale", scale.ravel().astype(np.float32)),
+            graph.add_constant(f"{weight_name}.int8_zero_point", np.zeros(scale.size, np.int8)),
         ]
         dequantized_weight = f"{weight_name}.int8.dequantized"
         nodes = [helper.make_node("DequantizeLinear", int8_weight, [dequantized_weight], axis=axis)]
         pair, dequantized_data = _input_pair(
             graph, data, input_ranges[weight_name], f"{weight_name}.input", shared_inputs
         )
-        nodes += pair
-        _insert_before(graph, node, nodes)
+        _insert_before(graph, node, nodes + pair)
         node.input[:2] = [dequantized_data, dequantized_weight]
         if graph.consumers[weight_name] == [node]:  # the fp32 copy, read by no one now
             graph.remove_constant(weight_name)
@@ -294,13 +288,11 @@ def from_fp32(path, input_ranges, add_ranges=()):
     front of a ReLU to remove (NNCF quantizes the same places); returns {rewrite: how many}."""
     onnx = require("onnx", "int8 ONNX export")
     model = onnx.load(path)
-    graph, shared_inputs = _Graph(model.graph), {}
-    counts = {
-        "quantized": _quantize_weighted(graph, input_ranges, WEIGHT_CHANNEL_AXIS, shared_inputs)
-    }
+    graph, shared = _Graph(model.graph), {}
+    counts = {"quantized": _quantize_weighted(graph, input_ranges, WEIGHT_CHANNEL_AXIS, shared)}
     if add_ranges:
         counts["residual adds quantized"] = _quantize_residual_adds(
-            _Graph(model.graph), add_ranges, shared_inputs
+            _Graph(model.graph), add_ranges, shared
         )
     counts["max pools on int8"] = _quantize_before_max_pool(_Graph(model.graph))
     _sort_topologically(_Graph(model.graph))

@@ -182,9 +182,7 @@ class ServedExport:
     def outputs_of(self, probabilities, k):
         """[(name, datatype, array)] of the response, the top-k best first."""
         best = np.argsort(-probabilities, axis=1, kind="stable")[:, :k]
-        names = np.array(
-            [[self.classes[i].encode() for i in row] for row in best], dtype=np.object_
-        )
+        names = np.array([[self.classes[i].encode() for i in row] for row in best], dtype=object)
         return [
             (PROBABILITIES, "FP32", probabilities.astype(np.float32, copy=False)),
             (TOP_CLASSES, "BYTES", names),

@@ -72,16 +72,6 @@ def _remove_fetch_ops(program):
     return fetched
 
 
-def _inputs_by_weight(program):
-    """{weight name: the value its op multiplies it with} of ``program``."""
-    found = {}
-    for op in _quantized_ops(program):
-        name = _weight_name(op)
-        if name is not None:
-            found[name] = op.operand_source(0)
-    return found
-
-
 def residual_adds(program):
     """The adds of ``program`` of two activations (a bias add has a parameter), in order."""
     return [
@@ -101,9 +91,9 @@ def calibrate(loaded, batches, algo):
     exe = paddle.static.Executor(paddle.CPUPlace())
     _remove_fetch_ops(program)
     with paddle.static.scope_guard(scope):
-        inputs = _inputs_by_weight(program)
+        found = ((_weight_name(op), op.operand_source(0)) for op in _quantized_ops(program))
+        inputs = {name: value for name, value in found if name is not None}  # by weight name
         adds = residual_adds(program)
-        names = list(inputs) + [f"add {k}.{i}" for k in range(len(adds)) for i in range(2)]
         values = list(inputs.values()) + [op.operand_source(i) for op in adds for i in range(2)]
 
         def each_batch():
@@ -113,16 +103,15 @@ def calibrate(loaded, batches, algo):
         maxima = np.array([[np.abs(a).max() for a in arrays] for arrays in each_batch()])
         ranges = maxima.mean(axis=0) if algo == "avg" else maxima.max(axis=0)
         if algo == "hist":
-            histograms = np.zeros((len(names), HIST_BINS))
+            histograms = np.zeros((len(values), HIST_BINS))
             for arrays in each_batch():
                 for row, (array, top) in enumerate(zip(arrays, ranges)):
                     histograms[row] += np.histogram(np.abs(array), HIST_BINS, (0, top))[0]
             ranges = [_percentile_edge(h, top) for h, top in zip(histograms, ranges)]
     ranges = [float(r) for r in ranges]
-    weighted = {name: r for name, r in zip(names, ranges[: len(inputs)]) if r > 0}
-    return weighted, [
-        ranges[len(inputs) + 2 * k : len(inputs) + 2 * k + 2] for k in range(len(adds))
-    ]
+    add_ranges = ranges[len(inputs) :]
+    weighted = {name: r for name, r in zip(inputs, ranges) if r > 0}
+    return weighted, [add_ranges[i : i + 2] for i in range(0, len(add_ranges), 2)]
 
 
 def _percentile_edge(histogram, top):

@@ -10,6 +10,7 @@ kernels (Paddle removed its sparsity switch, PR #53905). PyPI has no Paddle 3 GP
 and the CPU wheel has no ``paddle.tensorrt``: the settings are checked as data.
 """
 
+import contextlib
 import importlib
 import json
 import os
@@ -61,12 +62,10 @@ def converted_model(model_dir, inference_config, input_shape, max_batch, quantiz
     """The folder of ``model_dir``'s TensorRT conversion for these settings."""
     settings = conversion_settings(inference_config, input_shape, max_batch, quantized)
     folder = os.path.join(model_dir, exported.TENSORRT_DIR)
-    try:
+    with contextlib.suppress(OSError, ValueError):  # not converted yet, or unreadable: convert
         with open(os.path.join(folder, exported.TENSORRT_SETTINGS_FILE)) as handle:
             if json.load(handle) == settings:
                 return folder
-    except (OSError, ValueError):
-        pass  # not converted yet, or unreadable: convert
     with staged_directory(folder) as staging:
         child_process.run(
             ["-m", __name__, model_dir, json.dumps(settings), staging],

@@ -62,16 +62,10 @@ def quantize_in_place(model_dir, batches, algo, count):
     with exported.loaded(model_dir) as loaded:
         ops = int8_ops(loaded[0])  # what this model holds of what int8 quantizes
         if exported.is_pir_export(model_dir):
-            ranges, add_ranges = pir_int8.calibrate(
-                loaded, [b[feeds.IMAGE] for b in calibration], algo
-            )
-            return dict(
-                how,
-                ops=[*ops, "add (residual)"],
-                ir="pir",
-                input_ranges=ranges,
-                add_input_ranges=add_ranges,
-            )
+            images = [b[feeds.IMAGE] for b in calibration]
+            ranges, add_ranges = pir_int8.calibrate(loaded, images, algo)
+            how.update(ops=[*ops, "add (residual)"], ir="pir")
+            return dict(how, input_ranges=ranges, add_input_ranges=add_ranges)
     _legacy_quantize(model_dir, calibration, algo, ops)
     return dict(how, ops=ops)
 

@@ -53,10 +53,8 @@ def _warm_up(batcher, served, model, failures, stopped):
         print(describe(err)[1], file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
         return
-    sizes = ", ".join(map(str, batcher.sizes))
-    print(
-        f"ready: warm-up ran batches of {sizes} in {time.perf_counter() - start:.1f} s", flush=True
-    )
+    sizes, took = ", ".join(map(str, batcher.sizes)), time.perf_counter() - start
+    print(f"ready: warm-up ran batches of {sizes} in {took:.1f} s", flush=True)
     model.ready = True  # after the line: a client that finds it ready finds the line too
 
 
@@ -79,16 +77,14 @@ def run(config):
     """Serve the export of ``config`` until SIGTERM or SIGINT; 0 once drained."""
     if not optional.has_kserve:
         raise optional.not_installed("kserve", "paddle-resnet-serve")
-    inference_config, settings = config.inference, config.serve
+    inf, settings = config.inference, config.serve
     check_ports(settings)
-    classifier, info, backend, notes = backends.build_classifier(
-        inference_config, settings.max_batch
-    )
+    classifier, info, backend, notes = backends.build_classifier(inf, settings.max_batch)
     served = ServedExport(
-        inference_config.directory,
+        inf.directory,
         info,
         backend.name,
-        _precision(backend, inference_config, info),
+        _precision(backend, inf, info),
         settings.max_batch,
         settings.model_name,
         settings.max_image_pixels,

@@ -41,14 +41,7 @@ def marked_weights(record):
 
 
 def load_for_check(path):
-    """(params, sparsity record, source of the int8 scales) of ``path``."""
-    if exported.is_exported_model(path):
-        info = exported.read_info(path)
-        return (
-            exported.read_params(path),
-            exported.sparsity(info),
-            scale_source(info.get("quantization")),
-        )
+    """(params, sparsity record, source of the int8 scales) of a checkpoint or .pdparams."""
     meta = None
     if os.path.isdir(path):
         directory, meta = checkpoint.verify_checkpoint(path)
@@ -124,14 +117,16 @@ def print_rows(rows, title, pattern):
 def tables(path):
     """({where: rows} for ``path`` and its model.onnx; the sparsity record). A PIR export
     on Paddle 2.6, which cannot read its program, is checked through its model.onnx alone."""
-    onnx_model = onnx_weights(path) if exported.is_exported_model(path) else None
-    if onnx_model and exported.is_pir_export(path) and not paddle_internals.PADDLE3:
-        info = exported.read_info(path)
-        sparsity, source = exported.sparsity(info), scale_source(info.get("quantization"))
-        result = {}
-    else:
+    if not exported.is_exported_model(path):
         params, sparsity, source = load_for_check(path)
-        result = {path: rows_with_precision(params, sparsity, scaled(params), source)}
+        return {path: rows_with_precision(params, sparsity, scaled(params), source)}, sparsity
+    onnx_model = onnx_weights(path)
+    info = exported.read_info(path)
+    sparsity, source = exported.sparsity(info), scale_source(info.get("quantization"))
+    result = {}
+    if not (onnx_model and exported.is_pir_export(path) and not paddle_internals.PADDLE3):
+        params = exported.read_params(path)
+        result[path] = rows_with_precision(params, sparsity, scaled(params), source)
     if onnx_model:
         weights, quantized = onnx_model
         result[os.path.join(path, exported.ONNX_FILE)] = rows_with_precision(

@@ -6,6 +6,7 @@ Per row: top-1 agreement with fp32 Paddle, the largest probability difference, t
 accuracy. A row below its tolerance fails the export with one line naming it.
 """
 
+import collections
 import dataclasses
 import functools
 import os
@@ -25,11 +26,8 @@ from paddle_resnet.deploy import backends, dali_input, exported, predictor
 MIN_AGREEMENT = {"fp32": 0.99, "bf16": 0.97, "int8": 0.90}
 
 
-@dataclasses.dataclass
-class Candidate:
-    name: str  # e.g. "openvino bf16"
-    precision: str
-    build: object  # () -> a classifier (images -> probabilities)
+# name: e.g. "openvino bf16"; build: () -> a classifier (images -> probabilities)
+Candidate = collections.namedtuple("Candidate", "name precision build")
 
 
 def machine_precisions(quantized):
@@ -46,13 +44,10 @@ def candidates(model_dir, inference_config, input_shape, max_batch, quantized):
     has_onnx = os.path.exists(os.path.join(model_dir, exported.ONNX_FILE))
     pir = exported.is_pir_export(model_dir)
     for backend in backends.BACKENDS.values():
-        if backend.device != "cpu" or not backend.available():
-            continue
-        if backend.reads_pir_through_onnx and pir and not has_onnx:
+        needs_onnx = backend.model_precision or (backend.reads_pir_through_onnx and pir)
+        if backend.device != "cpu" or not backend.available() or (needs_onnx and not has_onnx):
             continue
         if backend.model_precision:
-            if not has_onnx:
-                continue
             precisions = ["int8" if quantized else "fp32"]
         else:
             int8 = quantized and (backend.int8_from_pir or not pir)
@@ -78,15 +73,10 @@ def verify(model_dir, data_config, inference_config, count):
     labels = np.concatenate([batch[feeds.LABEL].ravel() for batch in batches])
     max_batch = max(len(batch) for batch in images)
     quantized = bool(info.get("quantization"))
-    fp32_settings = dataclasses.replace(inference_config, cpu_precision="fp32")
-    pir_export = exported.is_pir_export(model_dir)
-    reference = predictor.Classifier(
-        model_dir,
-        predictor.predictor_settings(
-            fp32_settings, "cpu", input_shape, max_batch, quantized, pir_export
-        ),
-        input_shape,
-    )
+    fp32 = dataclasses.replace(inference_config, cpu_precision="fp32")
+    pir = exported.is_pir_export(model_dir)
+    calls = predictor.predictor_settings(fp32, "cpu", input_shape, max_batch, quantized, pir)
+    reference = predictor.Classifier(model_dir, calls, input_shape)
     expected = np.concatenate([reference(batch) for batch in images])
 
     def compared(backend, precision, probs):

@@ -37,12 +37,15 @@ _BLOCK = re.compile(
 )
 
 
-def _block(ours):
-    """(stage, block, unit, leaf) of a tensor inside a residual block, or None."""
+def _paddleclas_block(ours):
+    """(stage, block, PaddleClas' unit, kind: conv or bn, leaf) of a block's tensor, or None."""
     match = _BLOCK.fullmatch(ours)
     if match is None:
         return None
-    return (int(match["stage"]), int(match["block"]), match["unit"], match["leaf"])
+    unit = match["unit"]
+    short = "short" if unit.startswith("downsample") else f"conv{int(unit[-1]) - 1}"
+    kind = "bn" if "bn" in unit else "conv"
+    return int(match["stage"]), int(match["block"]), short, kind, match["leaf"]
 
 
 _TORCH_BN = {"_mean": "running_mean", "_variance": "running_var"}
@@ -62,12 +65,10 @@ def _paddleclas_resnet(ours, arch):
     if ours.startswith(("conv1.", "bn1.")):
         layer, leaf = ours.split(".", 1)
         return f"stem.0.{'conv' if layer == 'conv1' else 'bn'}.{leaf}"
-    parts = _block(ours)
+    parts = _paddleclas_block(ours)
     if parts is None:
         return ours  # fc.weight, fc.bias
-    stage, block, unit, leaf = parts
-    kind = "bn" if "bn" in unit else "conv"
-    unit = "short" if unit.startswith("downsample") else f"conv{int(unit[-1]) - 1}"
+    stage, block, unit, kind, leaf = parts
     flat = sum(arch.layers[: stage - 1]) + block  # PaddleClas numbers all blocks in one list
     return f"blocks.{flat}.{unit}.{kind}.{leaf}"
 
@@ -80,10 +81,8 @@ def _paddleclas_resnext(ours, arch):
         return f"conv.{kinds[layer[:-1]]}.{leaf}"
     if ours.startswith("fc."):
         return "out." + ours[3:]
-    stage, block, unit, leaf = _block(ours)
-    kind = kinds["bn" if "bn" in unit else "conv"]
-    unit = "short" if unit.startswith("downsample") else f"conv{int(unit[-1]) - 1}"
-    return f"bb_{stage - 1}_{block}.{unit}.{kind}.{leaf}"
+    stage, block, unit, kind, leaf = _paddleclas_block(ours)
+    return f"bb_{stage - 1}_{block}.{unit}.{kinds[kind]}.{leaf}"
 
 
 # The three sources' ResNets all stride in the 3x3 convolution.

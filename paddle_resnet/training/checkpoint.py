@@ -54,6 +54,11 @@ def progress_of(name):
     return int(match["epoch"]) - 1, int(match["step"])
 
 
+def progress_names(folder):
+    """[(progress, name)] of the checkpoint folder names in ``folder``, oldest first."""
+    return sorted((progress_of(name), name) for name in os.listdir(folder) if progress_of(name))
+
+
 def save_checkpoint(program, directory, meta, prefix=PREFIX):
     """Write ``program``'s persistables and ``meta`` to ``directory``, atomically."""
     meta = dict(meta, prefix=prefix)
@@ -84,12 +89,10 @@ def saved_checkpoints(folder):
     if not os.path.isdir(folder):
         return []
     recover_staged(folder)
-    found = []
-    for name in os.listdir(folder):
-        progress = progress_of(name)
-        if progress and os.path.exists(os.path.join(folder, name, META)):
-            found.append((progress, os.path.join(folder, name)))
-    return sorted(found)
+    paths = [(progress, os.path.join(folder, name)) for progress, name in progress_names(folder)]
+    return [
+        (progress, path) for progress, path in paths if os.path.exists(os.path.join(path, META))
+    ]
 
 
 def describe_saved(saved):
@@ -115,7 +118,7 @@ def resolve_checkpoint(path):
     if os.path.exists(os.path.join(path, META)):
         return path
     recover_staged(path)
-    names = sorted((progress_of(name), name) for name in os.listdir(path) if progress_of(name))
+    names = progress_names(path)
     if not names:
         raise CheckpointError(f"{path}: no {META}; not a checkpoint folder")
     newest = os.path.join(path, names[-1][1])
@@ -176,13 +179,11 @@ def verify_checkpoint(path):
         file_path = os.path.join(directory, name)
         if not os.path.exists(file_path):
             raise CheckpointError(f"{file_path}: missing from the checkpoint")
-        if (
-            os.path.getsize(file_path) != expected["bytes"]
-            or _sha256(file_path) != expected["sha256"]
-        ):
+        size, digest = expected["bytes"], expected["sha256"]
+        if os.path.getsize(file_path) != size or _sha256(file_path) != digest:
             raise CheckpointError(
                 f"{file_path}: truncated or modified "
-                f"(expected {expected['bytes']} bytes, sha256 {expected['sha256'][:12]}...)"
+                f"(expected {size} bytes, sha256 {digest[:12]}...)"
             )
     return directory, meta
 
@@ -190,8 +191,7 @@ def verify_checkpoint(path):
 def read_state(prefix, optimizer=True):
     """Variable name -> array from ``<prefix>.pdparams``, and with ``optimizer`` from
     ``<prefix>.pdopt`` where present (``read_pickle``)."""
-    if prefix.endswith(".pdparams"):
-        prefix = prefix[: -len(".pdparams")]
+    prefix = prefix.removesuffix(".pdparams")
     if not os.path.exists(prefix + ".pdparams"):
         raise CheckpointError(f"{prefix}.pdparams does not exist")
     state = read_pickle(prefix + ".pdparams")
@@ -232,12 +232,8 @@ def read_pickle(path):
 
 def _array_of(value):
     """The array of a Tensor as ``paddle.save`` pickles it outside a state dict."""
-    if (
-        isinstance(value, tuple)
-        and len(value) == 2
-        and isinstance(value[0], str)
-        and isinstance(value[1], np.ndarray)
-    ):
+    pair = isinstance(value, tuple) and len(value) == 2
+    if pair and isinstance(value[0], str) and isinstance(value[1], np.ndarray):
         return value[1]
     return value
 

@@ -67,17 +67,14 @@ class Choice:
         return "oneDNN" if self.onednn else "plain"
 
     def line(self):
-        if self.how in ("measured", "cached"):
-            when = (
-                f"measured now ({self.kept})"
-                if self.how == "measured"
-                else f"measured before ({cache_path()})"
-            )
-            return (
-                f"CPU kernels: {self.name}, {when}: oneDNN {self.onednn_ips:.1f} img/s, plain "
-                f"{self.plain_ips:.1f} (--cpu-onednn / --no-cpu-onednn to choose)"
-            )
-        return f"CPU kernels: {self.name} ({UNMEASURED[self.how]})"
+        if self.how not in ("measured", "cached"):
+            return f"CPU kernels: {self.name} ({UNMEASURED[self.how]})"
+        now = self.how == "measured"
+        when = f"measured now ({self.kept})" if now else f"measured before ({cache_path()})"
+        return (
+            f"CPU kernels: {self.name}, {when}: oneDNN {self.onednn_ips:.1f} img/s, plain "
+            f"{self.plain_ips:.1f} (--cpu-onednn / --no-cpu-onednn to choose)"
+        )
 
     def record(self):
         return dataclasses.asdict(self)
@@ -141,22 +138,21 @@ def _cached_or_measured(config):
     path, key = cache_path(), cache_key(config)
     known = _read_cache(path).get(key)
     if known:
-        return Choice(known["onednn_ips"] > known["plain_ips"], "cached", **_speeds(known))
+        return _faster(known, "cached")
     loaded = os.getloadavg()[0] > LOADED * available_cores()
     speeds = measure(config)
     if speeds is None:
         return Choice(False, "failed")
-    onednn = speeds["onednn_ips"] > speeds["plain_ips"]
     if loaded or _apart(speeds) is False:
         why = "the machine was busy" if loaded else "the two speeds are within their spread"
-        return Choice(onednn, "measured", **_speeds(speeds), kept=f"not kept: {why}")
+        return _faster(speeds, "measured", kept=f"not kept: {why}")
     entries = dict(_read_cache(path), **{key: speeds})
     try:
         with atomic.atomic_files(path) as (handle,):
             handle.write(json.dumps(entries, indent=1, sort_keys=True).encode())
     except OSError as err:  # a read-only home: measured again next time
-        return Choice(onednn, "measured", **_speeds(speeds), kept=f"not kept: {err.strerror}")
-    return Choice(onednn, "measured", **_speeds(speeds), kept=f"kept in {path}")
+        return _faster(speeds, "measured", kept=f"not kept: {err.strerror}")
+    return _faster(speeds, "measured", kept=f"kept in {path}")
 
 
 def _apart(speeds):
@@ -168,8 +164,10 @@ def _apart(speeds):
     return ratios["min"] > 1 or ratios["max"] < 1
 
 
-def _speeds(entry):
-    return {"plain_ips": entry["plain_ips"], "onednn_ips": entry["onednn_ips"]}
+def _faster(speeds, how, kept=None):
+    """The Choice of the faster path by ``speeds`` (a measurement or a cache entry)."""
+    plain, onednn = speeds["plain_ips"], speeds["onednn_ips"]
+    return Choice(onednn > plain, how, plain_ips=plain, onednn_ips=onednn, kept=kept)
 
 
 def measure(config):

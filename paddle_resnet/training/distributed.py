@@ -27,17 +27,14 @@ def launcher_ranks(environ=os.environ):
     if len(endpoints) <= 1:
         return 0, endpoints
     where = f"PADDLE_TRAINER_ENDPOINTS names {len(endpoints)} ranks"
+    launch = "start the ranks with python -m paddle.distributed.launch"
     if environ.get("PADDLE_TRAINERS_NUM", str(len(endpoints))) != str(len(endpoints)):
         raise UserError(
-            f"{where} but PADDLE_TRAINERS_NUM is {environ['PADDLE_TRAINERS_NUM']}; "
-            "start the ranks with python -m paddle.distributed.launch"
+            f"{where} but PADDLE_TRAINERS_NUM is {environ['PADDLE_TRAINERS_NUM']}; {launch}"
         )
     rank = environ.get("PADDLE_TRAINER_ID", "")
     if not rank.isdigit() or int(rank) >= len(endpoints):
-        raise UserError(
-            f"{where} but PADDLE_TRAINER_ID is {rank or 'not set'}; "
-            "start the ranks with python -m paddle.distributed.launch"
-        )
+        raise UserError(f"{where} but PADDLE_TRAINER_ID is {rank or 'not set'}; {launch}")
     if not environ.get("PADDLE_MASTER"):
         raise UserError(
             f"{where} but PADDLE_MASTER is not set: the ranks meet at the key-value store "
@@ -46,8 +43,7 @@ def launcher_ranks(environ=os.environ):
     if environ.get("PADDLE_CURRENT_ENDPOINT") != endpoints[int(rank)]:
         raise UserError(
             f"{where} but PADDLE_CURRENT_ENDPOINT "
-            f"({environ.get('PADDLE_CURRENT_ENDPOINT', 'not set')}) is not rank "
-            f"{rank}'s; start the ranks with python -m paddle.distributed.launch"
+            f"({environ.get('PADDLE_CURRENT_ENDPOINT', 'not set')}) is not rank {rank}'s; {launch}"
         )
     return int(rank), endpoints
 

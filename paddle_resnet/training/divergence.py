@@ -100,11 +100,9 @@ class Watch:
             f"lower --lr (now {config.lr.base:g} per {config.lr.reference_batch} images) or lengthen --warmup-epochs "
             f"(now {config.lr.warmup_epochs:g})"
         ]
-        if config.amp.enabled and config.amp.dtype == "float16":
-            if not config.amp.use_dynamic_loss_scaling:
-                lines.append(
-                    "let AMP skip overflowing steps: --use-dynamic-loss-scaling (with --amp)"
-                )
+        amp = config.amp
+        if amp.enabled and amp.dtype == "float16" and not amp.use_dynamic_loss_scaling:
+            lines.append("let AMP skip overflowing steps: --use-dynamic-loss-scaling (with --amp)")
         if config.loss.class_weights:
             lines.append("check --class-weights: large weights scale the gradients")
         return lines

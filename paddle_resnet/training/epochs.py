@@ -54,15 +54,10 @@ def train_epochs(session, train_split, val_split, start):
             watch.check_weights(f"by the end of epoch {epoch}")
             last = epoch == run_cfg.epochs
             if session.all_reduce:
-                checksum = distributed.check_ranks_agree(
-                    programs.train, session.all_reduce, f"after epoch {epoch}"
-                )
-                report.log(
-                    [epoch],
-                    {"parameter_checksum": checksum, "world_size": session.world_size},
-                    kind="RANKS",
-                    console=False,
-                )
+                where = f"after epoch {epoch}"
+                checksum = distributed.check_ranks_agree(programs.train, session.all_reduce, where)
+                record = {"parameter_checksum": checksum, "world_size": session.world_size}
+                report.log([epoch], record, kind="RANKS", console=False)
             if config.asp.enabled:
                 sparse_masks.verify(programs, report, where=f"epoch {epoch}")
             # Saved before validating, so that a broken validation image never costs the epoch.
@@ -83,10 +78,25 @@ def train_epochs(session, train_split, val_split, start):
 
 def _revalidate(session, val_split, start, history):
     """At this start's first validation: the one of ``start``'s epoch an earlier start
-    lost, where it did; True."""
-    if _validation_lost(session, start):
-        lost = _validate_lost(session, val_split, start[0])
-        history.update({"val.best_top1": lost["val.top1"], "val.best_epoch": start[0]})
+    lost, where it did, on the checkpoint's weights (then the current ones put back,
+    exactly): not before the first step, where an evaluation changed how the later steps
+    round (2-rank resumes departed by 4e-9). True."""
+    if not _validation_lost(session, start):
+        return True
+    epoch = start[0]
+    config, programs, report = session.config, session.programs, session.report
+    report.print(
+        f"validating epoch {epoch} now: {config.report_file} holds no validation of it "
+        "(the start that saved its checkpoint ended before or during it, e.g. out of memory)"
+    )
+    current = into_program.current_state(programs.train)
+    into_program.restore_state(programs.train, ckpt.read_checkpoint(config.run.from_checkpoint)[1])
+    try:
+        metrics = evaluate(session, val_split, epoch)
+    finally:
+        into_program.restore_state(programs.train, current)
+    report.log([epoch], metrics, kind="EPOCH", console=False)
+    history.update({"val.best_top1": metrics["val.top1"], "val.best_epoch": epoch})
     return True
 
 
@@ -116,25 +126,6 @@ def _validation_lost(session, start):
     return lost
 
 
-def _validate_lost(session, val_split, epoch):
-    """The lost validation of ``epoch``, on the checkpoint's weights (then the current
-    ones put back, exactly): not before the first step, where an evaluation changed how
-    the later steps round (2-rank resumes departed by 4e-9). Its metrics."""
-    config, programs, report = session.config, session.programs, session.report
-    report.print(
-        f"validating epoch {epoch} now: {config.report_file} holds no validation of it "
-        "(the start that saved its checkpoint ended before or during it, e.g. out of memory)"
-    )
-    current = into_program.current_state(programs.train)
-    into_program.restore_state(programs.train, ckpt.read_checkpoint(config.run.from_checkpoint)[1])
-    try:
-        metrics = evaluate(session, val_split, epoch)
-    finally:
-        into_program.restore_state(programs.train, current)
-    report.log([epoch], metrics, kind="EPOCH", console=False)
-    return metrics
-
-
 def _validated_epochs(report_file):
     """The epochs of ``report_file``'s VAL records (a half-written line skipped)."""
     epochs = set()
@@ -157,12 +148,8 @@ def _stopped(session, saves, epoch, steps_done, stop):
     directory = saves.stopped(epoch, steps_done)
     where = f"in epoch {epoch} after step {steps_done} of {steps_per_epoch}"
     line, code = lifecycle.stopped(stop.signal_number, where, directory)
-    report.log(
-        [epoch, steps_done],
-        {"signal": stop.signal_number, "checkpoint": directory},
-        kind="STOPPED",
-        console=False,
-    )
+    record = {"signal": stop.signal_number, "checkpoint": directory}
+    report.log([epoch, steps_done], record, kind="STOPPED", console=False)
     if rank == 0:
         report.print(line)
         lifecycle.tell_launcher_console(line)

@@ -35,11 +35,9 @@ def _config(program, inputs, outputs, exe, prefix, threads):
     pir = paddle_internals.is_pir_program(program)
     if pir:
         paddle.static.save_inference_model(prefix, inputs, outputs, exe, program=program)
-    config = (
-        paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
-        if pir
-        else paddle_infer.Config()
-    )
+        config = paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
+    else:
+        config = paddle_infer.Config()
     config.disable_gpu()
     config.set_cpu_math_library_num_threads(threads)
     config.switch_ir_optim(True)

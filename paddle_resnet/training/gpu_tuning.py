@@ -36,20 +36,17 @@ def build_strategy_fields(config, training):
         # (distributed.all_reduce_sum), so this only keeps the op order fixed.
         fields["fix_op_run_order"] = True
     if config.amp.enabled:
-        fields.update(
-            fuse_bn_act_ops=True,
-            fuse_elewise_add_act_ops=True,
-            fuse_bn_add_act_ops=True,
-            enable_addto=True,
-        )
-    if config.amp.enabled and config.qat.enabled:
         # QAT observes every batch norm's and addition's output, so Paddle's passes fuse
         # none of the forward ops but every backward one: a train program with
         # fused_batch_norm_act_grad and no fused_batch_norm_act (paddlepaddle-gpu 2.6.2,
         # seen as data; NVIDIA's reference builds it so). Without the forward fusion
-        # there is nothing to gain: the passes stay off.
+        # there is nothing to gain: with QAT the passes stay off.
+        fuse = not config.qat.enabled
         fields.update(
-            fuse_bn_act_ops=False, fuse_elewise_add_act_ops=False, fuse_bn_add_act_ops=False
+            fuse_bn_act_ops=fuse,
+            fuse_elewise_add_act_ops=fuse,
+            fuse_bn_add_act_ops=fuse,
+            enable_addto=True,
         )
     return fields
 

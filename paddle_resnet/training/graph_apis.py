@@ -67,8 +67,7 @@ def graph_api_failures(ir):
     """{API: its error} of the GRAPH_APIS (and on PIR the PIR_GRAPH_APIS) that do not
     build on ``ir`` ("legacy", "pir")."""
     failures = {}
-    guard = paddle_internals.static_ir(ir == "pir")
-    with guard:
+    with paddle_internals.static_ir(ir == "pir"):
         paddle.enable_static()
         for name, build in graph_apis(ir).items():
             main, startup = paddle.static.Program(), paddle.static.Program()

@@ -122,15 +122,11 @@ def resume_command(directory, argv=None, environ=os.environ):
     argv = list(sys.argv if argv is None else argv)
     if "--from-checkpoint=auto" in argv or ("--from-checkpoint", "auto") in zip(argv, argv[1:]):
         return shlex.join([*launcher_command(environ), *argv])
-    kept, skip = [], False
-    for arg in argv[1:]:
-        if skip:
-            skip = False
-            continue
+    kept, args = [], iter(argv[1:])
+    for arg in args:
         if arg == "--from-checkpoint":
-            skip = True
-            continue
-        if not arg.startswith("--from-checkpoint="):
+            next(args, None)  # its value
+        elif not arg.startswith("--from-checkpoint="):
             kept.append(arg)
     return shlex.join([*launcher_command(environ), argv[0], *kept, "--from-checkpoint", directory])
 

@@ -166,11 +166,8 @@ def evaluate(session, split, epoch):
     fast = eval_predictor.usable(session.config, session.device_id is not None)
     predictor = eval_predictor.EvalPredictor(programs, exe) if fast else None
     fetch_list = [programs.eval_fetches["topk"], programs.eval_fetches["loss"]]
-    run = predictor or (
-        lambda feed: exe.run(
-            programs.eval_compiled or programs.eval, feed=feed, fetch_list=fetch_list
-        )
-    )
+    program = programs.eval_compiled or programs.eval
+    run = predictor or (lambda feed: exe.run(program, feed=feed, fetch_list=fetch_list))
     classes = session.classes
     totals, confusion = np.zeros(4), np.zeros((len(classes), len(classes)))
     start = time.perf_counter()

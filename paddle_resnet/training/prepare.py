@@ -54,13 +54,8 @@ def prune(session, start):
     config = session.config
     if config.asp.enabled and session.training:
         epochs_done, steps_done = start
-        sparse_masks.prepare(
-            session.programs,
-            config.asp,
-            session.report,
-            resumed=epochs_done > 0 or steps_done > 0,
-            place=session.place,
-        )
+        resumed = epochs_done > 0 or steps_done > 0
+        sparse_masks.prepare(session.programs, config.asp, session.report, resumed, session.place)
 
 
 @dataclass

@@ -267,13 +267,9 @@ def build_programs(config, steps_per_epoch=None, global_batch=None, training=Tru
             pir_amp=pir and training and config.amp.enabled and config.amp.use_pure_fp16,
         )
         eval_fetches = _eval_head(logits, label, num_classes)
-    if pir:  # PIR's clone has no for_test: the model was built in eval mode
-        eval_program = eval_main
-    else:
-        eval_program = eval_main.clone(for_test=True)
-        eval_fetches = {
-            name: eval_program.global_block().var(var.name) for name, var in eval_fetches.items()
-        }
+    # PIR's clone has no for_test: the model was built in eval mode
+    eval_program = eval_main if pir else eval_main.clone(for_test=True)
+    eval_fetches = {name: ir.fetch_target(eval_program, var) for name, var in eval_fetches.items()}
     programs = Programs(
         startup=eval_startup, eval=eval_program, model=model, eval_fetches=eval_fetches
     )

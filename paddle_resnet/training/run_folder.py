@@ -213,12 +213,10 @@ class Checkpoints:
         self.prune_set_aside()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         moved = []
-        named = sorted(
-            (ckpt.progress_of(name), name)
-            for name in os.listdir(self.folder)
-            if ckpt.progress_of(name)
-        )
-        for _, name in [found for found in named if found[0] > tuple(progress)]:
+        newer = [
+            name for found, name in ckpt.progress_names(self.folder) if found > tuple(progress)
+        ]
+        for name in newer:
             aside, count = f"{name}{REWOUND}{stamp}", 1
             while os.path.exists(os.path.join(self.folder, aside)):
                 count += 1

@@ -84,12 +84,8 @@ def check_start(config, meta, classes, training, resuming):
     if training and not config.run.benchmark:
         run_folder.check_output_free(config, resuming)
     if meta is not None and classes is not None:
-        check_class_names(
-            classes,
-            meta["classes"],
-            f"{config.data.image_root}",
-            f"checkpoint {config.run.from_checkpoint}",
-        )
+        where = f"checkpoint {config.run.from_checkpoint}"
+        check_class_names(classes, meta["classes"], f"{config.data.image_root}", where)
 
 
 def load(session, start):

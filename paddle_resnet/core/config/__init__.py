@@ -65,16 +65,15 @@ INFERENCE_SECTIONS = ("inference", "serve")
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 SECTION_TITLES = {f.name: f.metadata["title"] for f in dataclasses.fields(Config)}
+# the field of each key by its "section.key", in declaration order
+_FIELDS = {f"{s}.{f.name}": f for s, keys in _SECTIONS.items() for f in dataclasses.fields(keys)}
 
 
 def config_field(dotted, source="config"):
     """The dataclass field of ``section.key``; ConfigError naming ``source`` if there is none."""
-    section, _, name = dotted.partition(".")
-    if section in _SECTIONS:
-        for f in dataclasses.fields(_SECTIONS[section]):
-            if f.name == name:
-                return f
-    raise ConfigError(f"{source}: unknown config key {dotted!r}")
+    if dotted not in _FIELDS:
+        raise ConfigError(f"{source}: unknown config key {dotted!r}")
+    return _FIELDS[dotted]
 
 
 def _bool(value):
@@ -175,25 +174,18 @@ def build_config(values, source="config"):
     """A Config from a flat {"section.key": value} mapping, converted and validated."""
     for dotted in values:
         config_field(dotted, source)
-    values = {dotted: convert_value(dotted, value, source) for dotted, value in values.items()}
-    sections = {}
-    for name, section_type in _SECTIONS.items():
-        prefix = name + "."
-        sections[name] = section_type(
-            **{k[len(prefix) :]: v for k, v in values.items() if k.startswith(prefix)}
-        )
-    config = Config(**sections)
+    sections = {name: {} for name in _SECTIONS}
+    for dotted, value in values.items():
+        section, _, name = dotted.partition(".")
+        sections[section][name] = convert_value(dotted, value, source)
+    config = Config(**{name: _SECTIONS[name](**keys) for name, keys in sections.items()})
     validate(config)
     return config
 
 
 def all_keys():
     """("section.key", field) of every config key, in declaration order."""
-    return [
-        (f"{section}.{f.name}", f)
-        for section, section_type in _SECTIONS.items()
-        for f in dataclasses.fields(section_type)
-    ]
+    return list(_FIELDS.items())
 
 
 def run_differences(saved, config):

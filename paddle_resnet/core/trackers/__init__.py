@@ -27,10 +27,6 @@ def opened(names, output_dir, tensorboard_dir, mlflow_uri, visualdl_dir, saved_s
     names = tuple(names) + (("visualdl",) if visualdl_dir else ())
     if not names:
         return None
-    folders = {
-        "tensorboard": tensorboard_dir or os.path.join(output_dir, "tensorboard"),
-        "visualdl": visualdl_dir or os.path.join(output_dir, "visualdl"),
-    }
     resume = saved_step is not None
     purge_step = ((saved_step + 1) if resume else 0) if trains else None
     trackers = {}
@@ -41,9 +37,10 @@ def opened(names, output_dir, tensorboard_dir, mlflow_uri, visualdl_dir, saved_s
                 run_name = os.path.basename(os.path.abspath(output_dir))
                 trackers[name] = MlflowRun(uri, output_dir, resume, run_name)
             elif name == "visualdl":
-                trackers[name] = VisualDl(folders[name], resume)
+                trackers[name] = VisualDl(visualdl_dir or os.path.join(output_dir, name), resume)
             else:
-                trackers[name] = TensorBoard(folders[name], purge_step)
+                folder = tensorboard_dir or os.path.join(output_dir, name)
+                trackers[name] = TensorBoard(folder, purge_step)
     except UserError:  # the run stops before its first step: no tracker left running
         for tracker in trackers.values():
             tracker.close("FAILED")

@@ -160,10 +160,7 @@ def new_findings(crop_size, fmt):
         "imbalance": IMBALANCE_FINDING,
         "extensions": "/".join(e[1:] for e in IMAGE_EXTENSIONS),
     }
-    return {kind.kind: finding(kind, **values) for kind in CATALOGUE}
-
-
-def finding(kind, **values):
-    """The empty Finding of the catalogue's ``kind``, its text filled in with ``values``."""
-    text = kind.text.format(count="{count}", **values)
-    return Finding(kind.kind, kind.noun, text, kind.serious)
+    return {
+        k.kind: Finding(k.kind, k.noun, k.text.format(count="{count}", **values), k.serious)
+        for k in CATALOGUE
+    }

@@ -46,10 +46,9 @@ class Result:
                 f"threads in {d['seconds']:.1f} s: {d['images_per_second']:,.0f} img/s"
             )
         serious = sum(f.serious for f in self.findings)
-        verdict = f"{counted(serious, 'finding')}" if serious else "no findings"
-        findings = [f.line() for f in self.findings]
+        verdict = counted(serious, "finding") if serious else "no findings"
         splits = [describe_split(name, split) for name, split in self.splits.items()]
-        return splits + findings + done + [verdict]
+        return splits + [f.line() for f in self.findings] + done + [verdict]
 
     def as_dict(self):
         return {

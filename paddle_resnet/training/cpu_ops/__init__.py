@@ -7,7 +7,6 @@ source, Paddle's version and the CPU's instruction sets; a machine where they ca
 built trains on Paddle's kernels and says so in one line (``loaded``).
 """
 
-import contextlib
 import dataclasses
 import fcntl
 import functools
@@ -45,31 +44,24 @@ def loaded():
     ranks of one machine build in turn (a lock beside the build)."""
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         return None, "no C++ compiler (g++; scripts/setup.sh installs it)"
-    folder = cache_folder()
+    folder, verbose = cache_folder(), bootstrap.verbose()
     try:
         os.makedirs(folder, exist_ok=True)
         with open(folder + ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            with _quiet():
+            with bootstrap.paddle_chatter(verbose), bootstrap.native_chatter(verbose):
                 module = cpp_extension.load(
                     name="prn_cpu_ops",
                     sources=[SOURCE],
                     extra_cxx_cflags=FLAGS,
                     extra_ldflags=["-fopenmp"],
                     build_directory=folder,
-                    verbose=bootstrap.verbose(),
+                    verbose=verbose,
                 )
     except (OSError, RuntimeError, ImportError, SystemExit) as err:
         # cpp_extension reports a failed compile as RuntimeError (2.6) or by exiting setup
         return None, f"they did not build in {folder} ({type(err).__name__}: {err})"
     return Ops(module), None
-
-
-@contextlib.contextmanager
-def _quiet():
-    verbose = bootstrap.verbose()
-    with bootstrap.paddle_chatter(verbose), bootstrap.native_chatter(verbose):
-        yield
 
 
 class Ops:

@@ -135,12 +135,8 @@ def from_paddle_rows(rows, shape):
 
 def _padded(rows, rows_multiple, cols_multiple):
     """``rows`` zero-padded to multiples of the given sizes (ASP pads the same way)."""
-    padded = np.zeros(
-        (
-            -(-rows.shape[0] // rows_multiple) * rows_multiple,
-            -(-rows.shape[1] // cols_multiple) * cols_multiple,
-        )
-    )
+    multiples = (rows_multiple, cols_multiple)
+    padded = np.zeros([-(-size // m) * m for size, m in zip(rows.shape, multiples)])
     padded[: rows.shape[0], : rows.shape[1]] = rows
     return padded
 

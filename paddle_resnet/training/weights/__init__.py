@@ -41,7 +41,7 @@ def pretrained_file(run_config):
 
 def program_state(state, meta, model, config, source):
     """(state keyed by ``model``'s variable names, a one-line note on what was read)."""
-    structured = {name: var for name, var in model.state_dict().items()}
+    structured = dict(model.state_dict())
     variable_names = {var.name for var in structured.values()}
     if variable_names & set(state):
         file_arch = _own_meta(meta, source).get("config", {}).get("model", {}).get("arch")
@@ -103,27 +103,23 @@ def _imported(state, structured, config, source):
     src, expected = recognise(state, structured, entry, source)
     what = f"{src.name} {entry.family.name}s are {src.variant}"
     _check_variant(src.variant, what, arch_name, source)
+    misfit = f"{source}: a {src.name} file that does not fit {arch_name}"
     converted = {}
     for file_name, ours in expected.items():
         if file_name not in state:
-            raise CheckpointError(
-                f"{source}: a {src.name} file that does not fit {arch_name}: "
-                f"it has no tensor {file_name!r}"
-            )
+            raise CheckpointError(f"{misfit}: it has no tensor {file_name!r}")
         value = state[file_name].T if ours in src.transposed else state[file_name]
         wanted = tuple(structured[ours].shape)
         if tuple(value.shape) != wanted and ours not in classifier:
             raise CheckpointError(
-                f"{source}: a {src.name} file that does not fit {arch_name}: "
-                f"{file_name} has shape {tuple(state[file_name].shape)}, "
+                f"{misfit}: {file_name} has shape {tuple(state[file_name].shape)}, "
                 f"{arch_name} needs {wanted}"
             )
         converted[structured[ours].name] = value
     extra = [name for name in state if name not in expected and not name.endswith(src.ignored)]
     if extra:
         raise CheckpointError(
-            f"{source}: a {src.name} file that does not fit {arch_name}: "
-            f"tensor {extra[0]!r} has no place in it ({len(extra)} such)"
+            f"{misfit}: tensor {extra[0]!r} has no place in it ({len(extra)} such)"
         )
     return (
         converted,

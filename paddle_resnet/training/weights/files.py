@@ -78,13 +78,9 @@ def _read_torch(path):
     tensors = {}
     for name, value in state.items():
         if isinstance(value, torch.Tensor):
+            dtype = torch.float32 if value.is_floating_point() else value.dtype
             # DistributedDataParallel saves "module.layer1...."
-            name = name[len("module.") :] if name.startswith("module.") else name
-            tensors[name] = (
-                value.detach()
-                .to(torch.float32 if value.is_floating_point() else value.dtype)
-                .numpy()
-            )
+            tensors[name.removeprefix("module.")] = value.detach().to(dtype).numpy()
     return ckpt.check_finite(tensors, path)
 
 
@@ -100,8 +96,7 @@ def _read_safetensors(path):
 def _read_paddle(path):
     if path.endswith(".pdparams"):
         # This toolkit's .pdopt beside the parameters holds a QAT run's scales.
-        prefix = path[: -len(".pdparams")]
-        state = ckpt.read_state(path, optimizer=os.path.exists(prefix + ".pdopt"))
+        state = ckpt.read_state(path)
     else:
         state = ckpt.read_pickle(path)  # paddle.save writes any file name
     return {
