@@ -13,12 +13,14 @@ from paddle_resnet.core.errors import UserError
 _SAME_NAME = """onnxruntime paddle2onnx onnx matplotlib visualdl tensorboardX mlflow torch
     safetensors openvino nncf kserve fastapi""".split()
 PACKAGES = dict(zip(_SAME_NAME, _SAME_NAME), sklearn="scikit-learn", grpc="grpcio")
+PACKAGES.update(timing_asgi="timing-asgi", uvloop="uvloop")  # KServe's own dependencies
 # how to install a package when not by requirements-tools.txt: nncf's numpy 2 would
 # replace the numpy 1.26 Paddle 2.6 needs, so it goes into a folder of its own
 # KServe 0.21 needs protobuf >= 6.33, Paddle 2.6 protobuf 4: the server has an environment of
 # its own (Paddle 3.3.1, no DALI)
 _SERVE = "bash scripts/setup_serve.sh (.venv-serve)"
-INSTALL = {"nncf": "scripts/setup_nncf.sh", "kserve": _SERVE, "fastapi": _SERVE, "grpc": _SERVE}
+INSTALL = {"nncf": "scripts/setup_nncf.sh"}
+INSTALL.update(dict.fromkeys(("kserve", "fastapi", "grpc", "timing_asgi", "uvloop"), _SERVE))
 DEFAULT_INSTALL = "pip install -r requirements-tools.txt"
 
 

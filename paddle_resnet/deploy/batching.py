@@ -1,8 +1,11 @@
 """Requests that arrive together run as one batch (KServe's Python ModelServer has no
 dynamic batching: its batcher is an InferenceService's sidecar, for the v1 protocol).
 
-The first request of a batch waits at most ``max_wait`` for others while fewer than
-``max_batch`` images are queued; then the queued requests, whole and in order, run as one
+Under load, the first request of a batch waits at most ``max_wait`` for others while fewer
+than ``max_batch`` images are queued: load is a request on its way to the queue (being
+decoded: ``arriving``) or a last batch of several requests. A request alone runs at once:
+with a model of a few milliseconds the wait was the largest part of a lone request's
+latency (docs/measurements.md). Then the queued requests, whole and in order, run as one
 batch on the engine: one thread, one batch at a time (a classifier is not thread-safe, and
 it uses every core itself). While a batch runs, the next one gathers. A batch runs as a few
 calls of fixed sizes (``batch_sizes``): OpenVINO then compiles a static-shape model for
@@ -11,6 +14,7 @@ those few sizes only, all during the warm-up."""
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 
 import numpy as np
 
@@ -43,6 +47,8 @@ class Batcher:
         self.arrived = None  # an asyncio.Event of the serving loop, made with the worker
         self.worker = None
         self.batches = collections.Counter()  # images per batch run -> how often
+        self.on_their_way = 0  # requests inside ``arriving``
+        self.last_requests = 0  # how many requests the last batch held
 
     def run(self, images):
         """``images`` through the classifier in calls of ``sizes``; on the engine's thread."""
@@ -54,6 +60,18 @@ class Batcher:
         for size in self.sizes:
             self.engine.submit(self.run, np.zeros([size, *input_shape], np.float32)).result()
 
+    @contextlib.contextmanager
+    def arriving(self):
+        """Around a request's preparation (its decoding) before it is queued: the batch
+        gathering meanwhile waits for it."""
+        self.on_their_way += 1
+        try:
+            yield
+        finally:
+            self.on_their_way -= 1
+            if self.arrived:
+                self.arrived.set()
+
     async def __call__(self, images):
         loop = asyncio.get_running_loop()
         if self.worker is None:
@@ -64,14 +82,22 @@ class Batcher:
         self.arrived.set()
         return await future
 
+    def _loaded(self):
+        return self.on_their_way or self.last_requests > 1
+
     async def _gather(self):
-        """Wait for the first request, then up to ``max_wait`` after its arrival for others."""
+        """Wait for the first request, then under load up to ``max_wait`` after its arrival
+        for others."""
         while not self.queued:
             self.arrived.clear()
             await self.arrived.wait()
         deadline = self.queued[0][2] + self.max_wait
         loop = asyncio.get_running_loop()
-        while sum(len(q[0]) for q in self.queued) < self.max_batch and loop.time() < deadline:
+        while (
+            self._loaded()
+            and sum(len(q[0]) for q in self.queued) < self.max_batch
+            and loop.time() < deadline
+        ):
             self.arrived.clear()
             try:
                 await asyncio.wait_for(self.arrived.wait(), deadline - loop.time())
@@ -91,6 +117,7 @@ class Batcher:
         while True:
             await self._gather()
             taken = self._take()
+            self.last_requests = len(taken)
             try:
                 images = np.concatenate([images for images, _, _ in taken])
                 self.batches[len(images)] += 1

@@ -32,6 +32,8 @@ v2_datamodels = require("kserve.protocol.rest.v2_datamodels", PURPOSE)
 fastapi_exceptions = require("fastapi.exceptions", PURPOSE)
 app = require("kserve.model_server", PURPOSE).app  # KServe's FastAPI app, its REST routes
 responses = require("fastapi.responses", PURPOSE)
+TimingMiddleware = require("timing_asgi", PURPOSE).TimingMiddleware
+uvloop = require("uvloop", PURPOSE)  # KServe's uvicorn[standard] brings it
 
 # the response's parameter naming how many images the batch its request ran in held
 BATCH_SIZE = "batch_size"
@@ -199,8 +201,9 @@ class ExportModel(kserve.Model):
             k = self.served.top_k(infer_type.to_http_parameters(request.parameters or {}))
             kind, data = self.served.request_images(request.inputs)
             if kind == "encoded":  # decoded off the event loop: Pillow lets go of the GIL
-                loop = asyncio.get_running_loop()
-                data = await loop.run_in_executor(None, self.served.decode, data)
+                with self.batcher.arriving():
+                    loop = asyncio.get_running_loop()
+                    data = await loop.run_in_executor(None, self.served.decode, data)
             probabilities, batch_size = await self.batcher(data)
         except RequestError as err:
             raise errors.InvalidInput(str(err)) from None
@@ -289,11 +292,13 @@ class ExportGRPCServer(grpc_server.GRPCServer):
 
 class ExportRESTServer(rest_server.RESTServer):
     """KServe's REST server on ``host``, its FastAPI app with the limit on a body, the
-    export's metadata, and a 4xx for a body that is no v2 request or what is not served."""
+    export's metadata, and a 4xx for a body that is no v2 request or what is not served;
+    KServe's timing of each request (two getrusage calls, a quarter of the event loop's
+    time under load: docs/measurements.md) only where ``timed`` (--verbose shows its lines)."""
 
-    def __init__(self, host, limit, *args, **kwargs):
+    def __init__(self, host, limit, timed, *args, **kwargs):
         super().__init__(constants.FASTAPI_APP_IMPORT_STRING, *args, **kwargs)
-        self.config.host, self.limit = host, limit
+        self.config.host, self.limit, self.timed = host, limit, timed
 
     def create_application(self):
         async def model_metadata(model_name: str):
@@ -304,6 +309,8 @@ class ExportRESTServer(rest_server.RESTServer):
         app.add_api_route("/v2/models/{model_name}", model_metadata, methods=["GET"])
         app.add_middleware(BodyLimit, limit=self.limit)
         super().create_application()
+        if not self.timed:  # KServe's timing of each request: lines only --verbose shows
+            app.user_middleware = [m for m in app.user_middleware if m.cls is not TimingMiddleware]
         # after KServe's handlers, which these replace
         app.add_exception_handler(fastapi_exceptions.RequestValidationError, _malformed)
         app.add_exception_handler(NotImplementedError, _not_served)
@@ -345,6 +352,7 @@ class ExportServer(kserve.ModelServer):
         self._rest_server = ExportRESTServer(
             self.host,
             self.limit,
+            self.enable_latency_logging,
             *shared,
             self.http_port,
             grace_period=self.grace_period,
@@ -356,7 +364,10 @@ class ExportServer(kserve.ModelServer):
         self.servers = [self._rest_server.start(), self._grpc_server.start(self.max_threads)]
         self.setup_event_loop()
         self.register_signal_handler()
-        asyncio.run(self._serve())
+        # uvloop, as uvicorn itself runs where it is installed (KServe runs its servers in
+        # asyncio's own loop): a quarter more requests a second under load (docs/measurements.md)
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self._serve())
 
 
 def configure_logging(verbose):

@@ -213,7 +213,8 @@ class ServeConfig:
     max_wait_ms: float = key(
         2.0,
         "--max-wait-ms",
-        "how long the first request of a batch waits for others to join it (milliseconds)",
+        "under load, how long the first request of a batch waits for others to join it "
+        "(milliseconds; a request alone runs at once)",
         at_least(0),
         tools=SERVE,
     )
