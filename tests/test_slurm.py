@@ -19,7 +19,15 @@ import time
 import pytest
 import slurm_cluster
 
-from conftest import FAST_TRAIN, ROOT, assert_same_state, once, train_command, training_into
+from conftest import (
+    FAST_TRAIN,
+    HELD_TRAIN,
+    ROOT,
+    assert_same_state,
+    once,
+    train_command,
+    training_into,
+)
 from paddle_resnet.core.errors import RESTARTABLE
 from paddle_resnet.training import checkpoint as ckpt
 
@@ -131,10 +139,15 @@ def test_a_crashed_and_a_requeued_job_continue_and_end_as_a_run_never_stopped(
     from epoch 1; scontrol requeue in the middle of epoch 2: the training saves at the
     step in flight and exits 143, and Slurm requeues the job. Start 3 resumes from that
     step through --from-checkpoint auto, and the job ends COMPLETED with the final weights
-    of a run never stopped, bit for bit. (Each requeued start is let go at once.)"""
+    of a run never stopped, bit for bit. (Each requeued start is let go at once.) Starts 1
+    and 2 hold after epoch 2's second step until a signal reaches them
+    (tests/ranks/held_train.py): on a fast CPU a run could finish before the signal."""
     out, log = tmp_path / "out", tmp_path / "job.log"
-    job = submit(slurm, SINGLE, log, *train_command(fmnist_root, out)[3:])
-    wait_for_text(slurm, job, log, "epoch 2 step 2:")
+    held = dict(TRAIN_SCRIPT=HELD_TRAIN, HOLD_AT_STEP="12", HOLD_RELEASE="signal")
+    job = submit(
+        slurm, SINGLE, log, *train_command(fmnist_root, out)[3:], HOLD_STARTS="0,1", **held
+    )
+    wait_for_text(slurm, job, log, "held at global step 12")
     os.kill(training_pid(out), signal.SIGKILL)
     wait_requeued(slurm, job, log, 1)
     assert (
@@ -144,7 +157,7 @@ def test_a_crashed_and_a_requeued_job_continue_and_end_as_a_run_never_stopped(
 
     slurm.start_now(job)
     second = f"train.sbatch: job {job} start 2 (SLURM_RESTART_COUNT=1)"
-    wait_for_text(slurm, job, log, "epoch 2 step 3:", after=second)
+    wait_for_text(slurm, job, log, "held at global step 12", after=second)
     restart = read(log).partition(second)[2]
     assert f"resumed from {out}/resnet18/1 after epoch 1" in restart
     slurm.requeue(job)
@@ -154,7 +167,7 @@ def test_a_crashed_and_a_requeued_job_continue_and_end_as_a_run_never_stopped(
     )
     assert stop, read(log)[-3000:]
     steps, saved = int(stop.group(1)), stop.group(2)
-    assert saved == str(out / "resnet18" / f"2-step{steps}") and 3 <= steps < 10
+    assert saved == str(out / "resnet18" / f"2-step{steps}") and steps == 2
     assert "train.sbatch: stopped by a signal (exit 143)" in read(log)
     meta, _ = ckpt.read_checkpoint(saved)
     assert (meta["epoch"], meta["step_in_epoch"]) == (1, steps)
@@ -208,11 +221,14 @@ def test_the_warning_before_the_time_limit_stops_the_launchers_and_requeues(
 ):
     """The multi-node script on one node (srun, one launcher with one rank): USR1 to the
     batch shell, as --signal=B:USR1@300 sends it, reaches the launcher as SIGTERM, the
-    rank saves at its step, and the script requeues its job itself and exits 0."""
+    rank saves at its step, and the script requeues its job itself and exits 0. The rank
+    holds after its third step until the signal reaches it (tests/ranks/held_train.py):
+    on a fast CPU the run had finished before the signal went through Slurm."""
     out, log, ranks = tmp_path / "out", tmp_path / "job.log", tmp_path / "ranks"
     args = train_command(fmnist_root, out)[3:]
-    job = submit(slurm, MULTI, log, *args, options=["--nodes=1"], LAUNCH_LOG_DIR=str(ranks))
-    wait_for_text(slurm, job, log, "epoch 1 step 3:")
+    held = dict(TRAIN_SCRIPT=HELD_TRAIN, HOLD_AT_STEP="3", HOLD_RELEASE="signal")
+    job = submit(slurm, MULTI, log, *args, options=["--nodes=1"], LAUNCH_LOG_DIR=str(ranks), **held)
+    wait_for_text(slurm, job, log, "held at global step 3")
     slurm.signal_batch(job, "USR1")
     fields = slurm.wait_state(job, {"PENDING"} | ENDED, timeout=60)
     output = read(log)
