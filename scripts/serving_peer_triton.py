@@ -1,10 +1,14 @@
 """A peer for paddle-resnet-serve's figures: NVIDIA's Triton Inference Server (the binary
-PyTriton's wheel brings) serving the same export through Paddle Inference, with Triton's
-own dynamic batcher and its C++ HTTP and gRPC front ends; only the model's call is Python.
+PyTriton's wheel brings) serving the same export through the classifier paddle-resnet-serve
+builds (backend auto), with Triton's own dynamic batcher and its C++ HTTP and gRPC front
+ends; only the model's call is Python.
 It takes FP32 tensors (input ``data``, the export's shape) and answers ``probabilities``:
 the Open Inference Protocol, so one load (wrk, tritonclient) drives both servers.
 
-    uv venv /tmp/peer && uv pip install --python /tmp/peer/bin/python nvidia-pytriton \\
+    # the system's Python: PyTriton's stub for 3.11 links the system's libpython 3.11, whose
+    # threading differs from another 3.11's standard library (_thread.RLock._recursion_count)
+    uv venv --python /usr/bin/python3.11 /tmp/peer
+    uv pip install --python /tmp/peer/bin/python nvidia-pytriton \\
         paddlepaddle==3.3.1 setuptools pyyaml pillow "numpy<2"
     PYTHONPATH=. /tmp/peer/bin/python scripts/serving_peer_triton.py \\
         --inference-dir inference/resnet18_demo --http-port 8094 --grpc-port 8095
