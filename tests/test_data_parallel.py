@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 from conftest import (
+    HELD,
+    HELD_TRAIN,
     PADDLE3,
     ROOT,
     assert_same_state,
@@ -567,17 +569,23 @@ def signalled_job(fmnist_root, tmp_path, signum, to_launcher, *flags):
     return job.returncode, texts, stops
 
 
-def interrupted_job(command, logs, out, signum, at_step, to_launcher):
-    """Start the launcher ``command`` (its --log_dir ``logs``); once rank 0 has logged global
-    step ``at_step`` (5 steps per epoch), send ``signum`` to the launcher (as Slurm and
-    Kubernetes do) or to rank 1 alone (a lost process). (launcher's exit code, its
+def held_job(command, logs, out, signum, at_step, to_launcher):
+    """Start the launcher ``command`` (its --log_dir ``logs``) with its training script
+    swapped for tests/ranks/held_train.py, which holds the rank that is to get the signal
+    (rank 0 for the launcher's, rank 1 for its own) after global step ``at_step`` (5 steps
+    per epoch) until the signal reaches it; then send ``signum`` to the launcher (as Slurm
+    and Kubernetes do) or to rank 1 alone (a lost process). (launcher's exit code, its
     console output, each rank's log)."""
-    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    rank0 = logs / "workerlog.0"
+    rank = 0 if to_launcher else 1
+    command = [HELD_TRAIN if arg == "train.py" else arg for arg in command]
+    env = dict(os.environ, HOLD_RANK=str(rank), HOLD_AT_STEP=str(at_step), HOLD_RELEASE="signal")
+    job = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    held_log = logs / f"workerlog.{rank}"
     deadline = time.time() + 180
     while time.time() < deadline and job.poll() is None:
-        steps = re.findall(r"epoch (\d+) step (\d+):", rank0.read_text()) if rank0.exists() else []
-        if any((int(e) - 1) * 5 + int(k) >= at_step for e, k in steps):
+        if held_log.exists() and HELD in held_log.read_text():
             break
         time.sleep(0.05)
     if to_launcher:
@@ -599,7 +607,8 @@ def test_a_two_rank_job_killed_and_stopped_continues_with_the_same_command(
     ends) and after a SIGTERM to the launcher (both ranks stop after one common step, rank
     0 saves there, its stop line reaches the launcher's console, exit 15), at random
     steps: every rank takes the same checkpoint, and the job ends with the weights of the
-    job never stopped, bit for bit."""
+    job never stopped, bit for bit. The rank a signal is for holds at its step until the
+    signal arrives (``held_job``): a SIGTERM planned late in the run raced the run's end."""
     seed = random_seed()
     rng = random.Random(seed)
     kill_at, stop_at = sorted(rng.sample(range(1, 9), 2))
@@ -614,12 +623,12 @@ def test_a_two_rank_job_killed_and_stopped_continues_with_the_same_command(
         launcher = ["-m", "paddle.distributed.launch", "--nproc_per_node", "2"]
         return [sys.executable, *launcher, "--log_dir", str(logs), *args]
 
-    code, _, logs = interrupted_job(
+    code, _, logs = held_job(
         command(tmp_path / "1"), tmp_path / "1", out, signal.SIGKILL, kill_at, False
     )
     assert code != 0 and "error: rank 0: rank 1 stopped" in logs[0], (why, logs[0][-2000:])
     saved = ckpt.saved_checkpoints(str(out / "resnet18"))
-    code, console, logs = interrupted_job(
+    code, console, logs = held_job(
         command(tmp_path / "2"), tmp_path / "2", out, signal.SIGTERM, stop_at, True
     )
     assert code == 15, (why, console[-3000:])
