@@ -353,6 +353,18 @@ def signal_rank_1(fmnist_root, tmp_path, signum, *flags):
     return time.time() - signalled_at, output, rank0, out, job.returncode
 
 
+def held_pid(log, job):
+    """The process id the rank logging to ``log`` names once held at its step
+    (tests/ranks/held_train.py), waited for while its launcher ``job`` runs."""
+    deadline = time.time() + 180
+    while time.time() < deadline and job.poll() is None:
+        held = re.search(rf"{HELD}\d+ \(pid (\d+)\)", log.read_text() if log.exists() else "")
+        if held:
+            return int(held[1])
+        time.sleep(0.05)
+    raise AssertionError(f"the rank of {log} did not reach its hold point")
+
+
 def held_rank_killed(fmnist_root, tmp_path, victim):
     """A 3-rank job (4 steps an epoch) whose rank ``victim`` holds after its 5th step, its
     first epoch saved (tests/ranks/held_train.py: the others wait for it in their next
@@ -375,17 +387,7 @@ def held_rank_killed(fmnist_root, tmp_path, victim):
         stderr=subprocess.DEVNULL,
     )
     try:
-        held, deadline = None, time.time() + 180
-        while held is None and time.time() < deadline and job.poll() is None:
-            log = logs / f"workerlog.{victim}"
-            held = (
-                re.search(r"held at global step \d+ \(pid (\d+)\)", log.read_text())
-                if (log.exists())
-                else None
-            )
-            time.sleep(0.1)
-        assert held, "the rank did not reach its hold point"
-        os.kill(int(held[1]), signal.SIGKILL)
+        os.kill(held_pid(logs / f"workerlog.{victim}", job), signal.SIGKILL)
         status = job.wait(timeout=120)
     finally:
         job.kill()
@@ -569,7 +571,7 @@ def signalled_job(fmnist_root, tmp_path, signum, to_launcher, *flags):
     return job.returncode, texts, stops
 
 
-def held_job(command, logs, out, signum, at_step, to_launcher):
+def held_job(command, logs, signum, at_step, to_launcher):
     """Start the launcher ``command`` (its --log_dir ``logs``) with its training script
     swapped for tests/ranks/held_train.py, which holds the rank that is to get the signal
     (rank 0 for the launcher's, rank 1 for its own) after global step ``at_step`` (5 steps
@@ -582,16 +584,11 @@ def held_job(command, logs, out, signum, at_step, to_launcher):
     job = subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    held_log = logs / f"workerlog.{rank}"
-    deadline = time.time() + 180
-    while time.time() < deadline and job.poll() is None:
-        if held_log.exists() and HELD in held_log.read_text():
-            break
-        time.sleep(0.05)
+    held = held_pid(logs / f"workerlog.{rank}", job)
     if to_launcher:
         job.send_signal(signum)
     else:
-        os.kill(rank_1_pid(out), signum)
+        os.kill(held, signum)
     try:
         console = job.communicate(timeout=180)[0].decode()
     finally:
@@ -624,12 +621,12 @@ def test_a_two_rank_job_killed_and_stopped_continues_with_the_same_command(
         return [sys.executable, *launcher, "--log_dir", str(logs), *args]
 
     code, _, logs = held_job(
-        command(tmp_path / "1"), tmp_path / "1", out, signal.SIGKILL, kill_at, False
+        command(tmp_path / "1"), tmp_path / "1", signal.SIGKILL, kill_at, False
     )
     assert code != 0 and "error: rank 0: rank 1 stopped" in logs[0], (why, logs[0][-2000:])
     saved = ckpt.saved_checkpoints(str(out / "resnet18"))
     code, console, logs = held_job(
-        command(tmp_path / "2"), tmp_path / "2", out, signal.SIGTERM, stop_at, True
+        command(tmp_path / "2"), tmp_path / "2", signal.SIGTERM, stop_at, True
     )
     assert code == 15, (why, console[-3000:])
     expected = f"--from-checkpoint auto: {saved[-1][1]}, the newest" if saved else "no checkpoint"

@@ -52,8 +52,9 @@ def held_from(step, function, release=None):
                 until_signalled()
             elif release is None:
                 sys.stdin.readline()
-            while release not in (None, "signal") and not os.path.exists(release):
-                time.sleep(0.05)
+            else:
+                while not os.path.exists(release):
+                    time.sleep(0.05)
         return result
 
     return planted
